@@ -1,0 +1,542 @@
+package recovery
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Config configures an Engine. The zero value is a TLS-only engine with the
+// documented defaults.
+type Config struct {
+	// TLSClientConfig is used for https URLs. Nil means the system roots.
+	// NextProtos is always set to ["h2"]: the engine speaks only HTTP/2.
+	// Verification stays on unless the config itself turns it off.
+	TLSClientConfig *tls.Config
+	// AllowH2C permits http URLs, spoken as cleartext HTTP/2 with prior
+	// knowledge (RFC 9113 section 3.3). Meant for loopback tests. When
+	// false an http URL is an error.
+	AllowH2C bool
+	// MaxConnsPerAuthority bounds live connections (not draining) plus
+	// dials in progress per host:port. Zero means 4.
+	MaxConnsPerAuthority int
+	// DialTimeout bounds TCP connect plus TLS handshake. Zero means 10s.
+	DialTimeout time.Duration
+	// ReadIdleTimeout sends a health-check PING after this long without a
+	// frame. Zero means 30s; negative disables it.
+	ReadIdleTimeout time.Duration
+	// IdleConnTimeout closes a connection with no streams after this long.
+	// Zero means 90s.
+	IdleConnTimeout time.Duration
+	// DialContext dials TCP. Nil means a net.Dialer.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Logger receives one "llm.attempt" event per finished attempt. Nil
+	// means slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrNoHTTP2 is returned when a TLS server does not negotiate h2 by ALPN.
+var ErrNoHTTP2 = errors.New("recovery: server did not negotiate HTTP/2 (ALPN h2)")
+
+// ErrUnsupportedScheme is returned for a URL the engine cannot speak.
+var ErrUnsupportedScheme = errors.New("recovery: unsupported URL scheme")
+
+// Engine is an http.RoundTripper that sends each request exactly once over
+// a pool of HTTP/2 connections it owns, and records the attempt's Evidence.
+// It never retries: see the package doc.
+//
+// An Engine is safe for concurrent use. Close it to release connections.
+type Engine struct {
+	cfg    Config
+	h2     *http2.Transport
+	obs    *Observer
+	pool   *pool
+	logger *slog.Logger
+	proc   string // process tag that makes connection refs unique across processes
+	seq    atomic.Uint64
+	stats  stats
+}
+
+// New returns an Engine for cfg.
+func New(cfg Config) *Engine {
+	if cfg.MaxConnsPerAuthority <= 0 {
+		cfg.MaxConnsPerAuthority = 4
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	switch {
+	case cfg.ReadIdleTimeout == 0:
+		cfg.ReadIdleTimeout = 30 * time.Second
+	case cfg.ReadIdleTimeout < 0:
+		cfg.ReadIdleTimeout = 0
+	}
+	if cfg.IdleConnTimeout <= 0 {
+		cfg.IdleConnTimeout = 90 * time.Second
+	}
+	if cfg.DialContext == nil {
+		cfg.DialContext = (&net.Dialer{}).DialContext
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	var tag [2]byte
+	_, _ = rand.Read(tag[:])
+	e := &Engine{
+		cfg: cfg,
+		// The Transport is only a factory for ClientConns here: the engine
+		// never calls its RoundTrip, whose retry loop is the hidden replay.
+		h2: &http2.Transport{
+			ReadIdleTimeout:    cfg.ReadIdleTimeout,
+			IdleConnTimeout:    cfg.IdleConnTimeout,
+			AllowHTTP:          cfg.AllowH2C,
+			DisableCompression: true,
+		},
+		obs:    NewObserver(),
+		logger: logger,
+		proc:   hex.EncodeToString(tag[:]),
+	}
+	e.pool = newPool(cfg.MaxConnsPerAuthority, e.dial)
+	return e
+}
+
+// Close closes every connection. In-flight requests fail.
+func (e *Engine) Close() error {
+	e.pool.closeAllConns()
+	return nil
+}
+
+// RoundTrip sends req once. The attempt it belongs to comes from the
+// request's context (WithAttempt); a request without one gets an attempt of
+// its own that is finished, classified and logged when its body ends.
+//
+// RoundTrip does not modify req: it sends a copy carrying HeaderAttemptID.
+// A returned error wraps the transport's error with %w; the attempt's
+// Evidence, not the error, says what happened.
+func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	a := AttemptFrom(ctx)
+	auto := a == nil
+	if auto {
+		a = NewAttempt(Spec{})
+	}
+	scheme := req.URL.Scheme
+	authority := authorityOf(req.URL.Scheme, req.URL.Host)
+	if err := a.begin(e, authority); err != nil {
+		return nil, err
+	}
+	if scheme != "https" && !(scheme == "http" && e.cfg.AllowH2C) {
+		a.settle(ctx, nil, false)
+		return nil, fmt.Errorf("%w %q", ErrUnsupportedScheme, scheme)
+	}
+
+	out := new(http.Request)
+	*out = *req
+	out.Header = req.Header.Clone()
+	if out.Header == nil {
+		out.Header = make(http.Header)
+	}
+	out.Header.Set(HeaderAttemptID, a.spec.AttemptID)
+	if a.spec.IdempotencyKey != "" && out.Header.Get(HeaderIdempotencyKey) == "" {
+		out.Header.Set(HeaderIdempotencyKey, a.spec.IdempotencyKey)
+	}
+
+	e.obs.Track(a.spec.AttemptID)
+	pc, dialed, err := e.pool.get(ctx, scheme, authority, a.spec.Avoid, a.spec.FreshConnection)
+	if err != nil {
+		a.dialFailed(ctx)
+		a.settle(ctx, nil, auto)
+		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
+	}
+	a.useConn(pc, dialed)
+	resp, err := pc.cc.RoundTrip(out)
+	if err != nil {
+		a.settle(ctx, err, auto)
+		e.pool.released(authority)
+		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
+	}
+	if resp.StatusCode == http.StatusMisdirectedRequest {
+		// Quarantine before anyone else can pick the connection: the server
+		// said this connection cannot serve this authority.
+		if !pc.quarantined.Swap(true) {
+			e.stats.quarantines.Add(1)
+		}
+		pc.draining.Store(true)
+		e.pool.released(authority)
+	}
+	a.response(resp)
+	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, release: func() { e.pool.released(authority) }}
+	return resp, nil
+}
+
+// AttemptError is the error RoundTrip returns. It names the attempt and
+// wraps the transport's error; classify by the attempt's Evidence, not by
+// this error.
+type AttemptError struct {
+	AttemptID string
+	Err       error
+}
+
+func (e *AttemptError) Error() string {
+	return "recovery: attempt " + e.AttemptID + ": " + e.Err.Error()
+}
+
+func (e *AttemptError) Unwrap() error { return e.Err }
+
+func authorityOf(scheme, host string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	if scheme == "http" {
+		return net.JoinHostPort(host, "80")
+	}
+	return net.JoinHostPort(host, "443")
+}
+
+// dial opens and wraps one connection.
+func (e *Engine) dial(ctx context.Context, scheme, authority string, wake func()) (*pooledConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
+	defer cancel()
+	raw, err := e.cfg.DialContext(dctx, "tcp", authority)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: dial %s: %w", authority, err)
+	}
+	conn := raw
+	if scheme == "https" {
+		cfg := e.cfg.TLSClientConfig.Clone()
+		if cfg == nil {
+			cfg = &tls.Config{}
+		}
+		cfg.NextProtos = []string{http2.NextProtoTLS}
+		if cfg.ServerName == "" {
+			host, _, _ := net.SplitHostPort(authority)
+			cfg.ServerName = host
+		}
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(dctx); err != nil {
+			raw.Close()
+			return nil, fmt.Errorf("recovery: TLS handshake with %s: %w", authority, err)
+		}
+		if tc.ConnectionState().NegotiatedProtocol != http2.NextProtoTLS {
+			raw.Close()
+			return nil, fmt.Errorf("%w: %s", ErrNoHTTP2, authority)
+		}
+		conn = tc
+	}
+	pc := &pooledConn{ref: e.proc + "-c" + strconv.FormatUint(e.seq.Add(1), 10), authority: authority}
+	oc, outer := e.obs.wrap(conn, pc.ref, ConnHooks{
+		GoAway: func(g GoAway) {
+			pc.draining.Store(true)
+			e.stats.goAway(g.Code)
+			wake()
+		},
+		Lost: func() {
+			pc.draining.Store(true)
+			e.stats.observerLost.Add(1)
+			wake()
+		},
+		Closed: wake,
+	})
+	pc.oc = oc
+	cc, err := e.h2.NewClientConn(outer)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("recovery: HTTP/2 setup with %s: %w", authority, err)
+	}
+	pc.cc = cc
+	e.stats.connsOpened.Add(1)
+	return pc, nil
+}
+
+// Spec identifies one attempt and says how it must be sent.
+type Spec struct {
+	// ActionRef names the user action the attempt belongs to.
+	ActionRef string
+	// Attempt is the attempt's number within its action, from 1.
+	Attempt int
+	// AttemptID is sent as HeaderAttemptID and maps the request to its
+	// stream. Empty means a random id.
+	AttemptID string
+	// IdempotencyKey is the action's key, sent as HeaderIdempotencyKey
+	// unless the request already carries one.
+	IdempotencyKey string
+	// Route names the configured route the attempt uses.
+	Route string
+	// Avoid lists connection refs the attempt must not use (those of
+	// earlier attempts that saw GOAWAY or 421).
+	Avoid []string
+	// FreshConnection demands a newly dialed connection (the retry of a
+	// 421).
+	FreshConnection bool
+	// AfterMisdirected marks the retry of a 421, so a second 421 is
+	// classified misdirected_repeated.
+	AfterMisdirected bool
+	// ManualCommit says the caller decides when content has started
+	// (Attempt.Commit), for bodies whose first bytes are not content, such
+	// as server-sent-event keep-alives. False means the first body byte of
+	// a 2xx response commits.
+	ManualCommit bool
+}
+
+// Attempt collects the evidence of one request sent through an Engine.
+// Create it with NewAttempt, put it in the request's context with
+// WithAttempt, send the request once, read or close the body, then call
+// Finish. An Attempt is safe for concurrent use; it must not be used for
+// more than one request.
+type Attempt struct {
+	spec  Spec
+	start time.Time
+
+	mu       sync.Mutex
+	engine   *Engine
+	conn     *pooledConn
+	ev       Evidence
+	settled  bool
+	finished bool
+	class    Classification
+}
+
+// NewAttempt returns an attempt for spec, giving it a random AttemptID when
+// it has none.
+func NewAttempt(spec Spec) *Attempt {
+	if spec.AttemptID == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		spec.AttemptID = hex.EncodeToString(b[:])
+	}
+	spec.Avoid = append([]string(nil), spec.Avoid...)
+	return &Attempt{spec: spec, ev: Evidence{
+		ActionRef: spec.ActionRef, Attempt: spec.Attempt, AttemptID: spec.AttemptID,
+		Route: spec.Route, AfterMisdirected: spec.AfterMisdirected,
+	}}
+}
+
+type attemptKey struct{}
+
+// WithAttempt returns a context that makes the Engine record the request
+// sent with it as attempt a.
+func WithAttempt(ctx context.Context, a *Attempt) context.Context {
+	return context.WithValue(ctx, attemptKey{}, a)
+}
+
+// AttemptFrom returns the attempt carried by ctx, or nil.
+func AttemptFrom(ctx context.Context) *Attempt {
+	a, _ := ctx.Value(attemptKey{}).(*Attempt)
+	return a
+}
+
+// ErrAttemptReused is returned when one Attempt is sent twice.
+var ErrAttemptReused = errors.New("recovery: an Attempt carries one request; create a new one per attempt")
+
+// ID returns the attempt id sent as HeaderAttemptID.
+func (a *Attempt) ID() string { return a.spec.AttemptID }
+
+func (a *Attempt) begin(e *Engine, authority string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.engine != nil {
+		return ErrAttemptReused
+	}
+	a.engine, a.start = e, time.Now()
+	a.ev.Authority = authority
+	return nil
+}
+
+func (a *Attempt) useConn(pc *pooledConn, dialed bool) {
+	a.mu.Lock()
+	a.conn = pc
+	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = pc.ref, dialed, "HTTP/2.0"
+	a.mu.Unlock()
+}
+
+func (a *Attempt) dialFailed(ctx context.Context) {
+	a.mu.Lock()
+	// A dial abandoned because the scope ended is a cancellation, not a
+	// connection failure: settle records which.
+	if ctx.Err() == nil {
+		a.ev.DialFailed = true
+	}
+	a.mu.Unlock()
+}
+
+func (a *Attempt) response(resp *http.Response) {
+	ra, ok := ParseRetryAfter(resp.Header, time.Now())
+	a.mu.Lock()
+	a.ev.Status = resp.StatusCode
+	if ok {
+		a.ev.RetryAfter = ra
+	}
+	a.mu.Unlock()
+}
+
+// delivered counts body bytes that reached the caller.
+func (a *Attempt) delivered(n int) {
+	a.mu.Lock()
+	a.ev.ResponseBytes += int64(n)
+	if !a.spec.ManualCommit {
+		a.commitLocked()
+	}
+	a.mu.Unlock()
+}
+
+// Commit marks the commit boundary: content of a 2xx response has reached
+// the caller, so the attempt can no longer be restarted invisibly. Only
+// needed with Spec.ManualCommit.
+func (a *Attempt) Commit() {
+	a.mu.Lock()
+	a.commitLocked()
+	a.mu.Unlock()
+}
+
+func (a *Attempt) commitLocked() {
+	if a.ev.ContentStarted || a.ev.Status < 200 || a.ev.Status > 299 {
+		return
+	}
+	a.ev.ContentStarted = true
+	a.ev.FirstByte = time.Since(a.start)
+}
+
+// settle ends the HTTP exchange: it records how it ended, takes the
+// frame observer's facts and stops tracking. err is the transport or body
+// error, nil for a clean end. When auto is set the attempt is also
+// finished (classified and logged).
+func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
+	a.mu.Lock()
+	if a.settled {
+		a.mu.Unlock()
+		return
+	}
+	a.settled = true
+	if err != nil || ctx.Err() != nil {
+		switch cause := context.Cause(ctx); {
+		case cause == nil:
+			a.ev.BodyFailed = a.ev.Status != 0 && err != nil
+		case cause == context.Canceled:
+			a.ev.Canceled = true
+		default:
+			// A deadline, or a timer of the caller's that canceled with a
+			// cause of its own (first-byte, idle): the attempt timed out.
+			a.ev.TimedOut = true
+			a.ev.BodyFailed = a.ev.Status != 0 && err != nil
+		}
+	}
+	if e := a.engine; e != nil {
+		var oc *ObservedConn
+		if a.conn != nil {
+			oc = a.conn.oc
+		}
+		f := e.obs.Stream(a.spec.AttemptID, oc)
+		e.obs.Untrack(a.spec.AttemptID)
+		if f.ConnRef != "" {
+			a.ev.ConnRef = f.ConnRef
+		}
+		a.ev.StreamID, a.ev.RequestSent = f.StreamID, f.Streams > 0
+		a.ev.TransportReplays = max(f.Streams-1, 0)
+		a.ev.RequestBytes, a.ev.ResponseHeaders = f.RequestBytes, f.ResponseHeaders
+		a.ev.RSTStream, a.ev.GoAway = f.RSTStream, f.GoAway
+		a.ev.ConnClosed, a.ev.MappingLost = f.ConnClosed, f.MappingLost
+		if a.ev.TransportReplays > 0 {
+			e.stats.replays.Add(int64(a.ev.TransportReplays))
+		}
+	}
+	a.ev.Elapsed = time.Since(a.start)
+	a.mu.Unlock()
+	if auto {
+		a.Finish(SignalNone)
+	}
+}
+
+// Evidence returns a snapshot of what is known of the attempt so far.
+// Until the exchange ends (the body is read to its end, fails or is
+// closed) the frame facts are not yet included.
+func (a *Attempt) Evidence() Evidence {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ev
+}
+
+// Finish ends the attempt: it adds the provider layer's signal (what the
+// body said that the wire could not), classifies the evidence, emits the
+// attempt's one "llm.attempt" log event and returns both. Only the first
+// call classifies and logs; later calls return the same result. Finish
+// settles the exchange if that has not happened, so call it after the body
+// is consumed.
+func (a *Attempt) Finish(sig Signal) (Evidence, Classification) {
+	a.mu.Lock()
+	settled := a.settled
+	a.mu.Unlock()
+	if !settled {
+		a.settle(context.Background(), nil, false)
+	}
+	a.mu.Lock()
+	if a.finished {
+		defer a.mu.Unlock()
+		return a.ev, a.class
+	}
+	a.finished = true
+	a.ev.Signal = sig
+	a.class = Classify(a.ev)
+	ev, c, e := a.ev, a.class, a.engine
+	a.mu.Unlock()
+	logger := slog.Default()
+	if e != nil {
+		logger = e.logger
+		e.stats.classified(c.Class)
+	}
+	LogAttempt(context.Background(), logger, ev, c)
+	return ev, c
+}
+
+// body wraps a response body to find the commit boundary and the end of
+// the exchange.
+type body struct {
+	rc      io.ReadCloser
+	a       *Attempt
+	ctx     context.Context
+	auto    bool
+	release func()
+	once    sync.Once
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.a.delivered(n)
+	}
+	switch {
+	case err == io.EOF:
+		b.end(nil)
+	case err != nil:
+		b.end(err)
+	}
+	return n, err
+}
+
+// Close ends the exchange. Closing before the end is the caller's choice,
+// not a failure of the stream.
+func (b *body) Close() error {
+	err := b.rc.Close()
+	b.end(nil)
+	return err
+}
+
+func (b *body) end(err error) {
+	b.once.Do(func() {
+		b.a.settle(b.ctx, err, b.auto)
+		b.release()
+	})
+}

@@ -1,0 +1,87 @@
+package recovery
+
+import (
+	"context"
+	"log/slog"
+)
+
+// AttemptEvent is the message of the one structured log event each
+// attempt emits.
+const AttemptEvent = "llm.attempt"
+
+// LogAttempt emits the attempt's one structured event. It writes only the
+// contract's evidence fields: never content, headers, keys or GOAWAY debug
+// data (Evidence holds none of them). Outcomes that need a person
+// (ambiguous, committed_partial) log at Warn, the rest at Info.
+func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classification) {
+	level := slog.LevelInfo
+	if c.Class == Ambiguous || c.Class == CommittedPartial || c.Class == MisdirectedRepeated {
+		level = slog.LevelWarn
+	}
+	if !logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 28)
+	attrs = append(attrs,
+		slog.String("action_ref", ev.ActionRef),
+		slog.Int("attempt", ev.Attempt),
+		slog.String("attempt_id", ev.AttemptID),
+		slog.String("route", ev.Route),
+		slog.String("authority", ev.Authority),
+		slog.String("http_version", ev.HTTPVersion),
+		slog.String("conn_ref", ev.ConnRef),
+		slog.Bool("conn_fresh", ev.ConnFresh),
+		slog.Uint64("stream_id", uint64(ev.StreamID)),
+		slog.Bool("request_sent", ev.RequestSent),
+		slog.Int64("request_bytes", ev.RequestBytes),
+		slog.Bool("response_headers", ev.ResponseHeaders),
+		slog.Bool("content_started", ev.ContentStarted),
+		slog.Int64("response_bytes", ev.ResponseBytes),
+		slog.Int("status", ev.Status),
+		slog.Duration("retry_after", ev.RetryAfter),
+		slog.Duration("elapsed", ev.Elapsed),
+		slog.String("classification", string(c.Class)),
+		slog.String("reason", c.Reason),
+		slog.String("next", Next(c)),
+	)
+	if ev.GoAway != nil {
+		attrs = append(attrs,
+			slog.Uint64("goaway_last_stream_id", uint64(ev.GoAway.LastStreamID)),
+			slog.String("goaway_code", ev.GoAway.Code.String()))
+	}
+	if ev.RSTStream != nil {
+		attrs = append(attrs, slog.String("rst_stream_code", ev.RSTStream.String()))
+	}
+	if ev.TransportReplays > 0 {
+		attrs = append(attrs, slog.Int("transport_replays", ev.TransportReplays))
+	}
+	if ev.MappingLost {
+		attrs = append(attrs, slog.Bool("mapping_lost", true))
+	}
+	if ev.Signal != SignalNone {
+		attrs = append(attrs, slog.String("signal", string(ev.Signal)))
+	}
+	logger.LogAttrs(ctx, level, AttemptEvent, attrs...)
+}
+
+// Next names the most the contract allows after c, for logs and summaries:
+// "finish", "wait_reconciliation", "retry_fresh_connection",
+// "retry_or_fallback", "fallback" or "stop".
+func Next(c Classification) string {
+	switch {
+	case c.Class == Completed || c.Class == CommittedPartial:
+		return "finish"
+	case c.NeedsReconciliation:
+		return "wait_reconciliation"
+	case c.Terminal:
+		return "stop"
+	case c.SameRoute && c.FreshConnection:
+		return "retry_fresh_connection"
+	case c.SameRoute:
+		return "retry_or_fallback"
+	case c.Fallback:
+		return "fallback"
+	default:
+		return "stop"
+	}
+}

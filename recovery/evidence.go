@@ -1,0 +1,182 @@
+package recovery
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Evidence is what the engine saw of one attempt on the wire (CONTRACT.md
+// section 2). It holds no content, no headers and no GOAWAY debug data, so
+// it is safe to log, to store in workflow history and to show in the UI.
+//
+// The zero value describes an attempt that never reached the engine.
+type Evidence struct {
+	// Identity of the attempt, copied from its Spec.
+	ActionRef string `json:"action_ref,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
+	AttemptID string `json:"attempt_id,omitempty"`
+	Route     string `json:"route,omitempty"`
+
+	// Authority is the host:port the request was meant for.
+	Authority string `json:"authority,omitempty"`
+	// HTTPVersion is the protocol spoken, "HTTP/2.0" when a connection was
+	// had.
+	HTTPVersion string `json:"http_version,omitempty"`
+	// ConnRef names the connection the attempt used, unique per process
+	// and connection (e.g. "7f3a-c12"). Empty when no connection was had.
+	ConnRef string `json:"conn_ref,omitempty"`
+	// ConnFresh reports that the connection was dialed for this attempt.
+	ConnFresh bool `json:"conn_fresh,omitempty"`
+	// DialFailed reports that no connection could be had (dial, TLS or
+	// ALPN failure). The request never left the client.
+	DialFailed bool `json:"dial_failed,omitempty"`
+
+	// RequestSent reports that a HEADERS frame carrying this attempt's
+	// header was handed to the connection.
+	RequestSent bool `json:"request_sent,omitempty"`
+	// StreamID is the attempt's HTTP/2 stream id, 0 when it never got one.
+	StreamID uint32 `json:"stream_id,omitempty"`
+	// TransportReplays counts streams beyond the first that carried this
+	// attempt's header: a lower layer re-sent the request. The engine
+	// itself never does; anything above zero is charged to the budget.
+	TransportReplays int `json:"transport_replays,omitempty"`
+	// MappingLost reports that the frame observer lost track of the
+	// connection (unparseable frames or header block), so nothing can be
+	// proven about this attempt's stream.
+	MappingLost bool `json:"mapping_lost,omitempty"`
+	// RequestBytes counts HEADERS and DATA payload bytes sent on the stream.
+	RequestBytes int64 `json:"request_bytes,omitempty"`
+
+	// ResponseHeaders reports that a HEADERS frame arrived on the stream.
+	ResponseHeaders bool `json:"response_headers,omitempty"`
+	// Status is the final HTTP status, 0 when no response arrived.
+	Status int `json:"status,omitempty"`
+	// RetryAfter is the provider's pushback (Retry-After or
+	// retry-after-ms), zero when absent or unparseable.
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	// ContentStarted reports that the first byte of a 2xx body reached the
+	// caller: the commit boundary.
+	ContentStarted bool `json:"content_started,omitempty"`
+	// ResponseBytes counts body bytes delivered to the caller.
+	ResponseBytes int64 `json:"response_bytes,omitempty"`
+	// BodyFailed reports that the response body ended with an error rather
+	// than a clean end of stream.
+	BodyFailed bool `json:"body_failed,omitempty"`
+
+	// GoAway is the last GOAWAY the server sent on the connection while
+	// the attempt was in flight, nil when none.
+	GoAway *GoAway `json:"goaway,omitempty"`
+	// RSTStream is the code of a RST_STREAM the server sent on the
+	// attempt's stream, nil when none.
+	RSTStream *ErrCode `json:"rst_stream,omitempty"`
+	// ConnClosed reports that the connection ended (EOF or read error)
+	// while the attempt was in flight.
+	ConnClosed bool `json:"conn_closed,omitempty"`
+
+	// Canceled reports that the caller's scope ended the attempt (its
+	// context was canceled with no other cause).
+	Canceled bool `json:"canceled,omitempty"`
+	// TimedOut reports that a deadline or timer ended the attempt (the
+	// context's deadline or a cancel with any cause other than
+	// context.Canceled, such as an idle-stream timer).
+	TimedOut bool `json:"timed_out,omitempty"`
+	// AfterMisdirected reports that this attempt was the retry of a 421.
+	AfterMisdirected bool `json:"after_misdirected,omitempty"`
+	// Signal is what the provider layer read from the body (empty
+	// response, model not found, ...), empty when nothing.
+	Signal Signal `json:"signal,omitempty"`
+
+	// Elapsed is the attempt's wall time until its evidence was taken.
+	Elapsed time.Duration `json:"elapsed,omitempty"`
+	// FirstByte is the time from the start of the attempt to the first
+	// content byte, zero when content never started.
+	FirstByte time.Duration `json:"first_byte,omitempty"`
+}
+
+// GoAway is what a GOAWAY frame said, without its debug data.
+type GoAway struct {
+	// LastStreamID is the highest stream id the server may have processed.
+	LastStreamID uint32 `json:"last_stream_id"`
+	// Code is the frame's error code.
+	Code ErrCode `json:"code"`
+	// DebugLen is the length of the debug data, which is never kept.
+	DebugLen int `json:"debug_len,omitempty"`
+}
+
+// Signal is a fact the provider layer read from a response body that the
+// wire cannot show. Classify uses it alongside the wire evidence.
+type Signal string
+
+// Signals a provider adapter can report.
+const (
+	SignalNone            Signal = ""
+	SignalEmptyResponse   Signal = "empty_response"
+	SignalModelNotFound   Signal = "model_not_found"
+	SignalContextTooLong  Signal = "context_length_exceeded"
+	SignalOverloaded      Signal = "overloaded"
+	SignalContentFiltered Signal = "content_filtered"
+)
+
+// ErrCode is an HTTP/2 error code (RFC 9113 section 7) as read from a
+// GOAWAY or RST_STREAM frame. It marshals as its name.
+type ErrCode uint32
+
+// The RFC 9113 error codes.
+const (
+	CodeNoError            ErrCode = 0x0
+	CodeProtocolError      ErrCode = 0x1
+	CodeInternalError      ErrCode = 0x2
+	CodeFlowControlError   ErrCode = 0x3
+	CodeSettingsTimeout    ErrCode = 0x4
+	CodeStreamClosed       ErrCode = 0x5
+	CodeFrameSizeError     ErrCode = 0x6
+	CodeRefusedStream      ErrCode = 0x7
+	CodeCancel             ErrCode = 0x8
+	CodeCompressionError   ErrCode = 0x9
+	CodeConnectError       ErrCode = 0xa
+	CodeEnhanceYourCalm    ErrCode = 0xb
+	CodeInadequateSecurity ErrCode = 0xc
+	CodeHTTP11Required     ErrCode = 0xd
+)
+
+var errCodeNames = [...]string{
+	"NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR",
+	"SETTINGS_TIMEOUT", "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM",
+	"CANCEL", "COMPRESSION_ERROR", "CONNECT_ERROR", "ENHANCE_YOUR_CALM",
+	"INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED",
+}
+
+// String returns the RFC name, or "UNKNOWN_0x.." for an unassigned code.
+func (c ErrCode) String() string {
+	if int(c) < len(errCodeNames) {
+		return errCodeNames[c]
+	}
+	return fmt.Sprintf("UNKNOWN_0x%x", uint32(c))
+}
+
+// MarshalText writes the RFC name so history and logs read naturally.
+func (c ErrCode) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText accepts an RFC name, an "UNKNOWN_0x.." name or a number.
+func (c *ErrCode) UnmarshalText(b []byte) error {
+	s := string(b)
+	for i, n := range errCodeNames {
+		if n == s {
+			*c = ErrCode(i)
+			return nil
+		}
+	}
+	hex, ok := strings.CutPrefix(s, "UNKNOWN_0x")
+	base := 16
+	if !ok {
+		hex, base = s, 0
+	}
+	v, err := strconv.ParseUint(hex, base, 32)
+	if err != nil {
+		return fmt.Errorf("recovery: unknown HTTP/2 error code %q: %w", s, err)
+	}
+	*c = ErrCode(v)
+	return nil
+}

@@ -1,0 +1,499 @@
+package recovery
+
+import (
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// HTTP/2 frame types and flags the observer reads (RFC 9113 section 6).
+const (
+	frameData         = 0x0
+	frameHeaders      = 0x1
+	frameRSTStream    = 0x3
+	frameGoAway       = 0x7
+	frameContinuation = 0x9
+
+	flagEndHeaders = 0x4
+	flagPadded     = 0x8
+	flagPriority   = 0x20
+)
+
+const (
+	clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	// maxHeaderBlock bounds one outgoing header block the observer
+	// buffers to decode. A block above it loses the mapping rather than
+	// memory.
+	maxHeaderBlock = 1 << 20
+	// maxDecoderTable is the largest hpack dynamic table update the
+	// decoder accepts; x/net's encoder defaults to 4096.
+	maxDecoderTable = 1 << 16
+)
+
+var attemptHeaderLower = strings.ToLower(HeaderAttemptID)
+
+// errObserverLost marks a connection whose frames could not be followed.
+var errObserverLost = errors.New("recovery: frame observer lost the connection's framing")
+
+// Observer maps requests to HTTP/2 streams by watching the frames on the
+// connections it wraps. One Observer serves many connections, so a request
+// re-sent on another connection is still seen as the same attempt
+// (Evidence.TransportReplays).
+//
+// The engine uses one internally. It is exported so the same evidence can
+// be collected under any HTTP/2 client: wrap each connection the client
+// dials with WrapConn, Track the attempt id before sending a request that
+// carries HeaderAttemptID, and read the Stream snapshot after.
+//
+// An Observer is safe for concurrent use.
+type Observer struct {
+	mu       sync.Mutex
+	attempts map[string]*tracker
+}
+
+// NewObserver returns an Observer with no tracked attempts.
+func NewObserver() *Observer {
+	return &Observer{attempts: make(map[string]*tracker)}
+}
+
+// tracker is what the observer knows of one attempt's stream(s).
+type tracker struct {
+	mu          sync.Mutex
+	conn        *ObservedConn // the connection that carried its latest stream
+	streams     int
+	streamID    uint32
+	reqBytes    int64
+	respHeaders bool
+	rst         *ErrCode
+}
+
+// Track starts watching for attemptID. It must be called before the
+// request's HEADERS are written; frames for an untracked id are ignored.
+func (o *Observer) Track(attemptID string) {
+	o.mu.Lock()
+	if _, ok := o.attempts[attemptID]; !ok {
+		o.attempts[attemptID] = &tracker{}
+	}
+	o.mu.Unlock()
+}
+
+// Untrack forgets attemptID; frames for it that arrive later are ignored.
+func (o *Observer) Untrack(attemptID string) {
+	o.mu.Lock()
+	delete(o.attempts, attemptID)
+	o.mu.Unlock()
+}
+
+func (o *Observer) lookup(attemptID string) *tracker {
+	o.mu.Lock()
+	t := o.attempts[attemptID]
+	o.mu.Unlock()
+	return t
+}
+
+// StreamFacts is a snapshot of what the frames said about one attempt.
+type StreamFacts struct {
+	// ConnRef is the connection that carried the latest stream, empty if
+	// none did.
+	ConnRef string
+	// StreamID is the latest stream that carried the attempt, 0 if none.
+	StreamID uint32
+	// Streams counts streams that carried the attempt; above 1 is a replay.
+	Streams int
+	// RequestBytes counts HEADERS and DATA payload sent on those streams.
+	RequestBytes int64
+	// ResponseHeaders reports a HEADERS frame from the server on the stream.
+	ResponseHeaders bool
+	// RSTStream is the code of a server RST_STREAM on the stream, or nil.
+	RSTStream *ErrCode
+	// GoAway is the last GOAWAY on the stream's connection, or nil.
+	GoAway *GoAway
+	// ConnClosed reports that the stream's connection has ended.
+	ConnClosed bool
+	// MappingLost reports that the stream's connection could not be
+	// followed, so the facts above are incomplete.
+	MappingLost bool
+}
+
+// Stream returns what the frames said about attemptID so far. When no
+// stream carried it yet, conn-level facts come from fallback (the
+// connection the caller chose), which may be nil.
+func (o *Observer) Stream(attemptID string, fallback *ObservedConn) StreamFacts {
+	var f StreamFacts
+	c := fallback
+	if t := o.lookup(attemptID); t != nil {
+		t.mu.Lock()
+		f.StreamID, f.Streams, f.RequestBytes, f.ResponseHeaders = t.streamID, t.streams, t.reqBytes, t.respHeaders
+		if t.rst != nil {
+			code := *t.rst
+			f.RSTStream = &code
+		}
+		if t.conn != nil {
+			c = t.conn
+		}
+		t.mu.Unlock()
+	}
+	if c != nil {
+		f.ConnRef = c.ref
+		c.mu.Lock()
+		if c.goAway != nil {
+			g := *c.goAway
+			f.GoAway = &g
+		}
+		f.ConnClosed, f.MappingLost = c.closed, c.lost
+		c.mu.Unlock()
+	}
+	return f
+}
+
+// ConnHooks are called by an ObservedConn from its read path, before the
+// HTTP/2 client sees the frame. They must not block.
+type ConnHooks struct {
+	// GoAway is called for every GOAWAY the server sends.
+	GoAway func(GoAway)
+	// Lost is called once when the observer loses the framing.
+	Lost func()
+	// Closed is called once when the connection's read side ends.
+	Closed func()
+}
+
+// WrapConn wraps the plaintext side of an HTTP/2 client connection (a
+// *tls.Conn after the handshake, or a TCP conn for h2c) so the observer
+// sees every frame. ref names the connection in evidence. The wrapper keeps
+// the TLS connection state visible to the HTTP/2 client.
+func (o *Observer) WrapConn(c net.Conn, ref string, hooks ConnHooks) net.Conn {
+	_, outer := o.wrap(c, ref, hooks)
+	return outer
+}
+
+// wrap returns the observed connection and the net.Conn to hand to the
+// HTTP/2 client (which also exposes the TLS state when c is TLS).
+func (o *Observer) wrap(c net.Conn, ref string, hooks ConnHooks) (*ObservedConn, net.Conn) {
+	oc := &ObservedConn{
+		Conn:    c,
+		obs:     o,
+		ref:     ref,
+		hooks:   hooks,
+		streams: make(map[uint32]*tracker),
+		out:     parser{preface: len(clientPreface)},
+	}
+	oc.dec = hpack.NewDecoder(4096, oc.emit)
+	oc.dec.SetAllowedMaxDynamicTableSize(maxDecoderTable)
+	if tc, ok := c.(*tls.Conn); ok {
+		return oc, &observedTLSConn{ObservedConn: oc, tls: tc}
+	}
+	return oc, oc
+}
+
+// ObservedConn is a net.Conn whose HTTP/2 frames are watched. Reads and
+// writes pass through unchanged.
+type ObservedConn struct {
+	net.Conn
+	obs   *Observer
+	ref   string
+	hooks ConnHooks
+
+	// mu guards everything below. Writes are serialized by the HTTP/2
+	// client and reads come from its one read loop, so contention is two
+	// goroutines at most.
+	mu      sync.Mutex
+	out     parser // client → server
+	in      parser // server → client
+	dec     *hpack.Decoder
+	block   []byte // outgoing header block being collected
+	blockOn uint32 // its stream id
+	found   string // attempt id decoded from the current block
+	streams map[uint32]*tracker
+	goAway  *GoAway
+	closed  bool
+	lost    bool
+}
+
+type observedTLSConn struct {
+	*ObservedConn
+	tls *tls.Conn
+}
+
+// ConnectionState lets the HTTP/2 client see the TLS state through the
+// wrapper (x/net/http2 looks for this method).
+func (c *observedTLSConn) ConnectionState() tls.ConnectionState { return c.tls.ConnectionState() }
+
+// Ref names the connection in evidence.
+func (c *ObservedConn) Ref() string { return c.ref }
+
+// Write observes the frames in b before handing them to the connection, so
+// a request is marked sent before the server can possibly answer it.
+func (c *ObservedConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	if !c.lost {
+		if err := c.out.feed(b, c.outKeep, c.outFrame); err != nil {
+			c.loseLocked()
+		}
+	}
+	c.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+// Read observes the frames in what was read before the HTTP/2 client sees
+// them, so evidence is recorded before the client reacts to it.
+func (c *ObservedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 || err != nil {
+		c.mu.Lock()
+		if n > 0 && !c.lost {
+			if ferr := c.in.feed(b[:n], c.inKeep, c.inFrame); ferr != nil {
+				c.loseLocked()
+			}
+		}
+		closedNow := err != nil && !c.closed
+		if closedNow {
+			c.closed = true
+		}
+		c.mu.Unlock()
+		if closedNow && c.hooks.Closed != nil {
+			c.hooks.Closed()
+		}
+	}
+	return n, err
+}
+
+func (c *ObservedConn) loseLocked() {
+	if c.lost {
+		return
+	}
+	c.lost = true
+	c.block = nil
+	if c.hooks.Lost != nil {
+		c.hooks.Lost()
+	}
+}
+
+// outKeep says how much of an outgoing frame's payload to keep.
+func (c *ObservedConn) outKeep(h frameHeader) (uint32, error) {
+	switch h.typ {
+	case frameHeaders, frameContinuation:
+		if uint32(len(c.block))+h.length > maxHeaderBlock {
+			return 0, fmt.Errorf("%w: header block above %d bytes", errObserverLost, maxHeaderBlock)
+		}
+		return h.length, nil
+	}
+	return 0, nil
+}
+
+func (c *ObservedConn) outFrame(h frameHeader, p []byte) error {
+	switch h.typ {
+	case frameHeaders:
+		if c.block != nil {
+			return fmt.Errorf("%w: HEADERS inside a header block", errObserverLost)
+		}
+		frag, err := headersFragment(h, p)
+		if err != nil {
+			return err
+		}
+		c.block, c.blockOn = append(make([]byte, 0, len(frag)), frag...), h.stream
+		c.addReqBytes(h.stream, int64(h.length))
+	case frameContinuation:
+		if c.block == nil || h.stream != c.blockOn {
+			return fmt.Errorf("%w: stray CONTINUATION", errObserverLost)
+		}
+		c.block = append(c.block, p...)
+		c.addReqBytes(h.stream, int64(h.length))
+	case frameData:
+		c.addReqBytes(h.stream, int64(h.length))
+		return nil
+	default:
+		return nil
+	}
+	if h.flags&flagEndHeaders == 0 {
+		return nil
+	}
+	block, stream := c.block, c.blockOn
+	c.block, c.found = nil, ""
+	if _, err := c.dec.Write(block); err != nil {
+		return fmt.Errorf("%w: hpack: %w", errObserverLost, err)
+	}
+	if err := c.dec.Close(); err != nil {
+		return fmt.Errorf("%w: hpack: %w", errObserverLost, err)
+	}
+	if c.found != "" {
+		c.bind(c.found, stream, int64(len(block)))
+	}
+	return nil
+}
+
+// emit receives each decoded outgoing header field. Only the attempt
+// header is kept; every other value (authorization included) is dropped
+// as soon as it is decoded.
+func (c *ObservedConn) emit(f hpack.HeaderField) {
+	if f.Name == attemptHeaderLower {
+		c.found = f.Value
+	}
+}
+
+// bind attaches a stream to its attempt; a second stream for the same
+// attempt is a replay by a lower layer.
+func (c *ObservedConn) bind(attemptID string, stream uint32, headerBytes int64) {
+	t := c.obs.lookup(attemptID)
+	if t == nil {
+		return
+	}
+	c.streams[stream] = t
+	t.mu.Lock()
+	t.conn, t.streamID = c, stream
+	t.streams++
+	t.reqBytes += headerBytes
+	t.mu.Unlock()
+}
+
+func (c *ObservedConn) addReqBytes(stream uint32, n int64) {
+	if t := c.streams[stream]; t != nil {
+		t.mu.Lock()
+		t.reqBytes += n
+		t.mu.Unlock()
+	}
+}
+
+// inKeep says how much of an incoming frame's payload to keep: only the
+// fixed fields of RST_STREAM and GOAWAY. GOAWAY debug data is skipped
+// unread.
+func (c *ObservedConn) inKeep(h frameHeader) (uint32, error) {
+	switch h.typ {
+	case frameRSTStream:
+		return 4, nil
+	case frameGoAway:
+		return 8, nil
+	}
+	return 0, nil
+}
+
+func (c *ObservedConn) inFrame(h frameHeader, p []byte) error {
+	switch h.typ {
+	case frameHeaders:
+		if t := c.streams[h.stream]; t != nil {
+			t.mu.Lock()
+			t.respHeaders = true
+			t.mu.Unlock()
+		}
+	case frameRSTStream:
+		if len(p) < 4 {
+			return fmt.Errorf("%w: short RST_STREAM", errObserverLost)
+		}
+		if t := c.streams[h.stream]; t != nil {
+			code := ErrCode(binary.BigEndian.Uint32(p))
+			t.mu.Lock()
+			t.rst = &code
+			t.mu.Unlock()
+		}
+	case frameGoAway:
+		if len(p) < 8 {
+			return fmt.Errorf("%w: short GOAWAY", errObserverLost)
+		}
+		g := GoAway{
+			LastStreamID: binary.BigEndian.Uint32(p) & 0x7fffffff,
+			Code:         ErrCode(binary.BigEndian.Uint32(p[4:])),
+			DebugLen:     int(h.length) - 8,
+		}
+		c.goAway = &g
+		if c.hooks.GoAway != nil {
+			c.hooks.GoAway(g)
+		}
+	}
+	return nil
+}
+
+// headersFragment strips padding and priority from a HEADERS payload.
+func headersFragment(h frameHeader, p []byte) ([]byte, error) {
+	if h.flags&flagPadded != 0 {
+		if len(p) < 1 {
+			return nil, fmt.Errorf("%w: short padded HEADERS", errObserverLost)
+		}
+		pad := int(p[0])
+		p = p[1:]
+		if pad > len(p) {
+			return nil, fmt.Errorf("%w: HEADERS padding exceeds payload", errObserverLost)
+		}
+		p = p[:len(p)-pad]
+	}
+	if h.flags&flagPriority != 0 {
+		if len(p) < 5 {
+			return nil, fmt.Errorf("%w: short HEADERS priority", errObserverLost)
+		}
+		p = p[5:]
+	}
+	return p, nil
+}
+
+type frameHeader struct {
+	length uint32
+	typ    uint8
+	flags  uint8
+	stream uint32
+}
+
+// parser splits a byte stream into HTTP/2 frames without copying payloads
+// it does not need. It keeps state across calls, so frames may be split
+// across reads and writes arbitrarily.
+type parser struct {
+	preface int // client preface bytes still to skip
+	hdr     [9]byte
+	hdrN    int
+	inFrame bool
+	fh      frameHeader
+	remain  uint32
+	keep    uint32
+	payload []byte
+}
+
+func (p *parser) feed(b []byte, keep func(frameHeader) (uint32, error), frame func(frameHeader, []byte) error) error {
+	for len(b) > 0 {
+		if p.preface > 0 {
+			off := len(clientPreface) - p.preface
+			n := min(p.preface, len(b))
+			if string(b[:n]) != clientPreface[off:off+n] {
+				return fmt.Errorf("%w: bad client preface", errObserverLost)
+			}
+			p.preface -= n
+			b = b[n:]
+			continue
+		}
+		if !p.inFrame {
+			n := copy(p.hdr[p.hdrN:], b)
+			p.hdrN += n
+			b = b[n:]
+			if p.hdrN < len(p.hdr) {
+				return nil
+			}
+			p.hdrN = 0
+			p.fh = frameHeader{
+				length: uint32(p.hdr[0])<<16 | uint32(p.hdr[1])<<8 | uint32(p.hdr[2]),
+				typ:    p.hdr[3],
+				flags:  p.hdr[4],
+				stream: binary.BigEndian.Uint32(p.hdr[5:]) & 0x7fffffff,
+			}
+			k, err := keep(p.fh)
+			if err != nil {
+				return err
+			}
+			p.keep, p.remain, p.payload, p.inFrame = min(k, p.fh.length), p.fh.length, p.payload[:0], true
+		}
+		n := uint32(min(uint64(len(b)), uint64(p.remain)))
+		if want := p.keep - uint32(len(p.payload)); want > 0 {
+			p.payload = append(p.payload, b[:min(n, want)]...)
+		}
+		p.remain -= n
+		b = b[n:]
+		if p.remain == 0 {
+			p.inFrame = false
+			if err := frame(p.fh, p.payload); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

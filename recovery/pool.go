@@ -1,0 +1,195 @@
+package recovery
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/net/http2"
+)
+
+// pooledConn is one HTTP/2 connection the engine owns.
+type pooledConn struct {
+	ref       string
+	authority string
+	cc        *http2.ClientConn
+	oc        *ObservedConn
+
+	// draining is set, from the frame observer's read path, the moment a
+	// GOAWAY arrives, a 421 quarantines the connection, or the framing is
+	// lost: from then on no new stream goes to it.
+	draining    atomic.Bool
+	quarantined atomic.Bool
+}
+
+func (c *pooledConn) usable() bool { return !c.draining.Load() && !c.cc.State().Closed }
+
+// pool keeps the engine's connections per authority.
+//
+// Its rules are the contract's: a connection that saw GOAWAY takes no new
+// stream; a 421 quarantines the connection for its authority and the retry
+// gets a fresh one; at most max live connections (plus dials in progress)
+// per authority, and only one dial at a time unless a fresh connection is
+// required, so a drain of many streams becomes one reconnect, not a storm.
+type pool struct {
+	max  int
+	dial dialFunc
+
+	mu     sync.Mutex // guards byAuth and each authPool's conns and dialing
+	byAuth map[string]*authPool
+
+	// wakeMu guards the wake channels only. It is a leaf lock: hooks called
+	// from a connection's read path take it, and nothing is called while
+	// it is held.
+	wakeMu sync.Mutex
+}
+
+type authPool struct {
+	conns   []*pooledConn
+	dialing int
+	wake    chan struct{} // closed and replaced when a slot may have opened
+}
+
+// dialFunc dials a new connection. wake must be called (from any
+// goroutine, never blocking) when the connection's state changes in a way
+// that may free a slot: GOAWAY, lost framing, close.
+type dialFunc func(ctx context.Context, scheme, authority string, wake func()) (*pooledConn, error)
+
+func newPool(max int, dial dialFunc) *pool {
+	return &pool{max: max, dial: dial, byAuth: make(map[string]*authPool)}
+}
+
+func (p *pool) authLocked(authority string) *authPool {
+	ap := p.byAuth[authority]
+	if ap == nil {
+		ap = &authPool{wake: make(chan struct{})}
+		p.byAuth[authority] = ap
+	}
+	return ap
+}
+
+// notify wakes everyone waiting for a connection to ap's authority. It
+// takes only the leaf lock, so it is safe from any goroutine.
+func (p *pool) notify(ap *authPool) {
+	p.wakeMu.Lock()
+	close(ap.wake)
+	ap.wake = make(chan struct{})
+	p.wakeMu.Unlock()
+}
+
+// get returns a connection for a new stream to authority, reserving a
+// stream slot on it. avoid lists connection refs the attempt must not use;
+// fresh demands a newly dialed connection. dialed reports that the
+// connection was dialed for this call.
+func (p *pool) get(ctx context.Context, scheme, authority string, avoid []string, fresh bool) (c *pooledConn, dialed bool, err error) {
+	for {
+		p.mu.Lock()
+		ap := p.authLocked(authority)
+		p.wakeMu.Lock()
+		wake := ap.wake // taken before looking, so no wake-up is missed
+		p.wakeMu.Unlock()
+
+		stale := ap.pruneLocked()
+		if !fresh {
+			for _, pc := range ap.conns {
+				if pc.usable() && !slices.Contains(avoid, pc.ref) && pc.cc.ReserveNewRequest() {
+					p.mu.Unlock()
+					closeAll(stale)
+					return pc, false, nil
+				}
+			}
+		}
+		live := ap.dialing
+		for _, pc := range ap.conns {
+			if pc.usable() {
+				live++
+			}
+		}
+		if live < p.max && (fresh || ap.dialing == 0) {
+			ap.dialing++
+			p.mu.Unlock()
+			closeAll(stale)
+			pc, err := p.dial(ctx, scheme, authority, func() { p.notify(ap) })
+			p.mu.Lock()
+			ap.dialing--
+			if err == nil {
+				ap.conns = append(ap.conns, pc)
+			}
+			p.mu.Unlock()
+			p.notify(ap)
+			if err != nil {
+				return nil, false, err
+			}
+			pc.cc.ReserveNewRequest() // a brand-new connection always has room
+			return pc, true, nil
+		}
+		p.mu.Unlock()
+		closeAll(stale)
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, false, context.Cause(ctx)
+		}
+	}
+}
+
+// pruneLocked drops closed connections and returns draining ones with no
+// streams left, for the caller to close outside the lock.
+func (ap *authPool) pruneLocked() (stale []*pooledConn) {
+	kept := ap.conns[:0]
+	for _, pc := range ap.conns {
+		st := pc.cc.State()
+		switch {
+		case st.Closed:
+		case pc.draining.Load() && st.StreamsActive == 0 && st.StreamsReserved == 0 && st.StreamsPending == 0:
+			stale = append(stale, pc)
+		default:
+			kept = append(kept, pc)
+		}
+	}
+	clear(ap.conns[len(kept):])
+	ap.conns = kept
+	return stale
+}
+
+func closeAll(cs []*pooledConn) {
+	for _, pc := range cs {
+		go pc.cc.Close() // a TLS close can block on an unresponsive peer
+	}
+}
+
+// closeAllConns closes every connection; used by Engine.Close.
+func (p *pool) closeAllConns() {
+	p.mu.Lock()
+	var all []*pooledConn
+	for _, ap := range p.byAuth {
+		all = append(all, ap.conns...)
+		ap.conns = nil
+	}
+	p.mu.Unlock()
+	for _, pc := range all {
+		pc.cc.Close()
+	}
+}
+
+// released wakes waiters after a stream on authority ended.
+func (p *pool) released(authority string) {
+	p.mu.Lock()
+	ap := p.byAuth[authority]
+	p.mu.Unlock()
+	if ap != nil {
+		p.notify(ap)
+	}
+}
+
+// conns reports the connections currently pooled for authority, for tests
+// and stats.
+func (p *pool) conns(authority string) []*pooledConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ap := p.byAuth[authority]; ap != nil {
+		return slices.Clone(ap.conns)
+	}
+	return nil
+}

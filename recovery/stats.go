@@ -1,0 +1,75 @@
+package recovery
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Stats are the engine's counters since it was created. They feed the
+// project's metrics; none of them holds content.
+type Stats struct {
+	// ConnsOpened counts connections dialed and set up.
+	ConnsOpened int64
+	// GoAways counts GOAWAY frames received, by error code name.
+	GoAways map[string]int64
+	// Quarantines counts connections quarantined after a 421.
+	Quarantines int64
+	// TransportReplays counts streams that re-sent an attempt already
+	// sent (always 0 for the engine's own sends; see Evidence).
+	TransportReplays int64
+	// ObserverLost counts connections whose framing could not be followed.
+	ObserverLost int64
+	// Attempts counts finished attempts by classification.
+	Attempts map[Class]int64
+}
+
+type stats struct {
+	connsOpened  atomic.Int64
+	quarantines  atomic.Int64
+	replays      atomic.Int64
+	observerLost atomic.Int64
+
+	mu       sync.Mutex
+	goAways  map[string]int64
+	attempts map[Class]int64
+}
+
+func (s *stats) goAway(code ErrCode) {
+	s.mu.Lock()
+	if s.goAways == nil {
+		s.goAways = make(map[string]int64)
+	}
+	s.goAways[code.String()]++
+	s.mu.Unlock()
+}
+
+func (s *stats) classified(c Class) {
+	s.mu.Lock()
+	if s.attempts == nil {
+		s.attempts = make(map[Class]int64)
+	}
+	s.attempts[c]++
+	s.mu.Unlock()
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := &e.stats
+	out := Stats{
+		ConnsOpened:      s.connsOpened.Load(),
+		Quarantines:      s.quarantines.Load(),
+		TransportReplays: s.replays.Load(),
+		ObserverLost:     s.observerLost.Load(),
+		GoAways:          make(map[string]int64),
+		Attempts:         make(map[Class]int64),
+	}
+	s.mu.Lock()
+	for k, v := range s.goAways {
+		out.GoAways[k] = v
+	}
+	for k, v := range s.attempts {
+		out.Attempts[k] = v
+	}
+	s.mu.Unlock()
+	return out
+}
