@@ -36,8 +36,10 @@ func classifyResponse(ev Evidence) Classification {
 		return Classification{Class: MisdirectedRepeated, Reason: "421_on_fresh_connection", Terminal: true}
 	case s == 421:
 		return Classification{Class: Misdirected, Reason: "421", ReplaySafe: true, SameRoute: true, FreshConnection: true}
-	case s == 429 || s == 503 || s == 529 || ev.Signal == SignalOverloaded:
+	case s == 429 || s == 503 || s == 529:
 		return throttled(ev, "status_"+strconv.Itoa(s))
+	case ev.Signal == SignalOverloaded:
+		return throttled(ev, "overloaded")
 	case s == 504:
 		return ambiguous("504_gateway_timeout", true)
 	case s >= 500:

@@ -1,0 +1,187 @@
+package recovery
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func code(c ErrCode) *ErrCode { return &c }
+
+// TestClassify walks every row of CONTRACT.md section 3 as pure evidence.
+// Case names read like the contract's rows.
+func TestClassify(t *testing.T) {
+	sent := func(stream uint32) Evidence {
+		return Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: stream}
+	}
+	with := func(ev Evidence, f func(*Evidence)) Evidence { f(&ev); return ev }
+	ok200 := with(sent(1), func(e *Evidence) { e.Status = 200; e.ContentStarted = true })
+
+	tests := []struct {
+		name   string
+		ev     Evidence
+		class  Class
+		reason string
+		check  func(t *testing.T, c Classification)
+	}{
+		{"completed: usable response reached the commit boundary", ok200, Completed, "response_complete", nil},
+
+		{"unsent: dial or TLS failure", Evidence{DialFailed: true}, Unsent, "dial_failed", replaySafe},
+		{"unsent: connection unusable before HEADERS", Evidence{ConnRef: "p-c1"}, Unsent, "connection_unusable_before_headers", replaySafe},
+		{"unsent: attempt timeout before the request left", Evidence{TimedOut: true}, Unsent, "timeout_before_send", replaySafe},
+		{"unsent beats a GOAWAY the request never met", with(Evidence{ConnRef: "p-c1"}, func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1} }), Unsent, "connection_unusable_before_headers", replaySafe},
+
+		{"refused: GOAWAY NO_ERROR, stream above last-stream id", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 3, Code: CodeNoError} }), Refused, "goaway_above_boundary", func(t *testing.T, c Classification) {
+			replaySafe(t, c)
+			if !c.FreshConnection || !c.SameRoute || c.ProviderHealth {
+				t.Errorf("graceful drain: want fresh connection, same route, no health impact; got %+v", c)
+			}
+		}},
+		{"refused: RST_STREAM REFUSED_STREAM", with(sent(3), func(e *Evidence) { e.RSTStream = code(CodeRefusedStream) }), Refused, "rst_refused_stream", replaySafe},
+		{"refused: GOAWAY PROTOCOL_ERROR marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeProtocolError} }), Refused, "goaway_PROTOCOL_ERROR", misconfigured},
+		{"refused: GOAWAY INADEQUATE_SECURITY marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeInadequateSecurity} }), Refused, "goaway_INADEQUATE_SECURITY", misconfigured},
+		{"refused: GOAWAY HTTP_1_1_REQUIRED marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeHTTP11Required} }), Refused, "goaway_HTTP_1_1_REQUIRED", misconfigured},
+		{"refused: GOAWAY with an unknown code marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: 0x77} }), Refused, "goaway_UNKNOWN_0x77", misconfigured},
+
+		{"misdirected: 421", with(sent(1), func(e *Evidence) { e.Status = 421 }), Misdirected, "421", func(t *testing.T, c Classification) {
+			replaySafe(t, c)
+			if !c.FreshConnection || c.ProviderHealth {
+				t.Errorf("421: want fresh connection and no health impact, got %+v", c)
+			}
+		}},
+		{"misdirected_repeated: 421 then 421 again", with(sent(1), func(e *Evidence) { e.Status = 421; e.AfterMisdirected = true }), MisdirectedRepeated, "421_on_fresh_connection", terminal},
+
+		{"throttled: 429 with Retry-After", with(sent(1), func(e *Evidence) { e.Status = 429; e.RetryAfter = 2 * time.Second }), Throttled, "status_429", func(t *testing.T, c Classification) {
+			if c.RetryAfter != 2*time.Second {
+				t.Errorf("RetryAfter = %v, want 2s", c.RetryAfter)
+			}
+		}},
+		{"throttled: 503", with(sent(1), func(e *Evidence) { e.Status = 503 }), Throttled, "status_503", nil},
+		{"throttled: 529", with(sent(1), func(e *Evidence) { e.Status = 529 }), Throttled, "status_529", nil},
+		{"throttled: provider says overloaded", with(sent(1), func(e *Evidence) { e.Status = 400; e.Signal = SignalOverloaded }), Throttled, "overloaded", nil},
+		{"throttled: GOAWAY ENHANCE_YOUR_CALM above the boundary", with(sent(7), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 5, Code: CodeEnhanceYourCalm} }), Throttled, "goaway_enhance_your_calm", func(t *testing.T, c Classification) {
+			if !c.FreshConnection || !c.ReplaySafe {
+				t.Errorf("want fresh connection and replay-safe, got %+v", c)
+			}
+		}},
+
+		{"upstream_error: 500 before content", with(sent(1), func(e *Evidence) { e.Status = 500 }), UpstreamError, "status_500", health},
+		{"upstream_error: 502 before content", with(sent(1), func(e *Evidence) { e.Status = 502 }), UpstreamError, "status_502", health},
+
+		{"empty_response: 2xx without usable content", with(ok200, func(e *Evidence) { e.Signal = SignalEmptyResponse }), EmptyResponse, "empty_response", func(t *testing.T, c Classification) {
+			health(t, c)
+			if !c.Fallback || c.ReplaySafe {
+				t.Errorf("empty response: executed, fallback allowed; got %+v", c)
+			}
+		}},
+
+		{"rejected: 400", with(sent(1), func(e *Evidence) { e.Status = 400 }), Rejected, "status_400", terminal},
+		{"rejected: 401", with(sent(1), func(e *Evidence) { e.Status = 401 }), Rejected, "status_401", terminal},
+		{"rejected: 403", with(sent(1), func(e *Evidence) { e.Status = 403 }), Rejected, "status_403", terminal},
+		{"rejected: 413", with(sent(1), func(e *Evidence) { e.Status = 413 }), Rejected, "status_413", terminal},
+		{"rejected: 422", with(sent(1), func(e *Evidence) { e.Status = 422 }), Rejected, "status_422", terminal},
+
+		{"incompatible_route: model gone", with(sent(1), func(e *Evidence) { e.Status = 404; e.Signal = SignalModelNotFound }), IncompatibleRoute, "model_not_found", fallbackOnly},
+		{"incompatible_route: context too long", with(sent(1), func(e *Evidence) { e.Status = 400; e.Signal = SignalContextTooLong }), IncompatibleRoute, "context_length_exceeded", fallbackOnly},
+		{"content_filtered is terminal and never falls back", with(sent(1), func(e *Evidence) { e.Status = 400; e.Signal = SignalContentFiltered }), ContentFiltered, "content_filtered", terminal},
+
+		{"committed_partial: stream cut after content started", with(ok200, func(e *Evidence) { e.BodyFailed = true }), CommittedPartial, "stream_failed_after_content", terminal},
+		{"committed_partial: idle timeout after content started", with(ok200, func(e *Evidence) { e.TimedOut = true; e.BodyFailed = true }), CommittedPartial, "stream_failed_after_content", terminal},
+
+		{"ambiguous: stream at the GOAWAY boundary", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 5} }), Ambiguous, "goaway_at_or_below_boundary", needsVerdict},
+		{"ambiguous: stream below the GOAWAY boundary", with(sent(3), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 5} }), Ambiguous, "goaway_at_or_below_boundary", needsVerdict},
+		{"ambiguous: ENHANCE_YOUR_CALM at or below the boundary", with(sent(3), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 5, Code: CodeEnhanceYourCalm} }), Ambiguous, "goaway_at_or_below_boundary", needsVerdict},
+		{"ambiguous: connection closed with no GOAWAY", with(sent(1), func(e *Evidence) { e.ConnClosed = true }), Ambiguous, "connection_closed_without_goaway", needsVerdict},
+		{"ambiguous: lost stream mapping", with(sent(1), func(e *Evidence) { e.MappingLost = true }), Ambiguous, "stream_mapping_lost", needsVerdict},
+		{"ambiguous: lost mapping even when nothing looks sent", Evidence{ConnRef: "p-c1", MappingLost: true}, Ambiguous, "stream_mapping_lost", needsVerdict},
+		{"ambiguous: 504", with(sent(1), func(e *Evidence) { e.Status = 504 }), Ambiguous, "504_gateway_timeout", needsVerdict},
+		{"ambiguous: attempt timeout after the request was sent", with(sent(1), func(e *Evidence) { e.TimedOut = true }), Ambiguous, "timeout_after_send", needsVerdict},
+		{"ambiguous: RST_STREAM other than REFUSED_STREAM", with(sent(1), func(e *Evidence) { e.RSTStream = code(CodeInternalError) }), Ambiguous, "rst_stream_INTERNAL_ERROR", needsVerdict},
+		{"ambiguous: 200 headers then body failed before content", with(sent(1), func(e *Evidence) { e.Status = 200; e.BodyFailed = true }), Ambiguous, "body_failed_before_content", needsVerdict},
+
+		{"canceled: scope ended", with(sent(1), func(e *Evidence) { e.Canceled = true }), Canceled, "scope_canceled", func(t *testing.T, c Classification) {
+			if c.ProviderHealth {
+				t.Error("a cancellation must never move provider health")
+			}
+		}},
+		{"canceled beats a GOAWAY seen at the same time", with(sent(5), func(e *Evidence) { e.Canceled = true; e.GoAway = &GoAway{LastStreamID: 1} }), Canceled, "scope_canceled", nil},
+		{"canceled mid-stream is still canceled, not partial", with(ok200, func(e *Evidence) { e.Canceled = true }), Canceled, "scope_canceled", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Classify(tt.ev)
+			if c.Class != tt.class || c.Reason != tt.reason {
+				t.Fatalf("Classify = %s/%s, want %s/%s", c.Class, c.Reason, tt.class, tt.reason)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}
+
+func replaySafe(t *testing.T, c Classification) {
+	t.Helper()
+	if !c.ReplaySafe || c.NeedsReconciliation || c.Terminal {
+		t.Errorf("want replay-safe and retryable, got %+v", c)
+	}
+}
+
+func misconfigured(t *testing.T, c Classification) {
+	t.Helper()
+	if !c.RouteMisconfigured || c.SameRoute || !c.Fallback || !c.ReplaySafe {
+		t.Errorf("want misconfigured route: fallback only, replay-safe; got %+v", c)
+	}
+}
+
+func terminal(t *testing.T, c Classification) {
+	t.Helper()
+	if !c.Terminal || c.SameRoute || c.Fallback {
+		t.Errorf("want terminal, got %+v", c)
+	}
+}
+
+func health(t *testing.T, c Classification) {
+	t.Helper()
+	if !c.ProviderHealth {
+		t.Errorf("want a provider-health signal, got %+v", c)
+	}
+}
+
+func fallbackOnly(t *testing.T, c Classification) {
+	t.Helper()
+	if c.SameRoute || !c.Fallback || c.Terminal {
+		t.Errorf("want fallback only, got %+v", c)
+	}
+}
+
+func needsVerdict(t *testing.T, c Classification) {
+	t.Helper()
+	if !c.NeedsReconciliation || c.ReplaySafe || c.SameRoute || c.Fallback {
+		t.Errorf("ambiguous must stop retry and fallback: %+v", c)
+	}
+}
+
+// TestClassifyNeverPermitsReplayOfAnExecutedRequest checks an invariant
+// over a grid of evidence: whatever the combination, a classification that
+// says replay-safe never comes from evidence showing the server answered
+// with content or might have processed the stream.
+func TestClassifyNeverPermitsReplayOfAnExecutedRequest(t *testing.T) {
+	for _, status := range []int{0, 200, 421, 429, 500, 503, 504} {
+		for _, started := range []bool{false, true} {
+			for _, goaway := range []*GoAway{nil, {LastStreamID: 3}, {LastStreamID: 5}, {LastStreamID: 9, Code: CodeEnhanceYourCalm}} {
+				for _, closed := range []bool{false, true} {
+					ev := Evidence{RequestSent: true, StreamID: 5, Status: status, ContentStarted: started && status == 200, GoAway: goaway, ConnClosed: closed, BodyFailed: closed && status != 0}
+					c := Classify(ev)
+					name := fmt.Sprintf("status=%d started=%v goaway=%v closed=%v → %s", status, started, goaway, closed, c.Class)
+					if c.ReplaySafe && status == 0 && (goaway == nil || goaway.LastStreamID >= 5) {
+						t.Errorf("%s: replay-safe without proof of non-processing", name)
+					}
+					if c.ReplaySafe && ev.ContentStarted {
+						t.Errorf("%s: replay-safe after content started", name)
+					}
+				}
+			}
+		}
+	}
+}
