@@ -156,19 +156,31 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	e.obs.Track(a.spec.AttemptID)
-	pc, dialed, err := e.pool.get(ctx, scheme, authority, a.spec.Avoid, a.spec.FreshConnection)
-	if err != nil {
-		a.dialFailed(ctx)
-		a.settle(ctx, nil, auto)
-		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
-	}
-	a.useConn(pc, dialed)
-	resp, err := pc.cc.RoundTrip(out)
-	if err != nil {
+	var resp *http.Response
+	for pick := 1; ; pick++ {
+		pc, dialed, err := e.pool.get(ctx, scheme, authority, a.spec.Avoid, a.spec.FreshConnection)
+		if err != nil {
+			a.dialFailed(ctx)
+			a.settle(ctx, nil, auto)
+			return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
+		}
+		a.useConn(pc, dialed)
+		resp, err = pc.cc.RoundTrip(out)
+		if err == nil {
+			break
+		}
+		if pick < maxPicks && ctx.Err() == nil && e.neverLeft(a.spec.AttemptID, pc) && rewind(out) {
+			// The connection went away (GOAWAY, close) between the pick and
+			// the first byte of HEADERS: the request never left, so choosing
+			// another connection is not a retry of it.
+			e.pool.released(authority)
+			continue
+		}
 		a.settle(ctx, err, auto)
 		e.pool.released(authority)
 		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
 	}
+	pc := a.connUsed()
 	if resp.StatusCode == http.StatusMisdirectedRequest {
 		// Quarantine before anyone else can pick the connection: the server
 		// said this connection cannot serve this authority.
@@ -181,6 +193,34 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 	a.response(resp)
 	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, release: func() { e.pool.released(authority) }}
 	return resp, nil
+}
+
+// maxPicks bounds how often one request may be given another connection
+// because the picked one became unusable before the request left.
+const maxPicks = 3
+
+// neverLeft reports that no HEADERS of the attempt reached pc and the
+// observer can vouch for it.
+func (e *Engine) neverLeft(attemptID string, pc *pooledConn) bool {
+	f := e.obs.Stream(attemptID, pc.oc)
+	return f.Streams == 0 && !f.MappingLost && !pc.usable()
+}
+
+// rewind gives out a fresh body for another send, reporting false when the
+// body cannot be replayed from the start.
+func rewind(out *http.Request) bool {
+	if out.Body == nil || out.Body == http.NoBody {
+		return true
+	}
+	if out.GetBody == nil {
+		return false
+	}
+	b, err := out.GetBody()
+	if err != nil {
+		return false
+	}
+	out.Body = b
+	return true
 }
 
 // AttemptError is the error RoundTrip returns. It names the attempt and
@@ -361,6 +401,12 @@ func (a *Attempt) useConn(pc *pooledConn, dialed bool) {
 	a.conn = pc
 	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = pc.ref, dialed, "HTTP/2.0"
 	a.mu.Unlock()
+}
+
+func (a *Attempt) connUsed() *pooledConn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.conn
 }
 
 func (a *Attempt) dialFailed(ctx context.Context) {
