@@ -1,0 +1,50 @@
+// Package testsuite provides a fault-injecting HTTP/2 LLM provider for
+// testing HTTP/2 recovery end to end, over real frames on real sockets.
+//
+// A [Provider] is a small OpenAI-compatible chat-completions server written
+// directly on top of [golang.org/x/net/http2.Framer] and
+// [golang.org/x/net/http2/hpack] rather than on http2.Server. Going down to
+// the frame layer is the point: the faults that matter for deciding whether
+// a request was "never processed" or "maybe processed" live in GOAWAY
+// last-stream ids, RST_STREAM codes and abrupt connection closes, and a
+// general-purpose server does not let a test choose those exactly.
+//
+// The provider listens on loopback only, with two listeners:
+//
+//   - TLS on [Provider.URL], using a self-signed ECDSA P-256 certificate
+//     generated at start (SANs 127.0.0.1, ::1 and localhost, ALPN "h2").
+//     [Provider.ClientTLSConfig] and [Provider.CertPool] let a client trust it.
+//   - h2c (cleartext HTTP/2 with prior knowledge) on [Provider.H2CURL].
+//
+// Every path is accepted and recorded; responses have the shape of
+// POST /v1/chat/completions.
+//
+// # Scripting
+//
+// Each request, once its body has been read completely, is given one
+// [Behavior]. The provider asks, in order: the function set with
+// [Provider.Script]; the FIFO queue filled by [Provider.Push]; and finally
+// the default set with [Provider.SetDefault] (Answer("ok") unless changed).
+//
+//	p, err := testsuite.NewProvider()
+//	if err != nil { ... }
+//	defer p.Close()
+//	p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo)) // first request: refused by GOAWAY
+//	p.Push(testsuite.Answer("hello world"))        // second request: answered
+//
+// # Ground truth
+//
+// [Provider.Received] lists every request whose headers the provider read.
+// [Provider.Processed] lists every request the provider executed, recorded
+// at the moment it started to work on it, and only for behaviours that
+// execute (see each constructor). Tests assert on Processed, for example
+// with [Provider.ExecutedCount] or [Provider.AttemptExecutions], to prove
+// "executed exactly once" or "never executed" independently of what the
+// client believes.
+//
+// # Lifetime
+//
+// [Provider.Close] closes both listeners and every connection at once,
+// interrupts every stalled or delayed stream and waits for all of the
+// provider's goroutines to exit, so it returns promptly and leaks nothing.
+package testsuite

@@ -1,0 +1,368 @@
+package testsuite
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// runStream executes b for one stream whose request is complete. It runs
+// on its own goroutine and ends the stream when it returns.
+func (c *conn) runStream(st *stream, req Request, b Behavior) {
+	defer c.p.wg.Done()
+	defer c.endStream(st)
+
+	// Checking and recording under c.mu makes "abandoned by a GOAWAY" and
+	// "started executing" mutually exclusive: a stream the provider
+	// disowned before it started is never recorded as processed.
+	c.mu.Lock()
+	if st.closed {
+		c.mu.Unlock()
+		return
+	}
+	if b.executed() {
+		c.p.addProcessed(st.rec)
+	}
+	c.mu.Unlock()
+
+	if !c.pause(st, b) {
+		return
+	}
+	switch b.kind {
+	case kindDefault:
+		c.answer(st, req, defaultAnswer)
+	case kindAnswer:
+		c.answer(st, req, b.text)
+	case kindGoAway:
+		c.goAwayBehavior(st, b)
+	case kindRefuse, kindReset:
+		_ = c.writeStream(st, func() error { return c.fr.WriteRSTStream(st.id, b.code) })
+	case kindCloseAfterRead:
+		c.closeGracefully()
+	case kindStatus:
+		c.status(st, b)
+	case kindEmptyBody:
+		_ = c.writeHeaders(st, []hpack.HeaderField{
+			{Name: ":status", Value: "200"},
+			{Name: "content-type", Value: "application/json"},
+			{Name: "content-length", Value: "0"},
+		}, true)
+	case kindNoChoices:
+		body := c.completionJSON(req, nil)
+		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
+	case kindStreamStall:
+		if c.sseChunks(st, b.chunks) {
+			<-st.done
+		}
+	case kindStreamCut:
+		if !c.sseChunks(st, b.chunks) {
+			return
+		}
+		if b.cut == CutClose {
+			c.closeGracefully()
+			return
+		}
+		_ = c.writeStream(st, func() error { return c.fr.WriteRSTStream(st.id, http2.ErrCodeInternal) })
+	case kindHold:
+		<-st.done
+	}
+}
+
+// pause applies WaitFor and After. It reports false if the stream ended
+// while waiting.
+func (c *conn) pause(st *stream, b Behavior) bool {
+	if b.gate != nil {
+		select {
+		case <-b.gate:
+		case <-st.done:
+			return false
+		}
+	}
+	if b.delay > 0 {
+		t := time.NewTimer(b.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-st.done:
+			return false
+		}
+	}
+	return true
+}
+
+// goAwayBehavior runs GoAwayAbove, GoAwayAfterProcessing and GoAwayAt.
+func (c *conn) goAwayBehavior(st *stream, b Behavior) {
+	last := b.lastFor(st.id)
+	c.goAway(last, false, b.code, goAwayDebug)
+	if st.id <= last {
+		// The GOAWAY tells the client this stream may have been
+		// processed; closing without an answer leaves it exactly that
+		// ambiguous.
+		c.closeGracefully()
+		return
+	}
+	// goAway has abandoned this stream. Streams at or below last keep
+	// running; endStream closes the connection when none is left, and this
+	// timer bounds how long a stuck one can keep it open.
+	c.p.wg.Add(1)
+	go c.closeAfter(goAwayCloseBound)
+}
+
+// respond writes a complete response: headers, then body with END_STREAM.
+func (c *conn) respond(st *stream, status int, fields []hpack.HeaderField, body []byte) error {
+	all := append([]hpack.HeaderField{{Name: ":status", Value: strconv.Itoa(status)}}, fields...)
+	if err := c.writeHeaders(st, all, len(body) == 0); err != nil {
+		return err
+	}
+	if len(body) == 0 {
+		return nil
+	}
+	return c.writeData(st, body, true)
+}
+
+// jsonFields are the headers of an application/json body of length n.
+func jsonFields(n int) []hpack.HeaderField {
+	return []hpack.HeaderField{
+		{Name: "content-type", Value: "application/json"},
+		{Name: "content-length", Value: strconv.Itoa(n)},
+	}
+}
+
+// connectionSpecific lists headers HTTP/2 forbids (RFC 9113 §8.2.2); a
+// client would reject the whole response if we sent one.
+var connectionSpecific = map[string]bool{
+	"connection":        true,
+	"keep-alive":        true,
+	"proxy-connection":  true,
+	"transfer-encoding": true,
+	"upgrade":           true,
+	"content-length":    true, // we always send the true length ourselves
+}
+
+// status runs the Status behaviour family.
+func (c *conn) status(st *stream, b Behavior) {
+	fields := []hpack.HeaderField{}
+	hasType := false
+	keys := make([]string, 0, len(b.header))
+	for k := range b.header {
+		keys = append(keys, k)
+	}
+	// Sorted so the HPACK output, and any capture of it, is reproducible.
+	slices.Sort(keys)
+	for _, k := range keys {
+		name := strings.ToLower(k)
+		if name == "" || strings.HasPrefix(name, ":") || connectionSpecific[name] {
+			continue
+		}
+		if name == "content-type" {
+			hasType = true
+		}
+		for _, v := range b.header[k] {
+			fields = append(fields, hpack.HeaderField{Name: name, Value: v})
+		}
+	}
+	if !hasType {
+		fields = append(fields, hpack.HeaderField{Name: "content-type", Value: "application/json"})
+	}
+	fields = append(fields, hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(b.body))})
+	_ = c.respond(st, b.status, fields, []byte(b.body))
+}
+
+// answer runs Answer: SSE if the request asked to stream, JSON otherwise.
+func (c *conn) answer(st *stream, req Request, text string) {
+	if !req.Stream {
+		body := c.completionJSON(req, &text)
+		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
+		return
+	}
+	if err := c.writeHeaders(st, sseFields(), false); err != nil {
+		return
+	}
+	id, created := c.nextID(), time.Now().Unix()
+	for i, w := range splitWords(text) {
+		if err := c.writeData(st, c.chunkEvent(id, created, w, i == 0), false); err != nil {
+			return
+		}
+	}
+	stop := "stop"
+	final := chatCompletion{
+		ID:      id,
+		Object:  "chat.completion.chunk",
+		Created: created,
+		Model:   c.p.model,
+		Choices: []choice{{Index: 0, Delta: &message{}, FinishReason: &stop}},
+		Usage:   usageFor(req, text),
+	}
+	tail := append(sseEvent(mustJSON(final)), "data: [DONE]\n\n"...)
+	_ = c.writeData(st, tail, true)
+}
+
+// sseChunks starts an SSE response and sends n content chunks, reporting
+// whether all of them were written.
+func (c *conn) sseChunks(st *stream, n int) bool {
+	if err := c.writeHeaders(st, sseFields(), false); err != nil {
+		return false
+	}
+	id, created := c.nextID(), time.Now().Unix()
+	for i := range n {
+		w := "chunk" + strconv.Itoa(i+1)
+		if i > 0 {
+			w = " " + w
+		}
+		if err := c.writeData(st, c.chunkEvent(id, created, w, i == 0), false); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func sseFields() []hpack.HeaderField {
+	return []hpack.HeaderField{
+		{Name: ":status", Value: "200"},
+		{Name: "content-type", Value: "text/event-stream"},
+		{Name: "cache-control", Value: "no-cache"},
+	}
+}
+
+// chunkEvent renders one chat.completion.chunk SSE event carrying
+// content. The first also carries the assistant role, as OpenAI's does,
+// so every event the client counts is a content event.
+func (c *conn) chunkEvent(id string, created int64, content string, first bool) []byte {
+	msg := &message{Content: &content}
+	if first {
+		msg.Role = "assistant"
+	}
+	return sseEvent(mustJSON(chatCompletion{
+		ID:      id,
+		Object:  "chat.completion.chunk",
+		Created: created,
+		Model:   c.p.model,
+		Choices: []choice{{Index: 0, Delta: msg}},
+	}))
+}
+
+func sseEvent(data []byte) []byte {
+	out := make([]byte, 0, len(data)+8)
+	out = append(out, "data: "...)
+	out = append(out, data...)
+	return append(out, "\n\n"...)
+}
+
+// completionJSON renders a chat.completion; a nil text means "no choices".
+func (c *conn) completionJSON(req Request, text *string) []byte {
+	cc := chatCompletion{
+		ID:      c.nextID(),
+		Object:  "chat.completion",
+		Created: time.Now().Unix(),
+		Model:   c.p.model,
+		Choices: []choice{},
+	}
+	content := ""
+	if text != nil {
+		content = *text
+		stop := "stop"
+		cc.Choices = append(cc.Choices, choice{
+			Index:        0,
+			Message:      &message{Role: "assistant", Content: text},
+			FinishReason: &stop,
+		})
+	}
+	cc.Usage = usageFor(req, content)
+	return mustJSON(cc)
+}
+
+func (c *conn) nextID() string {
+	return fmt.Sprintf("chatcmpl-durallm-%d", c.p.respSeq.Add(1))
+}
+
+// The OpenAI chat-completions response shapes, with only the members the
+// provider fills in.
+type chatCompletion struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *usage   `json:"usage,omitempty"`
+}
+
+type choice struct {
+	Index        int      `json:"index"`
+	Message      *message `json:"message,omitempty"`
+	Delta        *message `json:"delta,omitempty"`
+	FinishReason *string  `json:"finish_reason"`
+}
+
+type message struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// usageFor estimates token counts: a quarter of the request body's bytes
+// for the prompt (the usual rule of thumb) and one token per word of the
+// answer. Tests only need plausible, deterministic numbers.
+func usageFor(req Request, text string) *usage {
+	prompt := max(1, len(req.Body)/4)
+	completion := len(strings.Fields(text))
+	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+}
+
+// mustJSON marshals values built from the types above, which cannot fail.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("testsuite: marshal response: %v", err))
+	}
+	return b
+}
+
+// parseBody fills Model and Stream from a JSON request body. Anything
+// unreadable just leaves them empty: the body belongs to the client under
+// test, and a fault-injecting server must not fail on it.
+func parseBody(req *Request) {
+	var in struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	// On a type mismatch Unmarshal still fills the members it can.
+	_ = json.Unmarshal(req.Body, &in)
+	req.Model, req.Stream = in.Model, in.Stream
+}
+
+// splitWords cuts text into words, each after the first keeping the
+// whitespace before it, so the pieces concatenate back to text.
+func splitWords(text string) []string {
+	var out []string
+	start, inWord := 0, false
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		if unicode.IsSpace(r) {
+			if inWord {
+				out = append(out, text[start:i])
+				start, inWord = i, false
+			}
+		} else {
+			inWord = true
+		}
+		i += size
+	}
+	if start < len(text) {
+		out = append(out, text[start:])
+	}
+	return out
+}

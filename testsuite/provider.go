@@ -1,0 +1,519 @@
+package testsuite
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+const (
+	// defaultMaxConcurrentStreams is what the provider advertises in
+	// SETTINGS_MAX_CONCURRENT_STREAMS unless WithMaxConcurrentStreams says
+	// otherwise. 250 is what several large providers advertise.
+	defaultMaxConcurrentStreams = 250
+	// defaultModel is the model name echoed in responses.
+	defaultModel = "durallm-test"
+	// handshakeTimeout bounds the TLS handshake and the wait for the client
+	// preface, so a client that connects and says nothing cannot pin a
+	// goroutine for longer.
+	handshakeTimeout = 10 * time.Second
+)
+
+// Option configures a [Provider] in [NewProvider].
+type Option func(*options)
+
+type options struct {
+	maxStreams uint32
+	model      string
+}
+
+// WithMaxConcurrentStreams sets the SETTINGS_MAX_CONCURRENT_STREAMS the
+// provider advertises and enforces per connection; streams beyond it are
+// refused with RST_STREAM REFUSED_STREAM. Default 250. Must be at least 1.
+func WithMaxConcurrentStreams(n uint32) Option {
+	return func(o *options) { o.maxStreams = n }
+}
+
+// WithModel sets the model name echoed in every response's "model" field,
+// whatever model the request named. Default "durallm-test". Must not be
+// empty.
+func WithModel(name string) Option {
+	return func(o *options) { o.model = name }
+}
+
+// Request is what a [Provider.Script] function sees of a request, after
+// its body has been read completely.
+type Request struct {
+	// ConnIndex is the 0-based index of the connection, in accept order
+	// across both listeners.
+	ConnIndex int
+	// StreamID is the HTTP/2 stream the request arrived on.
+	StreamID uint32
+	// Path and Method are the :path and :method pseudo-headers.
+	Path, Method string
+	// IdempotencyKey is the idempotency-key header, AttemptID the
+	// x-durallm-attempt header; empty when absent.
+	IdempotencyKey, AttemptID string
+	// Model and Stream come from the JSON body's "model" and "stream"
+	// members; they are empty when the body is not JSON.
+	Model  string
+	Stream bool
+	// Body is the complete request body. The function may keep it.
+	Body []byte
+	// Header holds every regular request header, keys in canonical form.
+	Header http.Header
+}
+
+// Record is one request as the provider saw it, in [Provider.Received]
+// and [Provider.Processed].
+type Record struct {
+	// ConnIndex is the 0-based index of the connection, in accept order.
+	ConnIndex int
+	// StreamID is the HTTP/2 stream the request arrived on.
+	StreamID uint32
+	// Path is the :path pseudo-header.
+	Path string
+	// IdempotencyKey and AttemptID are the idempotency-key and
+	// x-durallm-attempt headers.
+	IdempotencyKey, AttemptID string
+	// Model and Stream come from the JSON body; they stay empty until the
+	// body has been read.
+	Model  string
+	Stream bool
+	// Behavior is the [Behavior.String] of the behaviour the request got;
+	// one of [BehaviorIgnored], [BehaviorOverLimit] or [BehaviorTooLarge]
+	// if it got none; or "" while its body is still arriving, or if the
+	// stream ended before the body was complete.
+	Behavior string
+}
+
+// Provider is a fault-injecting HTTP/2 chat-completions server. Create one
+// with [NewProvider] and stop it with [Provider.Close]. All methods are
+// safe for concurrent use.
+type Provider struct {
+	model      string
+	maxStreams uint32
+
+	tlsLn     net.Listener
+	h2cLn     net.Listener
+	serverTLS *tls.Config
+	leaf      *x509.Certificate
+
+	closing chan struct{} // closed by Close
+	wg      sync.WaitGroup
+	respSeq atomic.Uint64 // numbers response ids
+
+	mu            sync.Mutex
+	closed        bool
+	raws          map[net.Conn]struct{} // every accepted socket, so Close can cut them all
+	conns         map[*conn]struct{}    // connections past the HTTP/2 preface
+	connsAccepted int
+	queue         []Behavior
+	def           Behavior
+	script        func(Request) (Behavior, bool)
+	received      []*Record // pointers: the read loop fills in body fields later
+	processed     []Record
+}
+
+// NewProvider starts a provider listening on two fresh loopback ports, one
+// TLS and one h2c, with a freshly generated certificate.
+func NewProvider(opts ...Option) (*Provider, error) {
+	o := options{maxStreams: defaultMaxConcurrentStreams, model: defaultModel}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.maxStreams == 0 {
+		return nil, errors.New("testsuite: WithMaxConcurrentStreams: must be at least 1")
+	}
+	if o.model == "" {
+		return nil, errors.New("testsuite: WithModel: empty model name")
+	}
+	cert, leaf, err := newSelfSignedCert()
+	if err != nil {
+		return nil, err
+	}
+	tlsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("testsuite: listen (tls): %w", err)
+	}
+	h2cLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = tlsLn.Close()
+		return nil, fmt.Errorf("testsuite: listen (h2c): %w", err)
+	}
+	p := &Provider{
+		model:      o.model,
+		maxStreams: o.maxStreams,
+		tlsLn:      tlsLn,
+		h2cLn:      h2cLn,
+		serverTLS: &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			NextProtos:   []string{http2.NextProtoTLS},
+			MinVersion:   tls.VersionTLS12,
+		},
+		leaf:    leaf,
+		closing: make(chan struct{}),
+		raws:    make(map[net.Conn]struct{}),
+		conns:   make(map[*conn]struct{}),
+		def:     Answer(defaultAnswer),
+	}
+	p.wg.Add(2)
+	go p.acceptLoop(tlsLn, true)
+	go p.acceptLoop(h2cLn, false)
+	return p, nil
+}
+
+// URL returns the base URL of the TLS listener, "https://127.0.0.1:PORT".
+func (p *Provider) URL() string { return "https://" + p.tlsLn.Addr().String() }
+
+// H2CURL returns the base URL of the cleartext (h2c, prior knowledge)
+// listener, "http://127.0.0.1:PORT".
+func (p *Provider) H2CURL() string { return "http://" + p.h2cLn.Addr().String() }
+
+// ClientTLSConfig returns a new TLS client configuration that trusts the
+// provider's certificate, offers ALPN "h2" and verifies the name
+// "127.0.0.1". Each call returns a fresh value the caller may modify.
+func (p *Provider) ClientTLSConfig() *tls.Config {
+	return &tls.Config{
+		RootCAs:    p.CertPool(),
+		NextProtos: []string{http2.NextProtoTLS},
+		ServerName: "127.0.0.1",
+		MinVersion: tls.VersionTLS12,
+	}
+}
+
+// CertPool returns a new certificate pool holding only the provider's
+// self-signed certificate.
+func (p *Provider) CertPool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(p.leaf)
+	return pool
+}
+
+// Close stops the provider: it closes both listeners and every connection
+// abruptly (no GOAWAY), interrupts every delayed, held or stalled stream,
+// and waits for all of the provider's goroutines to exit. It is safe to
+// call more than once; later calls return nil. It must not be called from
+// a [Provider.Script] function, which runs on a connection's goroutine.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.closing)
+	raws := make([]net.Conn, 0, len(p.raws))
+	for rc := range p.raws {
+		raws = append(raws, rc)
+	}
+	p.mu.Unlock()
+
+	var errs []error
+	for _, ln := range []net.Listener{p.tlsLn, p.h2cLn} {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("testsuite: close listener: %w", err))
+		}
+	}
+	// Closing the sockets unblocks every read, write and handshake; each
+	// connection's read loop then tears the connection down and wakes its
+	// streams, so Wait below cannot hang on a stalled stream.
+	for _, rc := range raws {
+		_ = rc.Close()
+	}
+	p.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Push appends behaviours to the FIFO queue. Each request that
+// [Provider.Script] does not claim takes the next queued behaviour, in the
+// order request bodies complete (on one connection, that is stream order
+// for requests sent one after another).
+func (p *Provider) Push(b ...Behavior) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.queue = append(p.queue, b...)
+}
+
+// SetDefault sets the behaviour used when the script does not claim a
+// request and the queue is empty. Default Answer("ok").
+func (p *Provider) SetDefault(b Behavior) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.def = b
+}
+
+// Script sets a function consulted first for every request; when it
+// returns ok=false the queue, then the default, decide. nil removes it.
+// Default: none.
+//
+// f runs on the connection's read goroutine, so it should return quickly;
+// it may call any Provider method except Close.
+func (p *Provider) Script(f func(Request) (Behavior, bool)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.script = f
+}
+
+// Drain gracefully drains every connection open at the time of the call:
+// it sends GOAWAY with the given code and last-stream-id equal to the
+// highest stream id the connection has accepted, lets the streams in
+// flight finish, and then closes the connection. New streams the client
+// opens on a draining connection are ignored. Connections accepted after
+// Drain are served normally.
+func (p *Provider) Drain(code http2.ErrCode) {
+	for _, c := range p.openConns() {
+		c.goAway(0, true, code, goAwayDebug)
+		c.maybeClose()
+	}
+}
+
+// Received returns a copy of every request whose headers the provider
+// read, in arrival order, including requests it then ignored or refused
+// (see [Record.Behavior]).
+func (p *Provider) Received() []Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Record, len(p.received))
+	for i, r := range p.received {
+		out[i] = *r
+	}
+	return out
+}
+
+// Processed returns a copy of every request the provider executed, in the
+// order execution started. A request is recorded when the provider starts
+// to work on it, and only if its behaviour executes.
+func (p *Provider) Processed() []Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Record(nil), p.processed...)
+}
+
+// ExecutedCount returns how many executed requests carried the given
+// idempotency-key header.
+func (p *Provider) ExecutedCount(idempotencyKey string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, r := range p.processed {
+		if r.IdempotencyKey == idempotencyKey {
+			n++
+		}
+	}
+	return n
+}
+
+// AttemptExecutions returns how many executed requests carried the given
+// x-durallm-attempt header. More than one means a request was replayed
+// under the same attempt id, for example by a transport's hidden retry.
+func (p *Provider) AttemptExecutions(attemptID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, r := range p.processed {
+		if r.AttemptID == attemptID {
+			n++
+		}
+	}
+	return n
+}
+
+// ConnsAccepted returns how many TCP connections the provider has
+// accepted on both listeners since it started. [Provider.Reset] does not
+// change it.
+func (p *Provider) ConnsAccepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.connsAccepted
+}
+
+// ConnsOpen returns how many HTTP/2 connections (past the preface) are
+// currently open. Tests poll it to see a drained or cut connection go.
+func (p *Provider) ConnsOpen() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// StreamsOpen returns how many streams are currently open across all
+// connections: accepted and neither finished, reset nor abandoned. Tests
+// poll it to see that a client reset reached a held or stalled stream.
+func (p *Provider) StreamsOpen() int {
+	n := 0
+	for _, c := range p.openConns() {
+		c.mu.Lock()
+		n += len(c.streams)
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// Reset clears the records, the queue and the script. It keeps the
+// default behaviour, the connections and the accepted-connection count.
+func (p *Provider) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.received = nil
+	p.processed = nil
+	p.queue = nil
+	p.script = nil
+}
+
+// next picks the behaviour for a request whose body is complete.
+func (p *Provider) next(req Request) Behavior {
+	p.mu.Lock()
+	script := p.script
+	p.mu.Unlock()
+	// The script is user code: call it without p.mu so it may use the
+	// Provider's other methods.
+	if script != nil {
+		if b, ok := script(req); ok {
+			return b
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) > 0 {
+		b := p.queue[0]
+		p.queue[0] = Behavior{} // drop references held by the spent entry
+		p.queue = p.queue[1:]
+		return b
+	}
+	return p.def
+}
+
+// addReceived appends a record; the caller may keep updating it under
+// p.mu through the pointer.
+func (p *Provider) addReceived(r *Record) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.received = append(p.received, r)
+}
+
+// updateRecord applies f to r under p.mu.
+func (p *Provider) updateRecord(r *Record, f func(*Record)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(r)
+}
+
+// addProcessed records r as executed.
+func (p *Provider) addProcessed(r *Record) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.processed = append(p.processed, *r)
+}
+
+// openConns snapshots the registered connections.
+func (p *Provider) openConns() []*conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*conn, 0, len(p.conns))
+	for c := range p.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// addConn registers c for Drain and the counters; it fails once Close has
+// begun, so a late connection cannot escape Close.
+func (p *Provider) addConn(c *conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Provider) removeConn(c *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c)
+}
+
+// acceptLoop accepts connections on ln until Close closes it.
+func (p *Provider) acceptLoop(ln net.Listener, useTLS bool) {
+	defer p.wg.Done()
+	var backoff time.Duration
+	for {
+		rc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-p.closing:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient failures (for example EMFILE) must not end the
+			// listener; back off like net/http does, but wake for Close.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-p.closing:
+				t.Stop()
+				return
+			}
+			continue
+		}
+		backoff = 0
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = rc.Close()
+			return
+		}
+		idx := p.connsAccepted
+		p.connsAccepted++
+		p.raws[rc] = struct{}{}
+		// Add while holding our own count, so Close's Wait cannot have
+		// observed zero.
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.serveConn(rc, idx, useTLS)
+	}
+}
+
+// serveConn runs one accepted socket to completion.
+func (p *Provider) serveConn(rc net.Conn, idx int, useTLS bool) {
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.raws, rc)
+		p.mu.Unlock()
+		_ = rc.Close()
+	}()
+	var nc net.Conn = rc
+	var tc *tls.Conn
+	if useTLS {
+		tc = tls.Server(rc, p.serverTLS)
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			return
+		}
+		// RFC 9113 §3.2: over TLS, HTTP/2 is selected by ALPN only.
+		if tc.ConnectionState().NegotiatedProtocol != http2.NextProtoTLS {
+			return
+		}
+		nc = tc
+	}
+	newConn(p, idx, rc, tc, nc).serve()
+}
