@@ -51,6 +51,13 @@ type Config struct {
 // ErrNoHTTP2 is returned when a TLS server does not negotiate h2 by ALPN.
 var ErrNoHTTP2 = errors.New("recovery: server did not negotiate HTTP/2 (ALPN h2)")
 
+// ErrTimedOut marks a context cancellation as a timeout rather than the
+// caller's scope ending. A caller's timer (first-byte, idle) cancels the
+// request's context with a cause that wraps ErrTimedOut
+// (context.WithCancelCause); a deadline counts as a timeout by itself. Any
+// other cancellation is recorded as Evidence.Canceled.
+var ErrTimedOut = errors.New("recovery: attempt timed out")
+
 // ErrUnsupportedScheme is returned for a URL the engine cannot speak.
 var ErrUnsupportedScheme = errors.New("recovery: unsupported URL scheme")
 
@@ -471,13 +478,16 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 		switch cause := context.Cause(ctx); {
 		case cause == nil:
 			a.ev.BodyFailed = a.ev.Status != 0 && err != nil
-		case cause == context.Canceled:
-			a.ev.Canceled = true
-		default:
-			// A deadline, or a timer of the caller's that canceled with a
-			// cause of its own (first-byte, idle): the attempt timed out.
+		case errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, ErrTimedOut):
+			// A deadline, or a timer of the caller's (first-byte, idle)
+			// that canceled with a cause wrapping ErrTimedOut.
 			a.ev.TimedOut = true
 			a.ev.BodyFailed = a.ev.Status != 0 && err != nil
+		default:
+			// Anything else that ends the context is the scope ending:
+			// the caller canceled (with or without a cause of its own,
+			// such as Temporal's activity cancellation).
+			a.ev.Canceled = true
 		}
 	}
 	if e := a.engine; e != nil {

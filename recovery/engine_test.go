@@ -278,8 +278,9 @@ func TestStreamStallAfterContentIsCommittedPartial(t *testing.T) {
 	if n, err := resp.Body.Read(buf); n == 0 || err != nil {
 		t.Fatalf("first chunk: %d %v", n, err)
 	}
-	// The caller's idle timer fires: it cancels with a cause of its own.
-	cancel(errors.New("stream idle"))
+	// The caller's idle timer fires: it cancels with a cause that says
+	// timeout.
+	cancel(fmt.Errorf("stream idle: %w", recovery.ErrTimedOut))
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	ev, c := a.Finish(recovery.SignalNone)
@@ -397,6 +398,17 @@ func TestTimeoutAfterSendIsAmbiguous(t *testing.T) {
 		t.Fatalf("%s %+v", r.c.Reason, r.ev)
 	}
 	h.executed("hold", 1)
+}
+
+func TestCancelWithACauseIsStillCanceled(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.Hold())
+	ctx, cancel := context.WithCancelCause(t.Context())
+	done := make(chan result, 1)
+	go func() { done <- h.send(ctx, recovery.Spec{IdempotencyKey: "cause"}, h.p.URL(), false, nil) }()
+	waitFor(t, func() bool { return h.p.ExecutedCount("cause") == 1 })
+	cancel(errors.New("activity canceled by the workflow"))
+	h.want(<-done, recovery.Canceled)
 }
 
 func TestCancelIsNeverAProviderFailure(t *testing.T) {

@@ -75,12 +75,12 @@ type Evidence struct {
 	// while the attempt was in flight.
 	ConnClosed bool `json:"conn_closed,omitempty"`
 
-	// Canceled reports that the caller's scope ended the attempt (its
-	// context was canceled with no other cause).
+	// Canceled reports that the caller's scope ended the attempt: its
+	// context was canceled, with any cause but a timeout.
 	Canceled bool `json:"canceled,omitempty"`
-	// TimedOut reports that a deadline or timer ended the attempt (the
-	// context's deadline or a cancel with any cause other than
-	// context.Canceled, such as an idle-stream timer).
+	// TimedOut reports that a deadline or timer ended the attempt: the
+	// context's deadline, or a cancel whose cause wraps ErrTimedOut (such
+	// as an idle-stream timer).
 	TimedOut bool `json:"timed_out,omitempty"`
 	// AfterMisdirected reports that this attempt was the retry of a 421.
 	AfterMisdirected bool `json:"after_misdirected,omitempty"`
