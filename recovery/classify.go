@@ -28,7 +28,7 @@ func classifyResponse(ev Evidence) Classification {
 	s := ev.Status
 	is2xx := s >= 200 && s < 300
 	switch {
-	case is2xx && ev.ContentStarted && (ev.BodyFailed || ev.TimedOut):
+	case is2xx && ev.ContentStarted && (ev.BodyFailed || ev.TimedOut || ev.Signal == SignalStreamIncomplete):
 		return Classification{Class: CommittedPartial, Reason: "stream_failed_after_content", Terminal: true}
 	case ev.Signal == SignalContentFiltered:
 		return Classification{Class: ContentFiltered, Reason: "content_filtered", Terminal: true}
@@ -51,7 +51,7 @@ func classifyResponse(ev Evidence) Classification {
 	case !is2xx:
 		// 1xx and 3xx are never final answers from an LLM API.
 		return Classification{Class: Rejected, Reason: "unexpected_status_" + strconv.Itoa(s), Terminal: true}
-	case ev.BodyFailed || ev.TimedOut:
+	case ev.BodyFailed || ev.TimedOut || ev.Signal == SignalStreamIncomplete:
 		// Headers said 200 and then the body died before any content: the
 		// provider ran the request, and its answer is lost.
 		return ambiguous("body_failed_before_content", true)

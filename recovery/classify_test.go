@@ -86,6 +86,7 @@ func TestClassify(t *testing.T) {
 		{"content_filtered is terminal and never falls back", with(sent(1), func(e *Evidence) { e.Status = 400; e.Signal = SignalContentFiltered }), ContentFiltered, "content_filtered", terminal},
 
 		{"committed_partial: stream cut after content started", with(ok200, func(e *Evidence) { e.BodyFailed = true }), CommittedPartial, "stream_failed_after_content", terminal},
+		{"committed_partial: clean end of a stream its framing says was cut", with(ok200, func(e *Evidence) { e.Signal = SignalStreamIncomplete }), CommittedPartial, "stream_failed_after_content", terminal},
 		{"committed_partial: idle timeout after content started", with(ok200, func(e *Evidence) { e.TimedOut = true; e.BodyFailed = true }), CommittedPartial, "stream_failed_after_content", terminal},
 
 		{"ambiguous: stream at the GOAWAY boundary", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 5} }), Ambiguous, "goaway_at_or_below_boundary", needsVerdict},

@@ -448,8 +448,12 @@ func (a *Attempt) delivered(n int) {
 
 // Commit marks the commit boundary: content of a 2xx response has reached
 // the caller, so the attempt can no longer be restarted invisibly. Only
-// needed with Spec.ManualCommit.
+// needed with Spec.ManualCommit. A nil Attempt ignores it, so provider code
+// can call AttemptFrom(ctx).Commit() whether or not an attempt is tracked.
 func (a *Attempt) Commit() {
+	if a == nil {
+		return
+	}
 	a.mu.Lock()
 	a.commitLocked()
 	a.mu.Unlock()
@@ -509,7 +513,9 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 			e.stats.replays.Add(int64(a.ev.TransportReplays))
 		}
 	}
-	a.ev.Elapsed = time.Since(a.start)
+	if !a.start.IsZero() {
+		a.ev.Elapsed = time.Since(a.start)
+	}
 	a.mu.Unlock()
 	if auto {
 		a.Finish(SignalNone)

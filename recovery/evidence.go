@@ -117,6 +117,9 @@ const (
 	SignalContextTooLong  Signal = "context_length_exceeded"
 	SignalOverloaded      Signal = "overloaded"
 	SignalContentFiltered Signal = "content_filtered"
+	// SignalStreamIncomplete: the body ended cleanly on the wire but the
+	// stream's own framing says it was cut (no [DONE], no finish reason).
+	SignalStreamIncomplete Signal = "stream_incomplete"
 )
 
 // ErrCode is an HTTP/2 error code (RFC 9113 section 7) as read from a

@@ -1,0 +1,307 @@
+// Package activities adapts the recovery engine and the provider layer to
+// Temporal: one CallModel execution is one attempt (CONTRACT.md section 1).
+//
+// CallModel returns the attempt's classified outcome as data. The only
+// error it returns is a cancellation (the action's scope ended), wrapped
+// with %w around ctx.Err() so Temporal records a cancellation rather than a
+// failure. Temporal must never retry it: the workflow schedules it with
+// RetryPolicy.MaximumAttempts = 1 and owns the only budget.
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+)
+
+// Activities holds the worker-side dependencies of durallm's activities.
+// Register it with worker.RegisterActivity(&Activities{...}); every
+// exported method is an activity, so it has no other exported methods. It is safe for concurrent use once built.
+type Activities struct {
+	// Engine sends every attempt. Required.
+	Engine *recovery.Engine
+	// InsecureEngine sends attempts of routes with InsecureSkipVerify set;
+	// nil when no route opts out of TLS verification.
+	InsecureEngine *recovery.Engine
+	// Routes are the configured routes by name. Keys never leave the
+	// worker: the workflow refers to routes by name only.
+	Routes map[string]providers.Route
+	// Reconciler, when set, is asked for application evidence before an
+	// ambiguous action waits for a person or program. Nil means none.
+	Reconciler Reconciler
+	// Sinks receives streamed deltas while an attempt runs. Nil means
+	// deltas are not forwarded (the final response still carries them).
+	Sinks *Sinks
+	// HeartbeatEvery is how often an attempt heartbeats. Zero means 250ms,
+	// so a cancellation reaches the HTTP request within about a second
+	// (together with the worker's heartbeat throttle).
+	HeartbeatEvery time.Duration
+	// SearchAttributes says the Temporal namespace has durallm's search
+	// attributes registered (DurallmState, DurallmOutcome, DurallmRoute,
+	// all Keyword), so workflows keep them current. False means they are
+	// not written: upserting an unregistered attribute fails the workflow
+	// task.
+	SearchAttributes bool
+	// Logger receives worker-side events (never content). Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Reconciler looks for application evidence of whether an ambiguous
+// attempt was executed: a stored result, a usage record, a provider
+// lookup. It returns a Verdict, or VerdictNone when it cannot tell.
+type Reconciler interface {
+	Reconcile(ctx context.Context, in ReconcileInput) (ReconcileOutput, error)
+}
+
+// AttemptInput is one CallModel execution: one attempt of one action.
+type AttemptInput struct {
+	ActionRef      string            `json:"action_ref"`
+	Attempt        int               `json:"attempt"`
+	AttemptID      string            `json:"attempt_id"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Route          string            `json:"route"`
+	Request        providers.Request `json:"request"`
+	// Avoid lists connection refs earlier attempts saw GOAWAY or 421 on.
+	Avoid []string `json:"avoid,omitempty"`
+	// FreshConnection demands a newly dialed connection (after a 421).
+	FreshConnection bool `json:"fresh_connection,omitempty"`
+	// AfterMisdirected marks the retry of a 421.
+	AfterMisdirected bool `json:"after_misdirected,omitempty"`
+	// Timeout bounds the HTTP exchange; zero means the route's
+	// AttemptTimeout. The activity's StartToClose bounds it too.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Outcome is what one attempt produced: the wire evidence, its
+// classification, and the response when there is one. It holds no
+// content except Response, which is the model's answer.
+type Outcome struct {
+	Evidence       recovery.Evidence       `json:"evidence"`
+	Classification recovery.Classification `json:"classification"`
+	Response       *providers.Response     `json:"response,omitempty"`
+}
+
+// Progress is the heartbeat detail of a running attempt: evidence for an
+// operator if the worker dies, never proof that the request was not
+// executed.
+type Progress struct {
+	AttemptID      string `json:"attempt_id"`
+	Stage          string `json:"stage"` // "sending", "streaming"
+	ConnRef        string `json:"conn_ref,omitempty"`
+	ContentStarted bool   `json:"content_started,omitempty"`
+	ResponseBytes  int64  `json:"response_bytes,omitempty"`
+}
+
+// CallModel makes one attempt. See the package doc for its error contract.
+func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, error) {
+	route, ok := a.Routes[in.Route]
+	if !ok {
+		// A route the workflow names but this worker does not know cannot
+		// serve the action; falling back is the only sensible move.
+		ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route}
+		return Outcome{Evidence: ev, Classification: recovery.Classification{
+			Class: recovery.IncompatibleRoute, Reason: "route_not_configured", Fallback: true,
+		}}, nil
+	}
+	att := recovery.NewAttempt(recovery.Spec{
+		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID,
+		IdempotencyKey: in.IdempotencyKey, Route: in.Route,
+		Avoid: in.Avoid, FreshConnection: in.FreshConnection, AfterMisdirected: in.AfterMisdirected,
+		// The provider layer commits when content reaches the caller: for
+		// a stream, the first content delta; for JSON, a usable body.
+		ManualCommit: true,
+	})
+
+	timeout := in.Timeout
+	if timeout <= 0 {
+		timeout = route.AttemptTimeout
+	}
+	callCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+
+	stop := a.heartbeat(ctx, att)
+	var sink providers.Sink
+	if a.Sinks != nil {
+		sink = a.Sinks.forAttempt(in.ActionRef, in.Attempt)
+	}
+	engine := a.Engine
+	if route.InsecureSkipVerify && a.InsecureEngine != nil {
+		engine = a.InsecureEngine
+	}
+	res, err := providers.CallOpenAI(recovery.WithAttempt(callCtx, att), engine, providers.Call{Route: route, Request: in.Request, Sink: sink})
+	stop()
+	sig := res.Signal
+	if res.Response.Partial && sig == recovery.SignalNone {
+		// The wire ended cleanly but the stream was cut: the provider
+		// layer knows, the engine cannot.
+		sig = recovery.SignalStreamIncomplete
+	}
+	ev, class := att.Finish(sig)
+	out := Outcome{Evidence: ev, Classification: class}
+	switch class.Class {
+	case recovery.Canceled:
+		if ctx.Err() != nil {
+			return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w", in.Attempt, in.ActionRef, ctx.Err())
+		}
+	case recovery.Completed, recovery.CommittedPartial:
+		r := res.Response
+		out.Response = &r
+	}
+	if err != nil && class.Class == recovery.Completed {
+		// The evidence says complete but the provider layer could not read
+		// the body: an executed request with no usable answer.
+		out.Response = nil
+		out.Classification = recovery.Classify(withSignal(ev, recovery.SignalEmptyResponse))
+	}
+	return out, nil
+}
+
+func withSignal(ev recovery.Evidence, s recovery.Signal) recovery.Evidence {
+	ev.Signal = s
+	return ev
+}
+
+// heartbeat records progress until stop is called. The heartbeat is also
+// how Temporal delivers a cancellation to a running activity.
+func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	every := a.HeartbeatEvery
+	if every <= 0 {
+		every = 250 * time.Millisecond
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			ev := att.Evidence()
+			stage := "sending"
+			if ev.ContentStarted {
+				stage = "streaming"
+			}
+			activity.RecordHeartbeat(ctx, Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+// RouteInfo is what the workflow may know of a route: no URL, no key.
+type RouteInfo struct {
+	Name                  string                 `json:"name"`
+	Kind                  string                 `json:"kind"`
+	Model                 string                 `json:"model"`
+	Capabilities          providers.Capabilities `json:"capabilities"`
+	HonoursIdempotencyKey bool                   `json:"honours_idempotency_key,omitempty"`
+	IdempotencyWindow     time.Duration          `json:"idempotency_window,omitempty"`
+	AttemptTimeout        time.Duration          `json:"attempt_timeout,omitempty"`
+}
+
+// PlanInput names the routes an action wants.
+type PlanInput struct {
+	Routes []string `json:"routes"`
+}
+
+// Plan is the worker's description of the named routes, in the order
+// asked, and whether a reconciler is configured. Unknown names are listed
+// apart so the workflow can record why it skipped them.
+type Plan struct {
+	Routes           []RouteInfo `json:"routes"`
+	Unknown          []string    `json:"unknown,omitempty"`
+	Reconciler       bool        `json:"reconciler"`
+	SearchAttributes bool        `json:"search_attributes"`
+}
+
+// DescribeRoutes returns the Plan for the named routes. The workflow runs
+// it as a local activity so route configuration stays on the worker and
+// the answer is recorded in history.
+func (a *Activities) DescribeRoutes(_ context.Context, in PlanInput) (Plan, error) {
+	p := Plan{Reconciler: a.Reconciler != nil, SearchAttributes: a.SearchAttributes}
+	for _, name := range in.Routes {
+		r, ok := a.Routes[name]
+		if !ok {
+			p.Unknown = append(p.Unknown, name)
+			continue
+		}
+		p.Routes = append(p.Routes, RouteInfo{
+			Name: r.Name, Kind: r.Kind, Model: r.Model, Capabilities: r.Capabilities,
+			HonoursIdempotencyKey: r.HonoursIdempotencyKey, IdempotencyWindow: r.IdempotencyWindow,
+			AttemptTimeout: r.AttemptTimeout,
+		})
+	}
+	return p, nil
+}
+
+// Verdict is a reconciliation decision (CONTRACT.md section 5).
+type Verdict string
+
+// The verdicts.
+const (
+	// VerdictNone: the reconciler could not tell; wait for a person.
+	VerdictNone Verdict = ""
+	// VerdictCompleted: the request was executed; its result is supplied.
+	VerdictCompleted Verdict = "completed"
+	// VerdictNotExecuted: the provider never ran it; retry normally.
+	VerdictNotExecuted Verdict = "not_executed"
+	// VerdictAllowReplay: run another attempt despite the risk.
+	VerdictAllowReplay Verdict = "allow_replay"
+	// VerdictAbandon: give up; the action ends indeterminate.
+	VerdictAbandon Verdict = "abandon"
+)
+
+// ReconcileInput describes the ambiguous attempt to the reconciler.
+type ReconcileInput struct {
+	ActionRef      string            `json:"action_ref"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Attempt        int               `json:"attempt"`
+	AttemptID      string            `json:"attempt_id"`
+	Route          string            `json:"route"`
+	Evidence       recovery.Evidence `json:"evidence"`
+}
+
+// ReconcileOutput is the reconciler's answer.
+type ReconcileOutput struct {
+	Verdict  Verdict             `json:"verdict"`
+	Response *providers.Response `json:"response,omitempty"`
+	Note     string              `json:"note,omitempty"`
+}
+
+// ErrNoReconciler is returned by Reconcile when none is configured.
+var ErrNoReconciler = errors.New("durallm: no reconciler configured on this worker")
+
+// Reconcile asks the configured Reconciler about an ambiguous attempt.
+func (a *Activities) Reconcile(ctx context.Context, in ReconcileInput) (ReconcileOutput, error) {
+	if a.Reconciler == nil {
+		return ReconcileOutput{}, ErrNoReconciler
+	}
+	out, err := a.Reconciler.Reconcile(ctx, in)
+	if err != nil {
+		return ReconcileOutput{}, fmt.Errorf("durallm: reconciler for %s attempt %d: %w", in.ActionRef, in.Attempt, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,231 @@
+// Package durallm is the app-facing API: start an LLM action, wait for its
+// result, cancel it with an origin, reconcile an ambiguous one, read its
+// status. Each action is one LLMAction workflow (package workflows) on a
+// Temporal server; a durallm worker (package worker) must be polling the
+// same task queue.
+//
+//	c := durallm.NewClient(temporalClient, "durallm")
+//	act, err := c.Start(ctx, "order-42-summary", workflows.ActionInput{...})
+//	res, err := act.Result(ctx)
+//	var ae *durallm.ActionError
+//	if errors.As(err, &ae) { ... ae.State, ae.Outcome ... }
+package durallm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/durallm/durallm/workflows"
+)
+
+// DefaultTaskQueue is the task queue durallm's worker polls unless told
+// otherwise.
+const DefaultTaskQueue = "durallm"
+
+// Client starts and steers actions. It is safe for concurrent use.
+type Client struct {
+	tc        client.Client
+	taskQueue string
+}
+
+// NewClient wraps a Temporal client. An empty taskQueue means
+// DefaultTaskQueue.
+func NewClient(tc client.Client, taskQueue string) *Client {
+	if taskQueue == "" {
+		taskQueue = DefaultTaskQueue
+	}
+	return &Client{tc: tc, taskQueue: taskQueue}
+}
+
+// ErrInvalidInput matches (errors.Is) the error of an action whose input
+// was rejected at start; nothing was dispatched.
+var ErrInvalidInput = errors.New("durallm: invalid action input")
+
+// ErrNotFound matches an action id that does not exist.
+var ErrNotFound = errors.New("durallm: action not found")
+
+// ActionError is the error of an action that ended in a state other than
+// completed, completed_partial or reconciled. Use errors.As to read it.
+type ActionError struct {
+	ActionRef string
+	// State is the terminal state: failed, rejected, canceled or
+	// indeterminate.
+	State workflows.State
+	// Outcome is the last attempt's classification (or the verdict).
+	Outcome string
+	// Reason is the machine-readable reason, e.g. "budget_exhausted".
+	Reason string
+	// Origin is set when State is canceled.
+	Origin workflows.CancelOrigin
+	// Result is the whole terminal result, timeline included.
+	Result workflows.ActionResult
+}
+
+func (e *ActionError) Error() string {
+	s := fmt.Sprintf("durallm: action %s ended %s (%s: %s)", e.ActionRef, e.State, e.Outcome, e.Reason)
+	if e.Origin != "" {
+		s += " by " + string(e.Origin)
+	}
+	return s
+}
+
+// Action is a handle on one started action.
+type Action struct {
+	c     *Client
+	ID    string
+	RunID string
+}
+
+// Start starts an action with the given id (the action ref; it is also
+// the default idempotency key). Starting an id that is already running
+// returns an error wrapping serviceerror.WorkflowExecutionAlreadyStarted.
+func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput) (*Action, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty action id", ErrInvalidInput)
+	}
+	run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                c.taskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+	}, workflows.WorkflowName, in)
+	if err != nil {
+		return nil, fmt.Errorf("durallm: start action %s: %w", id, err)
+	}
+	return &Action{c: c, ID: run.GetID(), RunID: run.GetRunID()}, nil
+}
+
+// Get returns a handle on an existing action (its latest run).
+func (c *Client) Get(id string) *Action { return &Action{c: c, ID: id} }
+
+// Result waits for the action's terminal result. The error is nil for
+// completed, completed_partial and reconciled; an *ActionError for the
+// other terminal states; ErrInvalidInput (errors.Is) when the input was
+// rejected; otherwise the Temporal error.
+func (a *Action) Result(ctx context.Context) (workflows.ActionResult, error) {
+	var res workflows.ActionResult
+	err := a.c.tc.GetWorkflow(ctx, a.ID, a.RunID).Get(ctx, &res)
+	if err != nil {
+		var app *temporal.ApplicationError
+		if errors.As(err, &app) && app.Type() == workflows.ErrInvalidInput {
+			return res, fmt.Errorf("%w: %s", ErrInvalidInput, app.Message())
+		}
+		return res, mapNotFound(a.ID, err)
+	}
+	switch res.State {
+	case workflows.StateCompleted, workflows.StateCompletedPartial, workflows.StateReconciled:
+		return res, nil
+	}
+	return res, &ActionError{ActionRef: a.ID, State: res.State, Outcome: res.Outcome, Reason: res.Reason, Origin: res.Origin, Result: res}
+}
+
+// Cancel ends an action's scope with an origin (user_stop,
+// client_disconnect or operator_stop). The in-flight attempt is canceled
+// through its heartbeat; the action ends canceled. A cancel that arrives
+// after the terminal state is recorded and ignored.
+func (c *Client) Cancel(ctx context.Context, id string, origin workflows.CancelOrigin, note string) error {
+	switch origin {
+	case workflows.OriginUserStop, workflows.OriginClientDisconnect, workflows.OriginOperatorStop:
+	default:
+		return fmt.Errorf("%w: cancel origin %q: want user_stop, client_disconnect or operator_stop", ErrInvalidInput, origin)
+	}
+	err := c.tc.SignalWorkflow(ctx, id, "", workflows.SignalCancel, workflows.CancelRequest{Origin: origin, Note: note})
+	return mapNotFound(id, err)
+}
+
+// ReconcileError is returned when the action rejected a reconcile Update
+// (wrong state, stale attempt, unknown verdict). Nothing was written.
+type ReconcileError struct {
+	ActionRef string
+	Message   string
+}
+
+func (e *ReconcileError) Error() string {
+	return "durallm: reconcile " + e.ActionRef + " rejected: " + e.Message
+}
+
+// Reconcile delivers a verdict on the action's ambiguous attempt through
+// the validated Update and waits until it is accepted. A rejection is a
+// *ReconcileError.
+func (c *Client) Reconcile(ctx context.Context, id string, r workflows.ReconcileRequest) error {
+	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
+		UpdateName:   workflows.UpdateReconcile,
+		Args:         []any{r},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return mapUpdateErr(id, err)
+	}
+	var ack string
+	if err := h.Get(ctx, &ack); err != nil {
+		return mapUpdateErr(id, err)
+	}
+	return nil
+}
+
+// Status returns the action's state and attempt timeline, running or not.
+func (c *Client) Status(ctx context.Context, id string) (workflows.Status, error) {
+	var st workflows.Status
+	v, err := c.tc.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+	if err != nil {
+		return st, mapNotFound(id, err)
+	}
+	if err := v.Get(&st); err != nil {
+		return st, fmt.Errorf("durallm: decode status of %s: %w", id, err)
+	}
+	return st, nil
+}
+
+// List returns the ids of actions in a state, newest first, using the
+// DurallmState search attribute (which the namespace must have
+// registered). At most limit ids; limit ≤ 0 means 100.
+func (c *Client) List(ctx context.Context, state workflows.State, limit int) ([]string, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	q := fmt.Sprintf("WorkflowType = %q AND DurallmState = %q", workflows.WorkflowName, string(state))
+	var ids []string
+	var token []byte
+	for len(ids) < limit {
+		resp, err := c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: int32(min(limit, 1000)), NextPageToken: token})
+		if err != nil {
+			return ids, fmt.Errorf("durallm: list %s actions: %w", state, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			ids = append(ids, e.GetExecution().GetWorkflowId())
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			break
+		}
+	}
+	return ids[:min(len(ids), limit)], nil
+}
+
+func mapNotFound(id string, err error) error {
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return fmt.Errorf("%w: %s: %w", ErrNotFound, id, err)
+	}
+	return err
+}
+
+func mapUpdateErr(id string, err error) error {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return &ReconcileError{ActionRef: id, Message: app.Message()}
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return fmt.Errorf("%w: %s: %w", ErrNotFound, id, err)
+	}
+	return fmt.Errorf("durallm: reconcile %s: %w", id, err)
+}

@@ -1,0 +1,458 @@
+package durallm_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/temporaltest"
+	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/worker"
+	"github.com/durallm/durallm/workflows"
+)
+
+// These tests run the real LLMAction workflow and CallModel activity on the
+// embedded Temporal server (temporaltest) against the testsuite HTTP/2
+// provider over loopback TLS. The provider's records prove which requests
+// executed and how often.
+
+var updateHistories = flag.Bool("update-histories", false, "write the recorded histories replayed by workflows/replay_test.go")
+
+type stack struct {
+	t  *testing.T
+	ts *temporaltest.TestServer
+	p  *testsuite.Provider
+	c  *durallm.Client
+	tc client.Client
+	tq string
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	tc := ts.GetDefaultClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := tc.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: ts.GetDefaultNamespace(),
+		SearchAttributes: map[string]enumspb.IndexedValueType{
+			"DurallmState": enumspb.INDEXED_VALUE_TYPE_KEYWORD, "DurallmOutcome": enumspb.INDEXED_VALUE_TYPE_KEYWORD, "DurallmRoute": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := testsuite.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	s := &stack{t: t, ts: ts, p: p, tc: tc, tq: "durallm-" + strings.ReplaceAll(t.Name(), "/", "-")}
+	s.c = durallm.NewClient(tc, s.tq)
+	return s
+}
+
+func (s *stack) routes() providers.Config {
+	caps := providers.Capabilities{Tools: true, Streaming: true, StructuredOutput: true}
+	return providers.Config{Routes: []providers.Route{
+		{Name: "primary", Kind: "openai", BaseURL: s.p.URL() + "/v1", Model: "model-primary", Capabilities: caps},
+		{Name: "fallback", Kind: "openai", BaseURL: s.p.URL() + "/v1", Model: "model-fallback", Capabilities: caps},
+	}}
+}
+
+func (s *stack) startWorker() *worker.Worker {
+	s.t.Helper()
+	w, err := worker.New(s.tc, worker.Options{
+		TaskQueue: s.tq, Config: s.routes(), TLS: s.p.ClientTLSConfig(), SearchAttributes: true,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(w.Stop)
+	return w
+}
+
+func actionInput(stream bool) workflows.ActionInput {
+	return workflows.ActionInput{
+		Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "say hello")}, Stream: stream},
+		Routes:  []string{"primary", "fallback"},
+		Needs:   providers.Capabilities{Streaming: stream},
+	}
+}
+
+func (s *stack) run(id string, in workflows.ActionInput) (workflows.ActionResult, error) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := s.c.Start(ctx, id, in)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return a.Result(ctx)
+}
+
+func (s *stack) waitState(id string, want workflows.State) workflows.Status {
+	s.t.Helper()
+	var st workflows.Status
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var err error
+		st, err = s.c.Status(context.Background(), id)
+		if err == nil && st.State == want {
+			return st
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("action %s never reached %s (last %s)", id, want, st.State)
+	return st
+}
+
+func classes(res workflows.ActionResult) []recovery.Class {
+	var out []recovery.Class
+	for _, a := range res.Attempts {
+		out = append(out, a.Classification.Class)
+	}
+	return out
+}
+
+// saveHistory writes the action's history for the replay test when
+// -update-histories is set.
+func (s *stack) saveHistory(id, name string) {
+	if !*updateHistories {
+		return
+	}
+	ctx := context.Background()
+	iter := s.tc.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var events []json.RawMessage
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		b, err := protojson.Marshal(ev)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		events = append(events, b)
+	}
+	b, _ := json.MarshalIndent(map[string]any{"events": events}, "", " ")
+	path := filepath.Join("workflows", "testdata", name+".json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// Runbook 1: above the GOAWAY boundary, retried on a different connection,
+// executed once.
+func TestE2ERunbookGoAwayAboveBoundary(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	s.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+	res, err := s.run("goaway-above", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := classes(res); len(got) != 2 || got[0] != recovery.Refused || got[1] != recovery.Completed {
+		t.Fatalf("attempts %v", got)
+	}
+	if a, b := res.Attempts[0].Evidence.ConnRef, res.Attempts[1].Evidence.ConnRef; a == b || a == "" {
+		t.Fatalf("retry on the same connection %q", a)
+	}
+	if n := s.p.ExecutedCount("goaway-above"); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+	if res.Response == nil || res.Response.Text == "" {
+		t.Fatalf("response %+v", res.Response)
+	}
+	if !strings.Contains(res.Attempts[1].Summary, "fresh connection after GOAWAY") {
+		t.Fatalf("summary %q", res.Attempts[1].Summary)
+	}
+	s.saveHistory("goaway-above", "goaway_retry")
+}
+
+// Runbook 2: at or below the boundary: ambiguous, not re-sent, reconciled.
+func TestE2ERunbookGoAwayAtBoundaryWaitsForReconciliation(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	s.p.Push(testsuite.GoAwayAfterProcessing(http2.ErrCodeNo))
+	ctx := context.Background()
+	a, err := s.c.Start(ctx, "goaway-at", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.waitState("goaway-at", workflows.StateAwaitingReconciliation)
+	if st.AwaitingAttempt != 1 || st.Attempts[0].Classification.Reason != "goaway_at_or_below_boundary" {
+		t.Fatalf("status %+v", st)
+	}
+	ids, err := s.c.List(ctx, workflows.StateAwaitingReconciliation, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !listed(ids, "goaway-at") {
+		// Visibility is eventually consistent; give it a moment.
+		time.Sleep(500 * time.Millisecond)
+		if ids, _ = s.c.List(ctx, workflows.StateAwaitingReconciliation, 10); !listed(ids, "goaway-at") {
+			t.Fatalf("search by DurallmState did not find the action: %v", ids)
+		}
+	}
+	var rerr *durallm.ReconcileError
+	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 9, Verdict: activities.VerdictAbandon}); !errors.As(err, &rerr) || !strings.Contains(rerr.Message, "stale attempt 9") {
+		t.Fatalf("stale reconcile: %v", err)
+	}
+	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 1, Verdict: activities.VerdictCompleted, Response: &providers.Response{Text: "found in the provider's log"}, By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Result(ctx)
+	if err != nil || res.State != workflows.StateReconciled {
+		t.Fatalf("state %s err %v", res.State, err)
+	}
+	if n := s.p.ExecutedCount("goaway-at"); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+	if n := len(s.p.Received()); n != 1 {
+		t.Fatalf("provider received %d requests; the ambiguous one must not be re-sent", n)
+	}
+	s.saveHistory("goaway-at", "reconciliation")
+}
+
+// Runbook 3: a connection lost with no GOAWAY is ambiguous.
+func TestE2ERunbookConnectionLossIsAmbiguous(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	s.p.Push(testsuite.CloseAfterRead())
+	ctx := context.Background()
+	a, err := s.c.Start(ctx, "conn-loss", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.waitState("conn-loss", workflows.StateAwaitingReconciliation)
+	if st.Attempts[0].Classification.Reason != "connection_closed_without_goaway" {
+		t.Fatalf("reason %s", st.Attempts[0].Classification.Reason)
+	}
+	if err := s.c.Reconcile(ctx, "conn-loss", workflows.ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Result(ctx)
+	var ae *durallm.ActionError
+	if !errors.As(err, &ae) || ae.State != workflows.StateIndeterminate || ae.Outcome != "ambiguous" {
+		t.Fatalf("err %v", err)
+	}
+	if n := s.p.ExecutedCount("conn-loss"); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+}
+
+// Runbook 4: 421 then success on a fresh connection; 421 twice stops.
+func TestE2ERunbookMisdirected(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	s.p.Push(testsuite.Misdirected())
+	res, err := s.run("misdirected", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := res.Attempts[1].Evidence
+	if got := classes(res); len(got) != 2 || got[0] != recovery.Misdirected || !second.ConnFresh || second.ConnRef == res.Attempts[0].Evidence.ConnRef {
+		t.Fatalf("attempts %v, second %+v", got, second)
+	}
+	s.p.Push(testsuite.Misdirected(), testsuite.Misdirected())
+	_, err = s.run("misdirected-twice", actionInput(false))
+	var ae *durallm.ActionError
+	if !errors.As(err, &ae) || ae.State != workflows.StateFailed || ae.Outcome != "misdirected_repeated" {
+		t.Fatalf("err %v", err)
+	}
+	if n := s.p.ExecutedCount("misdirected-twice"); n != 0 {
+		t.Fatalf("executed %d times", n)
+	}
+}
+
+// Runbook 5: content already started, then cut: completed_partial.
+func TestE2ERunbookCommittedPartial(t *testing.T) {
+	s := newStack(t)
+	w := s.startWorker()
+	s.p.Push(testsuite.StreamCut(2, testsuite.CutReset))
+	events, stop := w.Sinks().Subscribe("partial", 64)
+	res, err := s.run("partial", actionInput(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if res.State != workflows.StateCompletedPartial || res.Response == nil || !res.Response.Partial || res.Response.Text == "" {
+		t.Fatalf("state %s response %+v", res.State, res.Response)
+	}
+	var deltas, incomplete int
+	for ev := range events {
+		if ev.Delta != "" {
+			deltas++
+		}
+		if ev.Incomplete != "" {
+			incomplete++
+		}
+	}
+	if deltas == 0 || incomplete != 1 {
+		t.Fatalf("sink saw %d deltas and %d stream_incomplete events", deltas, incomplete)
+	}
+	if n := s.p.ExecutedCount("partial"); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+}
+
+func TestE2ECancelStopsTheAttempt(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	s.p.Push(testsuite.Hold())
+	ctx := context.Background()
+	a, err := s.c.Start(ctx, "cancel-me", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return s.p.ExecutedCount("cancel-me") == 1 })
+	if err := s.c.Cancel(ctx, "cancel-me", workflows.OriginUserStop, "user pressed stop"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Result(ctx)
+	var ae *durallm.ActionError
+	if !errors.As(err, &ae) || ae.State != workflows.StateCanceled || ae.Origin != workflows.OriginUserStop {
+		t.Fatalf("err %v", err)
+	}
+	if got := classes(ae.Result); len(got) != 1 || got[0] != recovery.Canceled || ae.Result.Attempts[0].HealthMoved {
+		t.Fatalf("attempts %v", got)
+	}
+	waitFor(t, func() bool { return s.p.StreamsOpen() == 0 })
+	s.saveHistory("cancel-me", "cancellation")
+}
+
+func TestE2EHappyPath(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	res, err := s.run("happy", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != workflows.StateCompleted || res.Used != 1 || res.Response == nil || res.Response.Text != "ok" {
+		t.Fatalf("result %+v", res)
+	}
+	_, err = s.run("bad-input", workflows.ActionInput{Routes: []string{"primary"}})
+	if !errors.Is(err, durallm.ErrInvalidInput) || !strings.Contains(err.Error(), "messages") {
+		t.Fatalf("invalid input: %v", err)
+	}
+	s.saveHistory("happy", "happy_path")
+}
+
+// A worker killed mid-attempt (SIGKILL, in another process): the action
+// ends up ambiguous, awaiting reconciliation, never silently retried.
+func TestE2EWorkerKilledMidAttemptIsAmbiguous(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a worker process")
+	}
+	s := newStack(t)
+	s.p.Push(testsuite.Hold())
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
+	cmd.Env = append(os.Environ(),
+		"DURALLM_HELPER_WORKER=1",
+		"DURALLM_HELPER_TEMPORAL="+s.ts.GetFrontendHostPort(),
+		"DURALLM_HELPER_NAMESPACE="+s.ts.GetDefaultNamespace(),
+		"DURALLM_HELPER_QUEUE="+s.tq,
+		"DURALLM_HELPER_PROVIDER="+s.p.H2CURL(),
+	)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ctx := context.Background()
+	a, err := s.c.Start(ctx, "killed", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return s.p.ExecutedCount("killed") == 1 })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	// A worker in this process takes over the workflow; the attempt itself
+	// is never retried.
+	s.startWorker()
+	st := s.waitState("killed", workflows.StateAwaitingReconciliation)
+	if c := st.Attempts[0].Classification; c.Class != recovery.Ambiguous || c.Reason != "worker_lost_mid_attempt" {
+		t.Fatalf("classified %s/%s", c.Class, c.Reason)
+	}
+	if err := s.c.Reconcile(ctx, "killed", workflows.ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Result(ctx); err == nil {
+		t.Fatal("abandoned action reported success")
+	}
+	if n := len(s.p.Received()); n != 1 {
+		t.Fatalf("provider received %d requests; the killed attempt was re-sent", n)
+	}
+}
+
+// TestHelperWorkerProcess is the worker process the kill test starts and
+// kills. It does nothing in a normal run.
+func TestHelperWorkerProcess(t *testing.T) {
+	if os.Getenv("DURALLM_HELPER_WORKER") != "1" {
+		t.Skip("helper process for TestE2EWorkerKilledMidAttemptIsAmbiguous")
+	}
+	tc, err := client.Dial(client.Options{HostPort: os.Getenv("DURALLM_HELPER_TEMPORAL"), Namespace: os.Getenv("DURALLM_HELPER_NAMESPACE"), Logger: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(tc, worker.Options{
+		TaskQueue: os.Getenv("DURALLM_HELPER_QUEUE"), AllowH2C: true, SearchAttributes: true,
+		Logger: slog.New(slog.DiscardHandler),
+		Config: providers.Config{Routes: []providers.Route{
+			{Name: "primary", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
+			{Name: "fallback", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {} // until killed
+}
+
+func listed(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(fmt.Sprintf("condition not met in %s", 30*time.Second))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,360 @@
+package providers
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func noEnv(string) string { return "" }
+
+func TestLoadConfigExample(t *testing.T) {
+	// The example in the package doc, verbatim apart from the comments.
+	path := writeConfig(t, `
+reconciler: usage-ledger
+routes:
+  - name: openai-primary
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+    capabilities:
+      tools: true
+      structured_output: true
+      streaming: true
+      vision: true
+      context_tokens: 128000
+      data_tags: [no-retention]
+    attempt_timeout: 60s
+    first_byte_timeout: 20s
+    idle_timeout: 30s
+    honours_idempotency_key: false
+    idempotency_window: 24h
+    insecure_skip_verify: false
+  - name: local
+    kind: openai
+    base_url: http://127.0.0.1:8000/v1
+    model: llama3
+  - name: filed
+    kind: openai
+    base_url: https://gateway.example/v1
+    model: m
+    api_key_file: secrets/key
+    attempt_timeout: 2m
+    honours_idempotency_key: true
+    idempotency_window: 1h
+`)
+	cfg, err := LoadConfig(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Reconciler: "usage-ledger", Routes: []Route{
+		{
+			Name: "openai-primary", Kind: "openai", BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini",
+			APIKeyEnv: "OPENAI_API_KEY",
+			Capabilities: Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true,
+				ContextTokens: 128000, DataTags: []string{"no-retention"}},
+			AttemptTimeout: 60 * time.Second, FirstByteTimeout: 20 * time.Second, IdleTimeout: 30 * time.Second,
+			IdempotencyWindow: 24 * time.Hour,
+		},
+		{
+			Name: "local", Kind: "openai", BaseURL: "http://127.0.0.1:8000/v1", Model: "llama3",
+			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
+		},
+		{
+			Name: "filed", Kind: "openai", BaseURL: "https://gateway.example/v1", Model: "m",
+			APIKeyFile:     filepath.Join(filepath.Dir(path), "secrets", "key"),
+			AttemptTimeout: 2 * time.Minute, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
+			HonoursIdempotencyKey: true, IdempotencyWindow: time.Hour,
+		},
+	}}
+	// DataTags of routes without tags: nil either way.
+	for i := range cfg.Routes {
+		if len(cfg.Routes[i].Capabilities.DataTags) == 0 {
+			cfg.Routes[i].Capabilities.DataTags = nil
+		}
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("got  %+v\nwant %+v", cfg, want)
+	}
+	if r, ok := cfg.Route("local"); !ok || r.Model != "llama3" {
+		t.Fatalf("Route(local) = %+v, %v", r, ok)
+	}
+	if m := cfg.RouteMap(); len(m) != 3 || m["filed"].Model != "m" {
+		t.Fatalf("RouteMap = %+v", m)
+	}
+}
+
+func TestLoadConfigEnvOverrides(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: openai-primary
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_file: /run/secrets/openai
+  - name: other.route
+    kind: openai
+    base_url: https://b.example/v1
+    model: b
+    api_key_env: B_KEY
+`)
+	env := map[string]string{
+		"DURALLM_ROUTE_OPENAI_PRIMARY_BASE_URL":    "https://eu.api.openai.com/v1",
+		"DURALLM_ROUTE_OPENAI_PRIMARY_MODEL":       "gpt-4o",
+		"DURALLM_ROUTE_OPENAI_PRIMARY_API_KEY_ENV": "EU_OPENAI_KEY",
+		"DURALLM_ROUTE_OTHER_ROUTE_MODEL":          "b2",
+	}
+	cfg, err := LoadConfig(path, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Routes[0], cfg.Routes[1]
+	if a.BaseURL != "https://eu.api.openai.com/v1" || a.Model != "gpt-4o" || a.APIKeyEnv != "EU_OPENAI_KEY" || a.APIKeyFile != "" {
+		t.Fatalf("overrides not applied (the key env must replace the key file): %+v", a)
+	}
+	if b.Model != "b2" || b.BaseURL != "https://b.example/v1" {
+		t.Fatalf("other route: %+v", b)
+	}
+	if got := EnvPrefix("other.route"); got != "DURALLM_ROUTE_OTHER_ROUTE_" {
+		t.Fatalf("EnvPrefix = %q", got)
+	}
+}
+
+// Validate reports every problem at once, each naming route and field.
+func TestConfigValidateReportsEverything(t *testing.T) {
+	const pastedKey = "sk-CANARY-pasted-key-0042"
+	cfg := Config{Routes: []Route{
+		{Name: "", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "dup", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "dup", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "a-b", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "a_b", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "kind", Kind: "anthropic", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "nokind", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "scheme", Kind: "openai", BaseURL: "ftp://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "unparseable", Kind: "openai", BaseURL: "https://a.example:port/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "creds", Kind: "openai", BaseURL: "https://user:" + pastedKey + "@a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "nourl", Kind: "openai", Model: "m", APIKeyEnv: "K"},
+		{Name: "nomodel", Kind: "openai", BaseURL: "https://a.example/v1", APIKeyEnv: "K"},
+		{Name: "both", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", APIKeyFile: "/k"},
+		{Name: "neither", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m"},
+		{Name: "loopback-ok", Kind: "openai", BaseURL: "http://localhost:8080/v1", Model: "m"},
+		{Name: "loopback-v6-ok", Kind: "openai", BaseURL: "http://[::1]:8080/v1", Model: "m"},
+		{Name: "pasted", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: pastedKey},
+		{Name: "negative", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K",
+			AttemptTimeout: -1, FirstByteTimeout: -1, IdleTimeout: -1, IdempotencyWindow: -1,
+			Capabilities: Capabilities{ContextTokens: -1, DataTags: []string{"eu", " "}}},
+		{Name: "window", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", HonoursIdempotencyKey: true},
+	}}
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	type key struct{ route, field string }
+	got := map[key]bool{}
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) || !errors.Is(e, ErrInvalidConfig) {
+			t.Fatalf("not a FieldError wrapping ErrInvalidConfig: %v", e)
+		}
+		got[key{fe.Route, fe.Field}] = true
+	}
+	want := []key{
+		{"", "name"}, {"dup", "name"}, {"a_b", "name"}, {"kind", "kind"}, {"nokind", "kind"},
+		{"scheme", "base_url"}, {"unparseable", "base_url"}, {"creds", "base_url"}, {"nourl", "base_url"},
+		{"nomodel", "model"}, {"both", "api_key_env"}, {"neither", "api_key_env"}, {"pasted", "api_key_env"},
+		{"negative", "attempt_timeout"}, {"negative", "first_byte_timeout"}, {"negative", "idle_timeout"},
+		{"negative", "idempotency_window"}, {"negative", "capabilities.context_tokens"},
+		{"negative", "capabilities.data_tags[1]"}, {"window", "idempotency_window"},
+	}
+	for _, k := range want {
+		if !got[k] {
+			t.Errorf("missing problem %v", k)
+		}
+		delete(got, k)
+	}
+	for k := range got {
+		t.Errorf("unexpected problem %v", k)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, pastedKey) {
+		t.Fatalf("a validation error repeats a secret: %s", msg)
+	}
+	if !strings.Contains(msg, `route "dup": name: duplicate of routes[1]`) || !strings.Contains(msg, "routes[0]: name: required") {
+		t.Fatalf("messages do not name route and field:\n%s", msg)
+	}
+	if err := (Config{}).Validate(); err == nil || !strings.Contains(err.Error(), "routes: none configured") {
+		t.Fatalf("empty config: %v", err)
+	}
+}
+
+func TestLoadConfigReportsParseProblemsTogether(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: bad
+    kind: openai
+    base_url: https://a.example/v1
+    model: m
+    api_key_env: K
+    attempt_timeout: 60
+    idle_timeout: soon
+    honours_idempotency_key: maybe
+    capabilities:
+      context_tokens: lots
+  - name: ""
+    kind: openai
+`)
+	_, err := LoadConfig(path, noEnv)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`route "bad": attempt_timeout: not a Go duration`,
+		`route "bad": idle_timeout: not a Go duration`,
+		`route "bad": honours_idempotency_key: not true or false`,
+		`route "bad": capabilities.context_tokens: not an integer`,
+		`routes[1]: name: required`,
+		`routes[1]: base_url: required`,
+		`routes[1]: model: required`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	for _, value := range []string{"soon", "maybe", "lots"} {
+		if strings.Contains(err.Error(), value) {
+			t.Errorf("error quotes the value %q", value)
+		}
+	}
+}
+
+func TestLoadConfigRejectsUnknownKeysAndBadFiles(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: typo
+    kind: openai
+    base_url: https://a.example/v1
+    model: m
+    api_key_env: K
+    idle_timout: 5s
+`)
+	if _, err := LoadConfig(path, noEnv); err == nil || !strings.Contains(err.Error(), "idle_timout") {
+		t.Fatalf("a misspelt key passed: %v", err)
+	}
+	if _, err := LoadConfig(filepath.Join(t.TempDir(), "missing.yaml"), noEnv); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+	if _, err := LoadConfig(writeConfig(t, ""), noEnv); err == nil || !strings.Contains(err.Error(), "none configured") {
+		t.Fatalf("empty file: %v", err)
+	}
+	if _, err := LoadConfig(writeConfig(t, "routes: [\n"), noEnv); err == nil {
+		t.Fatal("broken YAML passed")
+	}
+}
+
+func TestRouteAPIKey(t *testing.T) {
+	const key = "sk-CANARY-route-key-7781"
+	t.Setenv("DURALLM_TEST_KEY", "  "+key+"\n")
+	r := Route{Name: "r", APIKeyEnv: "DURALLM_TEST_KEY"}
+	if got, err := r.APIKey(); err != nil || got != key {
+		t.Fatalf("env key = %q, %v", got, err)
+	}
+
+	file := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(file, []byte("\n"+key+"\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = Route{Name: "r", APIKeyFile: file}
+	if got, err := r.APIKey(); err != nil || got != key {
+		t.Fatalf("file key = %q, %v", got, err)
+	}
+
+	if got, err := (Route{Name: "local"}).APIKey(); err != nil || got != "" {
+		t.Fatalf("no key source = %q, %v", got, err)
+	}
+
+	t.Setenv("DURALLM_TEST_EMPTY", " ")
+	failures := []Route{
+		{Name: "unset", APIKeyEnv: "DURALLM_TEST_UNSET_VARIABLE"},
+		{Name: "empty", APIKeyEnv: "DURALLM_TEST_EMPTY"},
+		{Name: "pasted", APIKeyEnv: key},
+		{Name: "nofile", APIKeyFile: filepath.Join(t.TempDir(), "absent")},
+		{Name: "both", APIKeyEnv: "DURALLM_TEST_KEY", APIKeyFile: file},
+	}
+	emptyFile := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(emptyFile, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	failures = append(failures, Route{Name: "emptyfile", APIKeyFile: emptyFile})
+	for _, r := range failures {
+		_, err := r.APIKey()
+		if err == nil {
+			t.Fatalf("%s: no error", r.Name)
+		}
+		if strings.Contains(err.Error(), key) {
+			t.Fatalf("%s: error contains the key: %v", r.Name, err)
+		}
+	}
+	if _, err := (Route{Name: "u", APIKeyEnv: "DURALLM_TEST_UNSET_VARIABLE"}).APIKey(); !errors.Is(err, ErrMissingAPIKey) {
+		t.Fatalf("unset variable: %v", err)
+	}
+}
+
+func TestCapabilitiesSatisfies(t *testing.T) {
+	full := Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true, ContextTokens: 128000, DataTags: []string{"eu", "no-retention"}}
+	cases := []struct {
+		name        string
+		have, need  Capabilities
+		wantMissing []string
+	}{
+		{"nothing needed", Capabilities{}, Capabilities{}, nil},
+		{"all offered", full, Capabilities{Tools: true, Vision: true, ContextTokens: 100000, DataTags: []string{"eu"}}, nil},
+		{"exact context", full, Capabilities{ContextTokens: 128000}, nil},
+		{"unknown context is unbounded", Capabilities{}, Capabilities{ContextTokens: 1 << 30}, nil},
+		{"everything missing, in order", Capabilities{ContextTokens: 8000, DataTags: []string{"eu"}},
+			Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true, ContextTokens: 16000, DataTags: []string{"no-retention", "eu", "us"}},
+			[]string{"tools", "structured_output", "streaming", "vision", "context_tokens", "data_tag:no-retention", "data_tag:us"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, missing := tc.have.Satisfies(tc.need)
+			if ok != (len(tc.wantMissing) == 0) || !reflect.DeepEqual(missing, tc.wantMissing) {
+				t.Fatalf("Satisfies = %v, %q; want %q", ok, missing, tc.wantMissing)
+			}
+		})
+	}
+}
+
+func TestEndpointJoin(t *testing.T) {
+	cases := map[string]string{
+		"https://api.openai.com/v1":              "https://api.openai.com/v1/chat/completions",
+		"https://api.openai.com/v1/":             "https://api.openai.com/v1/chat/completions",
+		"http://127.0.0.1:8000":                  "http://127.0.0.1:8000/chat/completions",
+		"https://gw.example/openai/v1?api-ver=2": "https://gw.example/openai/v1/chat/completions?api-ver=2",
+	}
+	for base, want := range cases {
+		got, err := endpoint(base)
+		if err != nil || got != want {
+			t.Errorf("endpoint(%q) = %q, %v; want %q", base, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "ftp://x/v1", "https://", "https://u:p@x/v1", "://"} {
+		if _, err := endpoint(bad); err == nil {
+			t.Errorf("endpoint(%q) accepted", bad)
+		}
+	}
+}

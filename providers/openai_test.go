@@ -1,0 +1,816 @@
+package providers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite"
+)
+
+// These tests make real attempts through the recovery engine against the
+// testsuite provider over loopback TLS. Timeouts in them are short so the
+// tests are fast; no assertion depends on how long anything took.
+
+// short is the timer value for tests that wait for a timer to fire.
+const short = 100 * time.Millisecond
+
+type harness struct {
+	t   *testing.T
+	p   *testsuite.Provider
+	e   *recovery.Engine
+	mu  sync.Mutex
+	log bytes.Buffer // the engine's attempt events
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	p, err := testsuite.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, p: p}
+	logger := slog.New(slog.NewJSONHandler(lockedWriter{h}, nil))
+	h.e = recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: logger})
+	// An attempt that never reached the engine (refused before sending)
+	// logs through the default logger: capture that too. The tests of this
+	// package do not run in parallel.
+	prev := slog.Default()
+	slog.SetDefault(logger)
+	t.Cleanup(func() {
+		slog.SetDefault(prev)
+		h.e.Close()
+		p.Close()
+	})
+	return h
+}
+
+type lockedWriter struct{ h *harness }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.h.log.Write(b)
+}
+
+func (h *harness) logText() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.log.String()
+}
+
+// route is a loopback route to the provider, without a key source.
+func (h *harness) route() providers.Route {
+	return providers.Route{Name: "testsuite", Kind: providers.KindOpenAI, BaseURL: h.p.URL() + "/v1", Model: "m-test"}
+}
+
+// recSink records what a stream delivered.
+type recSink struct {
+	mu         sync.Mutex
+	deltas     []string
+	incomplete []string
+	onDelta    func()
+}
+
+func (s *recSink) Delta(text string) {
+	s.mu.Lock()
+	s.deltas = append(s.deltas, text)
+	f := s.onDelta
+	s.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+func (s *recSink) Incomplete(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.incomplete = append(s.incomplete, reason)
+}
+
+func (s *recSink) text() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.deltas, "")
+}
+
+// outcome is one attempt as the activity would see it.
+type outcome struct {
+	res providers.Result
+	err error
+	ev  recovery.Evidence
+	c   recovery.Classification
+}
+
+func (h *harness) call(ctx context.Context, route providers.Route, req providers.Request, sink providers.Sink) outcome {
+	h.t.Helper()
+	a := recovery.NewAttempt(recovery.Spec{
+		ActionRef: "act-" + h.t.Name(), Attempt: 1, Route: route.Name,
+		IdempotencyKey: "key-" + h.t.Name(), ManualCommit: req.Stream,
+	})
+	var o outcome
+	o.res, o.err = providers.CallOpenAI(recovery.WithAttempt(ctx, a), h.e, providers.Call{Route: route, Request: req, Sink: sink})
+	o.ev, o.c = a.Finish(o.res.Signal)
+	return o
+}
+
+func (o outcome) want(t *testing.T, class recovery.Class) {
+	t.Helper()
+	if o.c.Class != class {
+		t.Fatalf("classified %s (%s), want %s\nevidence %+v\nsignal %q err %v", o.c.Class, o.c.Reason, class, o.ev, o.res.Signal, o.err)
+	}
+}
+
+func chat(stream bool) providers.Request {
+	return providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hello there")}, Stream: stream}
+}
+
+// capture records the body and headers of the next request and answers it
+// with b.
+func capture(p *testsuite.Provider, b testsuite.Behavior) (get func() testsuite.Request) {
+	var mu sync.Mutex
+	var got testsuite.Request
+	p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
+		mu.Lock()
+		got = r
+		mu.Unlock()
+		return b, true
+	})
+	return func() testsuite.Request {
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+}
+
+func TestAnswerNonStreaming(t *testing.T) {
+	h := newHarness(t)
+	got := capture(h.p, testsuite.Answer("hello world"))
+	req := chat(false)
+	req.Params = map[string]json.RawMessage{"temperature": json.RawMessage(`0.1`)}
+	o := h.call(context.Background(), h.route(), req, nil)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	o.want(t, recovery.Completed)
+	r := o.res.Response
+	if r.Text != "hello world" || r.FinishReason != "stop" || r.ID == "" || r.Model != "durallm-test" || r.Usage.TotalTokens == 0 || r.Raw == nil || r.Partial {
+		t.Fatalf("response %+v", r)
+	}
+	if !o.ev.ContentStarted || o.res.Signal != recovery.SignalNone {
+		t.Fatalf("not committed or signalled: %+v %q", o.ev, o.res.Signal)
+	}
+	sent := got()
+	if sent.Path != "/v1/chat/completions" || sent.Method != http.MethodPost || sent.Model != "m-test" || sent.Stream {
+		t.Fatalf("request %s %s model %q stream %v", sent.Method, sent.Path, sent.Model, sent.Stream)
+	}
+	if sent.Header.Get("Authorization") != "" {
+		t.Fatal("Authorization sent for a route without a key source")
+	}
+	if ct := sent.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(sent.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body["temperature"] != 0.1 || body["stream"] != nil || body["messages"] == nil {
+		t.Fatalf("body %s", sent.Body)
+	}
+	if h.p.ExecutedCount("key-"+t.Name()) != 1 {
+		t.Fatal("not executed exactly once")
+	}
+}
+
+func TestAnswerStreaming(t *testing.T) {
+	h := newHarness(t)
+	got := capture(h.p, testsuite.Answer("the quick brown fox"))
+	sink := &recSink{}
+	o := h.call(context.Background(), h.route(), chat(true), sink)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	o.want(t, recovery.Completed)
+	r := o.res.Response
+	if r.Text != "the quick brown fox" || r.FinishReason != "stop" || r.Usage.TotalTokens == 0 || r.Partial || r.Raw != nil {
+		t.Fatalf("response %+v", r)
+	}
+	if len(sink.deltas) != 4 || sink.text() != r.Text || len(sink.incomplete) != 0 {
+		t.Fatalf("sink got %q, incomplete %q", sink.deltas, sink.incomplete)
+	}
+	if !o.ev.ContentStarted {
+		t.Fatal("the first delta did not commit the attempt")
+	}
+	var body map[string]any
+	if err := json.Unmarshal(got().Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body["stream"] != true || fmt.Sprint(body["stream_options"]) != "map[include_usage:true]" {
+		t.Fatalf("body %s", got().Body)
+	}
+}
+
+func TestAuthorizationFromKeyFile(t *testing.T) {
+	h := newHarness(t)
+	file := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(file, []byte("sk-test-123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := capture(h.p, testsuite.Answer("ok"))
+	route := h.route()
+	route.APIKeyFile = file
+	o := h.call(context.Background(), route, chat(false), nil)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if a := got().Header.Get("Authorization"); a != "Bearer sk-test-123" {
+		t.Fatalf("Authorization %q", a)
+	}
+	if got().IdempotencyKey != "key-"+t.Name() || got().AttemptID == "" {
+		t.Fatal("the engine's idempotency and attempt headers are missing")
+	}
+}
+
+func TestEmptyResponses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    testsuite.Behavior
+	}{
+		{"empty body", testsuite.EmptyBody()},
+		{"no choices", testsuite.NoChoices()},
+		{"empty content", testsuite.Answer("")},
+	} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(t *testing.T) {
+				h := newHarness(t)
+				h.p.Push(tc.b)
+				o := h.call(context.Background(), h.route(), chat(stream), &recSink{})
+				if o.err != nil {
+					t.Fatal(o.err)
+				}
+				if o.res.Signal != recovery.SignalEmptyResponse {
+					t.Fatalf("signal %q", o.res.Signal)
+				}
+				o.want(t, recovery.EmptyResponse)
+				if stream && o.ev.ContentStarted {
+					t.Fatal("a stream with no content committed")
+				}
+			})
+		}
+	}
+}
+
+func TestErrorStatusMapping(t *testing.T) {
+	errBody := func(typ, code, msg string) string {
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"type": typ, "code": code, "message": msg, "param": nil}})
+		return string(b)
+	}
+	cases := []struct {
+		name   string
+		b      testsuite.Behavior
+		signal recovery.Signal
+		class  recovery.Class
+	}{
+		{"model not found", testsuite.Status(404, nil, errBody("invalid_request_error", "model_not_found", "The model does not exist")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
+		{"context length code", testsuite.Status(400, nil, errBody("invalid_request_error", "context_length_exceeded", "too long")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
+		{"context length message", testsuite.Status(400, nil, `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":null}}`), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
+		{"overloaded 529", testsuite.Status(529, nil, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), recovery.SignalOverloaded, recovery.Throttled},
+		{"server_overloaded on a 500", testsuite.Status(500, nil, errBody("server_overloaded", "", "busy")), recovery.SignalOverloaded, recovery.Throttled},
+		{"content filter", testsuite.Status(400, nil, errBody("invalid_request_error", "content_filter", "filtered")), recovery.SignalContentFiltered, recovery.ContentFiltered},
+		{"content policy", testsuite.Status(400, nil, errBody("invalid_request_error", "content_policy_violation", "policy")), recovery.SignalContentFiltered, recovery.ContentFiltered},
+		{"bad key", testsuite.Status(401, nil, errBody("invalid_request_error", "invalid_api_key", "Incorrect API key")), recovery.SignalNone, recovery.Rejected},
+		{"rate limited", testsuite.TooManyRequests(testsuite.RetryAfterSeconds(2)), recovery.SignalNone, recovery.Throttled},
+		{"html 502", testsuite.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
+		{"gateway timeout", testsuite.ServerError(504), recovery.SignalNone, recovery.Ambiguous},
+	}
+	for _, tc := range cases {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(t *testing.T) {
+				h := newHarness(t)
+				h.p.Push(tc.b)
+				sink := &recSink{}
+				o := h.call(context.Background(), h.route(), chat(stream), sink)
+				if o.err != nil {
+					t.Fatalf("an HTTP error status is not a Go error: %v", o.err)
+				}
+				if o.res.Signal != tc.signal {
+					t.Fatalf("signal %q, want %q", o.res.Signal, tc.signal)
+				}
+				o.want(t, tc.class)
+				if len(sink.deltas) != 0 || o.ev.ContentStarted {
+					t.Fatal("an error body reached the sink or committed")
+				}
+			})
+		}
+	}
+}
+
+func TestStallAfterFirstChunkIsPartial(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.StreamStall(1))
+	route := h.route()
+	route.IdleTimeout = short
+	sink := &recSink{}
+	o := h.call(context.Background(), route, chat(true), sink)
+	if o.err != nil {
+		t.Fatalf("a committed stream that stalls is a partial result, not an error: %v", o.err)
+	}
+	r := o.res.Response
+	if !r.Partial || r.Incomplete != providers.IncompleteIdleTimeout || r.Text != "chunk1" {
+		t.Fatalf("response %+v", r)
+	}
+	if sink.text() != "chunk1" || len(sink.incomplete) != 1 || sink.incomplete[0] != "idle_timeout" {
+		t.Fatalf("sink %q incomplete %q", sink.deltas, sink.incomplete)
+	}
+	o.want(t, recovery.CommittedPartial)
+	if !o.ev.TimedOut || !o.ev.ContentStarted {
+		t.Fatalf("evidence %+v", o.ev)
+	}
+}
+
+func TestCutAfterContentIsPartial(t *testing.T) {
+	for _, tc := range []struct {
+		how    testsuite.CutMode
+		reason string
+	}{
+		{testsuite.CutReset, providers.IncompleteReset},
+		{testsuite.CutClose, providers.IncompleteConnectionClosed},
+	} {
+		t.Run(tc.how.String(), func(t *testing.T) {
+			h := newHarness(t)
+			h.p.Push(testsuite.StreamCut(2, tc.how))
+			sink := &recSink{}
+			o := h.call(context.Background(), h.route(), chat(true), sink)
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			r := o.res.Response
+			if !r.Partial || r.Incomplete != tc.reason || r.Text != "chunk1 chunk2" || sink.text() != r.Text {
+				t.Fatalf("response %+v, sink %q", r, sink.deltas)
+			}
+			if len(sink.incomplete) != 1 || sink.incomplete[0] != tc.reason {
+				t.Fatalf("sink incomplete %q", sink.incomplete)
+			}
+			o.want(t, recovery.CommittedPartial)
+		})
+	}
+}
+
+func TestFirstByteTimeoutBeforeContent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    testsuite.Behavior
+	}{
+		{"no response at all", testsuite.Hold()},
+		{"headers but no body", testsuite.StreamStall(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.p.Push(tc.b)
+			route := h.route()
+			route.FirstByteTimeout = short
+			sink := &recSink{}
+			o := h.call(context.Background(), route, chat(true), sink)
+			if !errors.Is(o.err, providers.ErrFirstByteTimeout) {
+				t.Fatalf("err = %v, want ErrFirstByteTimeout", o.err)
+			}
+			var ae *recovery.AttemptError
+			if tc.name == "no response at all" && !errors.As(o.err, &ae) {
+				t.Fatalf("the engine's AttemptError is not reachable through %v", o.err)
+			}
+			o.want(t, recovery.Ambiguous)
+			if !o.ev.TimedOut || o.ev.ContentStarted || o.res.Response.Partial || len(sink.incomplete) != 0 {
+				t.Fatalf("evidence %+v result %+v", o.ev, o.res)
+			}
+		})
+	}
+}
+
+func TestAttemptTimeoutNonStreaming(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.Hold())
+	route := h.route()
+	route.AttemptTimeout = short
+	o := h.call(context.Background(), route, chat(false), nil)
+	if !errors.Is(o.err, providers.ErrAttemptTimeout) {
+		t.Fatalf("err = %v", o.err)
+	}
+	o.want(t, recovery.Ambiguous)
+	if !o.ev.TimedOut {
+		t.Fatalf("evidence %+v", o.ev)
+	}
+}
+
+func TestResetBeforeContentIsAnError(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.StreamCut(0, testsuite.CutReset))
+	o := h.call(context.Background(), h.route(), chat(true), &recSink{})
+	if o.err == nil || o.res.Response.Partial {
+		t.Fatalf("err %v result %+v", o.err, o.res)
+	}
+	o.want(t, recovery.Ambiguous)
+}
+
+func sse(events ...string) string {
+	var b strings.Builder
+	for _, e := range events {
+		b.WriteString(e)
+		b.WriteString("\n\n")
+	}
+	return b.String()
+}
+
+var sseHeader = http.Header{"Content-Type": {"text/event-stream"}}
+
+const (
+	roleChunk  = `data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`
+	helloChunk = `data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"hello"}}]}`
+)
+
+func TestKeepAlivesAndRoleChunksDoNotCommit(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.Status(200, sseHeader, sse(": keep-alive", ": keep-alive", roleChunk, "data: [DONE]")))
+	sink := &recSink{}
+	o := h.call(context.Background(), h.route(), chat(true), sink)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.ev.ContentStarted || len(sink.deltas) != 0 {
+		t.Fatalf("keep-alives or a role-only chunk committed: %+v", o.ev)
+	}
+	o.want(t, recovery.EmptyResponse)
+}
+
+func TestTruncatedStream(t *testing.T) {
+	// Content, then a clean end of the body with neither [DONE] nor a
+	// finish_reason. The recovery engine saw a clean END_STREAM, so its
+	// classification is up to the caller (Response.Partial says it).
+	h := newHarness(t)
+	h.p.Push(testsuite.Status(200, sseHeader, sse(roleChunk, helloChunk)))
+	sink := &recSink{}
+	o := h.call(context.Background(), h.route(), chat(true), sink)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	r := o.res.Response
+	if !r.Partial || r.Incomplete != providers.IncompleteTruncated || r.Text != "hello" {
+		t.Fatalf("response %+v", r)
+	}
+	if len(sink.incomplete) != 1 || sink.incomplete[0] != providers.IncompleteTruncated || !o.ev.ContentStarted {
+		t.Fatalf("sink incomplete %q evidence %+v", sink.incomplete, o.ev)
+	}
+}
+
+func TestStreamCompleteWithFinishReasonWithoutDone(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.Status(200, sseHeader, sse(helloChunk, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`)))
+	o := h.call(context.Background(), h.route(), chat(true), &recSink{})
+	if o.err != nil || o.res.Response.Partial || o.res.Response.FinishReason != "length" {
+		t.Fatalf("err %v response %+v", o.err, o.res.Response)
+	}
+	o.want(t, recovery.Completed)
+}
+
+func TestStreamErrorEvents(t *testing.T) {
+	t.Run("before content", func(t *testing.T) {
+		h := newHarness(t)
+		h.p.Push(testsuite.Status(200, sseHeader, sse(roleChunk, `data: {"error":{"type":"overloaded_error","message":"busy"}}`)))
+		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
+		if o.err != nil || o.res.Signal != recovery.SignalOverloaded {
+			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
+		}
+		o.want(t, recovery.Throttled)
+	})
+	t.Run("after content", func(t *testing.T) {
+		h := newHarness(t)
+		h.p.Push(testsuite.Status(200, sseHeader, sse(helloChunk, `event: error`+"\n"+`data: {"type":"server_error","message":"boom"}`, helloChunk)))
+		sink := &recSink{}
+		o := h.call(context.Background(), h.route(), chat(true), sink)
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		r := o.res.Response
+		if !r.Partial || r.Incomplete != providers.IncompleteProviderError || r.Text != "hello" || r.Error == nil || r.Error.Type != "server_error" {
+			t.Fatalf("response %+v", r)
+		}
+		o.want(t, recovery.CommittedPartial)
+	})
+}
+
+func TestMalformedStreams(t *testing.T) {
+	t.Run("malformed before content", func(t *testing.T) {
+		h := newHarness(t)
+		h.p.Push(testsuite.Status(200, sseHeader, sse(roleChunk, "data: {not json")))
+		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
+		if !errors.Is(o.err, providers.ErrMalformedStream) || o.res.Signal != recovery.SignalEmptyResponse {
+			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
+		}
+		o.want(t, recovery.EmptyResponse)
+	})
+	t.Run("malformed after content", func(t *testing.T) {
+		h := newHarness(t)
+		h.p.Push(testsuite.Status(200, sseHeader, sse(helloChunk, "data: {not json", helloChunk)))
+		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
+		if o.err != nil || !o.res.Response.Partial || o.res.Response.Incomplete != providers.IncompleteMalformed {
+			t.Fatalf("err %v response %+v", o.err, o.res.Response)
+		}
+		o.want(t, recovery.CommittedPartial)
+	})
+	t.Run("endless line before content", func(t *testing.T) {
+		h := newHarness(t)
+		h.p.Push(testsuite.Status(200, sseHeader, "data: "+strings.Repeat("x", providers.MaxSSELineBytes+1024)))
+		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
+		if !errors.Is(o.err, providers.ErrLineTooLong) || o.res.Signal != recovery.SignalEmptyResponse {
+			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
+		}
+		o.want(t, recovery.EmptyResponse)
+	})
+	t.Run("non-JSON 200", func(t *testing.T) {
+		h := newHarness(t)
+		h.p.Push(testsuite.Status(200, http.Header{"Content-Type": {"text/html"}}, "<html>maintenance</html>"))
+		o := h.call(context.Background(), h.route(), chat(false), nil)
+		if !errors.Is(o.err, providers.ErrMalformedResponse) || o.res.Signal != recovery.SignalEmptyResponse {
+			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
+		}
+		o.want(t, recovery.EmptyResponse)
+	})
+}
+
+func TestProviderIgnoringStreamFlag(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.Status(200, nil, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"whole answer"},"finish_reason":"stop"}]}`))
+	sink := &recSink{}
+	o := h.call(context.Background(), h.route(), chat(true), sink)
+	if o.err != nil || o.res.Response.Text != "whole answer" || sink.text() != "whole answer" {
+		t.Fatalf("err %v response %+v sink %q", o.err, o.res.Response, sink.deltas)
+	}
+	o.want(t, recovery.Completed)
+}
+
+func TestCallerCancelAfterCommit(t *testing.T) {
+	stop := errors.New("activity canceled by the workflow")
+	for _, tc := range []struct {
+		name  string
+		cause error // nil: a plain cancel
+	}{{"plain", nil}, {"with a cause", stop}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.p.Push(testsuite.StreamStall(1))
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			sink := &recSink{onDelta: func() { cancel(tc.cause) }}
+			o := h.call(ctx, h.route(), chat(true), sink)
+			want := tc.cause
+			if want == nil {
+				want = context.Canceled
+			}
+			if !errors.Is(o.err, want) {
+				t.Fatalf("err = %v, want %v", o.err, want)
+			}
+			r := o.res.Response
+			if !r.Partial || r.Incomplete != providers.IncompleteCanceled || r.Text != "chunk1" {
+				t.Fatalf("response %+v", r)
+			}
+			if len(sink.incomplete) != 1 || sink.incomplete[0] != providers.IncompleteCanceled {
+				t.Fatalf("sink incomplete %q", sink.incomplete)
+			}
+			o.want(t, recovery.Canceled)
+		})
+	}
+}
+
+func TestCallerCancelBeforeContent(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.Hold())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for h.p.ExecutedCount("key-"+t.Name()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	o := h.call(ctx, h.route(), chat(true), &recSink{})
+	if !errors.Is(o.err, context.Canceled) || o.res.Response.Partial {
+		t.Fatalf("err %v result %+v", o.err, o.res)
+	}
+	o.want(t, recovery.Canceled)
+}
+
+// A plain RoundTripper and no attempt in the context: the adapter works
+// (commit is skipped) and sends exactly one request with a rewindable body.
+func TestPlainRoundTripperWithoutAttempt(t *testing.T) {
+	var sent *http.Request
+	var body []byte
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if sent != nil {
+			t.Fatal("sent twice")
+		}
+		sent = r
+		body, _ = io.ReadAll(r.Body)
+		return &http.Response{StatusCode: 200, Header: sseHeader,
+			Body: io.NopCloser(strings.NewReader(sse(roleChunk, helloChunk, "data: [DONE]")))}, nil
+	})
+	route := providers.Route{Name: "plain", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1/", Model: "m"}
+	sink := &recSink{}
+	res, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(true), Sink: sink})
+	if err != nil || res.Response.Text != "hello" || sink.text() != "hello" {
+		t.Fatalf("err %v result %+v", err, res)
+	}
+	if sent.URL.String() != "http://127.0.0.1:1/v1/chat/completions" || sent.GetBody == nil || sent.Header.Get("Accept") != "text/event-stream" {
+		t.Fatalf("request %s %v", sent.URL, sent.Header)
+	}
+	if !json.Valid(body) {
+		t.Fatalf("body %s", body)
+	}
+	if _, err := providers.CallOpenAI(context.Background(), nil, providers.Call{Route: route, Request: chat(false)}); !errors.Is(err, providers.ErrNoTransport) {
+		t.Fatalf("nil transport: %v", err)
+	}
+	if _, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route}); !errors.Is(err, providers.ErrInvalidRequest) {
+		t.Fatalf("invalid request: %v", err)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// No prompt, output or key reaches an error string (CONTRACT.md section
+// 7), nor the engine's attempt events, whatever way the attempt fails.
+func TestNoContentOrKeyInErrors(t *testing.T) {
+	const (
+		promptCanary = "CANARY-PROMPT-4e1b9c"
+		outputCanary = "CANARY-OUTPUT-77a0d2"
+		keyCanary    = "sk-CANARY-KEY-c0ffee"
+	)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(keyCanary), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t)
+	withKey := h.route()
+	withKey.APIKeyFile = keyFile
+	req := func(stream bool) providers.Request {
+		return providers.Request{Messages: []providers.Message{
+			providers.TextMessage("system", "secret system "+promptCanary),
+			providers.TextMessage("user", promptCanary),
+		}, Stream: stream}
+	}
+	echo := `{"error":{"message":"Invalid prompt: ` + promptCanary + ` ... ` + keyCanary + `","type":"invalid_request_error","code":"` + outputCanary + `"}}`
+
+	got := capture(h.p, testsuite.Answer(outputCanary+" and more"))
+	if o := h.call(context.Background(), withKey, req(true), &recSink{}); o.err != nil || !strings.Contains(o.res.Response.Text, outputCanary) {
+		t.Fatalf("the canaries must actually flow: %v %+v", o.err, o.res.Response)
+	}
+	if a := got().Header.Get("Authorization"); a != "Bearer "+keyCanary {
+		t.Fatalf("key not sent: %q", a)
+	}
+	h.p.Script(nil)
+
+	type scenario struct {
+		name  string
+		b     *testsuite.Behavior // nil: the request never reaches the provider
+		route func(*providers.Route)
+		req   providers.Request
+		noErr bool // the scenario ends without a Go error; its result is checked instead
+	}
+	scenarios := []scenario{
+		{name: "first-byte timeout", b: ptr(testsuite.Hold()), route: func(r *providers.Route) { r.FirstByteTimeout = short }, req: req(true)},
+		{name: "attempt timeout", b: ptr(testsuite.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(false)},
+		{name: "reset before headers", b: ptr(testsuite.ResetStream(http2.ErrCodeInternal)), req: req(false)},
+		{name: "connection closed", b: ptr(testsuite.CloseAfterRead()), req: req(true)},
+		{name: "malformed body", b: ptr(testsuite.Status(200, nil, `{"choices":[{"message":{"content":"`+outputCanary)), req: req(false)},
+		{name: "malformed stream", b: ptr(testsuite.Status(200, sseHeader, sse(roleChunk, "data: {"+outputCanary))), req: req(true)},
+		{name: "endless line", b: ptr(testsuite.Status(200, sseHeader, "data: "+strings.Repeat(outputCanary, providers.MaxSSELineBytes/len(outputCanary)+10))), req: req(true)},
+		{name: "error body echoing the prompt", b: ptr(testsuite.Status(400, nil, echo)), req: req(false), noErr: true},
+		{name: "error event echoing the prompt", b: ptr(testsuite.Status(200, sseHeader, sse(`data: `+echo))), req: req(true), noErr: true},
+		{name: "attempt timeout while streaming", b: ptr(testsuite.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(true)},
+		{name: "invalid request", req: providers.Request{Messages: []providers.Message{{Role: "", Content: json.RawMessage(promptCanary)}}}},
+		{name: "key env holds a pasted key", route: func(r *providers.Route) { r.APIKeyFile, r.APIKeyEnv = "", keyCanary }, req: req(false)},
+		{name: "unreachable", route: func(r *providers.Route) { r.BaseURL = "https://" + closedAddr(t) + "/v1" }, req: req(false)},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			if sc.b != nil {
+				h.p.Push(*sc.b)
+			}
+			route := withKey
+			if sc.route != nil {
+				sc.route(&route)
+			}
+			o := h.call(context.Background(), route, sc.req, &recSink{})
+			if sc.noErr {
+				if o.err != nil {
+					t.Fatalf("unexpected error %v", o.err)
+				}
+				return
+			}
+			if o.err == nil {
+				t.Fatalf("no error (result %+v)", o.res)
+			}
+			for _, c := range []string{promptCanary, outputCanary, keyCanary} {
+				if strings.Contains(o.err.Error(), c) {
+					t.Fatalf("error contains %s: %v", c, o.err)
+				}
+			}
+		})
+	}
+	for _, c := range []string{promptCanary, outputCanary, keyCanary} {
+		if strings.Contains(h.logText(), c) {
+			t.Fatalf("the attempt log contains %s", c)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// pipeTransport answers every request with 200 text/event-stream and a body
+// the test writes through w.
+func pipeTransport() (http.RoundTripper, *io.PipeWriter) {
+	pr, pw := io.Pipe()
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		go func() {
+			// The request context ending must end the body, as a real
+			// transport's does.
+			<-r.Context().Done()
+			pr.CloseWithError(context.Cause(r.Context()))
+		}()
+		return &http.Response{StatusCode: 200, Header: sseHeader, Body: pr}, nil
+	}), pw
+}
+
+// The wait for the first byte does not count toward the idle timeout, and
+// keep-alive comments restart the idle timer. The margins are wide (each
+// gap is a small fraction of the timer it must not trip), and nothing is
+// asserted about durations.
+func TestTimersFirstByteAndKeepAlives(t *testing.T) {
+	rt, w := pipeTransport()
+	route := providers.Route{Name: "pipe", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "m",
+		FirstByteTimeout: 5 * time.Second, IdleTimeout: 300 * time.Millisecond}
+	go func() {
+		time.Sleep(400 * time.Millisecond) // longer than idle, shorter than first-byte
+		for range 25 {                     // 500ms of keep-alives: longer than idle in total
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, sse(helloChunk, "data: [DONE]"))
+		_ = w.Close()
+	}()
+	sink := &recSink{}
+	res, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(true), Sink: sink})
+	if err != nil || res.Response.Text != "hello" || res.Response.Partial {
+		t.Fatalf("err %v result %+v", err, res)
+	}
+}
+
+// The idle timer fires on silence after keep-alives: keep-alives are bytes,
+// not content, so the stream ends before commit with an error.
+func TestIdleTimeoutBeforeContentIsAnError(t *testing.T) {
+	rt, w := pipeTransport()
+	route := providers.Route{Name: "pipe", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "m", IdleTimeout: short}
+	go func() { _, _ = io.WriteString(w, ": keep-alive\n\n"+roleChunk+"\n\n") }()
+	res, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(true), Sink: &recSink{}})
+	if !errors.Is(err, providers.ErrIdleTimeout) || res.Response.Partial {
+		t.Fatalf("err %v result %+v", err, res)
+	}
+}
+
+func TestWrongKindIsRefusedBeforeSending(t *testing.T) {
+	rt := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		t.Fatal("sent")
+		return nil, nil
+	})
+	route := providers.Route{Name: "a", Kind: "anthropic", BaseURL: "https://x.example/v1", Model: "m"}
+	if _, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(false)}); !errors.Is(err, providers.ErrWrongKind) {
+		t.Fatalf("err %v", err)
+	}
+}

@@ -1,0 +1,374 @@
+package providers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/durallm/durallm/recovery"
+)
+
+// ErrMalformedResponse is returned for a 2xx body that is not JSON at all.
+// It never quotes the body.
+var ErrMalformedResponse = errors.New("providers: response body is not JSON")
+
+// ErrMalformedStream is returned when an SSE event's data is not JSON.
+var ErrMalformedStream = errors.New("providers: stream event is not JSON")
+
+// ErrResponseTooLarge is returned when a body, or the answer accumulated
+// from a stream, passes MaxResponseBytes.
+var ErrResponseTooLarge = errors.New("providers: response too large")
+
+// The wire shapes, every member kept raw: drifted types (a number sent as
+// a string, null where an array belongs) then never fail the decode, and
+// each member is read by the lenient helpers below.
+type wireBody struct {
+	ID      json.RawMessage `json:"id"`
+	Model   json.RawMessage `json:"model"`
+	Status  json.RawMessage `json:"status"`
+	Choices json.RawMessage `json:"choices"`
+	Usage   json.RawMessage `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type wireChoice struct {
+	Index        json.RawMessage `json:"index"`
+	Message      json.RawMessage `json:"message"`
+	Delta        json.RawMessage `json:"delta"`
+	Text         json.RawMessage `json:"text"` // legacy completions
+	FinishReason json.RawMessage `json:"finish_reason"`
+}
+
+type wireMessage struct {
+	Content      json.RawMessage `json:"content"`
+	Refusal      json.RawMessage `json:"refusal"`
+	ToolCalls    json.RawMessage `json:"tool_calls"`
+	FunctionCall json.RawMessage `json:"function_call"`
+}
+
+type wireToolCall struct {
+	Index    json.RawMessage `json:"index"`
+	ID       json.RawMessage `json:"id"`
+	Type     json.RawMessage `json:"type"`
+	Function json.RawMessage `json:"function"`
+}
+
+type wireFunction struct {
+	Name      json.RawMessage `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+type wireUsage struct {
+	PromptTokens     json.RawMessage `json:"prompt_tokens"`
+	CompletionTokens json.RawMessage `json:"completion_tokens"`
+	TotalTokens      json.RawMessage `json:"total_tokens"`
+	InputTokens      json.RawMessage `json:"input_tokens"`
+	OutputTokens     json.RawMessage `json:"output_tokens"`
+}
+
+type wireError struct {
+	Type    json.RawMessage `json:"type"`
+	Code    json.RawMessage `json:"code"`
+	Param   json.RawMessage `json:"param"`
+	Message json.RawMessage `json:"message"`
+}
+
+// isNull reports an absent or null member.
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}
+
+// obj decodes raw into v when raw is a JSON object, reporting whether it
+// was. With every member of v raw, the decode cannot fail on types.
+func obj(raw json.RawMessage, v any) bool {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] != '{' {
+		return false
+	}
+	return json.Unmarshal(t, v) == nil
+}
+
+// arr returns raw's elements when raw is a JSON array, else nil.
+func arr(raw json.RawMessage) []json.RawMessage {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] != '[' {
+		return nil
+	}
+	var out []json.RawMessage
+	if json.Unmarshal(t, &out) != nil {
+		return nil
+	}
+	return out
+}
+
+// str reads a string member; a number or boolean is read as its literal
+// text (a numeric error code, say); anything else is "".
+func str(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return ""
+	}
+	switch t[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(t, &s) == nil {
+			return s
+		}
+		return ""
+	case '{', '[', 'n':
+		return ""
+	default:
+		return string(t)
+	}
+}
+
+// num reads an integer member sent as a number (integral or not) or as a
+// string holding one, reporting whether there was one.
+func num(raw json.RawMessage) (int, bool) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return 0, false
+	}
+	s := string(t)
+	if t[0] == '"' {
+		s = strings.TrimSpace(str(t))
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.Abs(f) > 1e15 {
+		return 0, false
+	}
+	return int(f), true
+}
+
+// contentText reads message content: a string, or an array of parts whose
+// text parts are joined (string parts, or objects with a string "text").
+func contentText(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return ""
+	}
+	if t[0] != '[' {
+		return str(t)
+	}
+	var b strings.Builder
+	for _, part := range arr(t) {
+		p := bytes.TrimSpace(part)
+		if len(p) > 0 && p[0] == '"' {
+			b.WriteString(str(p))
+			continue
+		}
+		var tp struct {
+			Text json.RawMessage `json:"text"`
+		}
+		if obj(p, &tp) {
+			b.WriteString(str(tp.Text))
+		}
+	}
+	return b.String()
+}
+
+func parseUsage(raw json.RawMessage) Usage {
+	var w wireUsage
+	if !obj(raw, &w) {
+		return Usage{}
+	}
+	var u Usage
+	var ok bool
+	if u.PromptTokens, ok = num(w.PromptTokens); !ok {
+		u.PromptTokens, _ = num(w.InputTokens)
+	}
+	if u.CompletionTokens, ok = num(w.CompletionTokens); !ok {
+		u.CompletionTokens, _ = num(w.OutputTokens)
+	}
+	if u.TotalTokens, ok = num(w.TotalTokens); !ok {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	return u
+}
+
+// parseAPIError reads an error member: an object, or a bare string taken
+// as the message. Nil when absent or null.
+func parseAPIError(raw json.RawMessage) *APIError {
+	if isNull(raw) {
+		return nil
+	}
+	var w wireError
+	if obj(raw, &w) {
+		return &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
+	}
+	if s := str(raw); s != "" {
+		return &APIError{Message: s}
+	}
+	return &APIError{}
+}
+
+// errorSignal maps a provider error object to the signal the classifier
+// needs. Codes and types are compared case-insensitively; either member
+// may carry any of the values, since providers disagree on which to use.
+func errorSignal(e *APIError) recovery.Signal {
+	if e == nil {
+		return recovery.SignalNone
+	}
+	code, typ := strings.ToLower(e.Code), strings.ToLower(e.Type)
+	is := func(vals ...string) bool {
+		for _, v := range vals {
+			if code == v || typ == v {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case is("model_not_found"):
+		return recovery.SignalModelNotFound
+	case is("context_length_exceeded"), strings.Contains(strings.ToLower(e.Message), "maximum context length"):
+		return recovery.SignalContextTooLong
+	case is("overloaded_error", "server_overloaded"):
+		return recovery.SignalOverloaded
+	case is("content_filter", "content_policy_violation"):
+		return recovery.SignalContentFiltered
+	default:
+		return recovery.SignalNone
+	}
+}
+
+// syntaxOffset says where a body stops being JSON, without quoting it.
+func syntaxOffset(data []byte) error {
+	var v json.RawMessage
+	err := json.Unmarshal(data, &v)
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w (syntax error at byte %d of %d)", ErrMalformedResponse, se.Offset, len(data))
+	}
+	return fmt.Errorf("%w (%d bytes)", ErrMalformedResponse, len(data))
+}
+
+// parseCompletion reads a 2xx non-streaming body generously. Only a body
+// that is not JSON at all is an error; it still yields
+// SignalEmptyResponse, since an executed request produced nothing usable.
+func parseCompletion(data []byte) (Response, recovery.Signal, error) {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
+		return Response{}, recovery.SignalEmptyResponse, nil
+	}
+	if !json.Valid(t) {
+		return Response{}, recovery.SignalEmptyResponse, syntaxOffset(t)
+	}
+	r := Response{Raw: json.RawMessage(t)}
+	var b wireBody
+	if !obj(t, &b) {
+		return r, recovery.SignalEmptyResponse, nil
+	}
+	r.ID, r.Model, r.Status = str(b.ID), str(b.Model), str(b.Status)
+	r.Usage = parseUsage(b.Usage)
+	r.Error = parseAPIError(b.Error)
+	if ch, ok := firstChoice(b.Choices); ok {
+		r.FinishReason = str(ch.FinishReason)
+		var m wireMessage
+		if !obj(ch.Message, &m) {
+			obj(ch.Delta, &m) // a proxy that re-wrapped a stream
+		}
+		r.Text = contentText(m.Content)
+		if r.Text == "" {
+			r.Text = str(ch.Text)
+		}
+		r.Refusal = str(m.Refusal)
+		r.ToolCalls = toolCallsOf(m.ToolCalls, m.FunctionCall)
+	}
+	return r, completionSignal(r), nil
+}
+
+// completionSignal says whether a parsed 2xx response is usable.
+func completionSignal(r Response) recovery.Signal {
+	switch {
+	case r.Text != "" || r.Refusal != "" || r.ToolCalls != nil:
+		return recovery.SignalNone
+	case r.Status == "in_progress" || r.Status == "queued":
+		// A background (Responses-style) result: the answer comes later.
+		return recovery.SignalNone
+	case r.Error != nil:
+		if s := errorSignal(r.Error); s != recovery.SignalNone {
+			return s
+		}
+		return recovery.SignalEmptyResponse
+	case r.FinishReason == "content_filter":
+		// Nothing came back because the filter took it: falling back to
+		// another route would only route around the filter.
+		return recovery.SignalContentFiltered
+	default:
+		return recovery.SignalEmptyResponse
+	}
+}
+
+// firstChoice returns the choice with index 0, or the first one.
+func firstChoice(raw json.RawMessage) (wireChoice, bool) {
+	choices := arr(raw)
+	var first wireChoice
+	found := false
+	for _, c := range choices {
+		var ch wireChoice
+		if !obj(c, &ch) {
+			continue
+		}
+		if i, ok := num(ch.Index); !ok || i == 0 {
+			return ch, true
+		}
+		if !found {
+			first, found = ch, true
+		}
+	}
+	return first, found
+}
+
+// toolCallsOf returns a message's tool calls verbatim, nil when none; a
+// legacy function_call is wrapped as a one-element tool-call list.
+func toolCallsOf(calls, fn json.RawMessage) json.RawMessage {
+	if t := bytes.TrimSpace(calls); len(arr(t)) > 0 {
+		return json.RawMessage(t)
+	}
+	if t := bytes.TrimSpace(fn); len(t) > 0 && t[0] == '{' {
+		out, err := json.Marshal([]struct {
+			Type     string          `json:"type"`
+			Function json.RawMessage `json:"function"`
+		}{{Type: "function", Function: t}})
+		if err == nil {
+			return out
+		}
+	}
+	return nil
+}
+
+// parseErrorBody reads the body of an HTTP error status: the error object
+// ({"error": {...}}, {"error": "..."}, a top-level error object, or the
+// first element of an array of those) and the signal it maps to. A body
+// that is not JSON maps to no signal; it is never an error.
+func parseErrorBody(data []byte) (Response, recovery.Signal) {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 || !json.Valid(t) {
+		return Response{}, recovery.SignalNone
+	}
+	r := Response{Raw: json.RawMessage(t)}
+	v := json.RawMessage(t)
+	if t[0] == '[' {
+		if els := arr(t); len(els) > 0 {
+			v = els[0]
+		}
+	}
+	var b wireBody
+	if obj(v, &b) {
+		r.ID, r.Model = str(b.ID), str(b.Model)
+		r.Error = parseAPIError(b.Error)
+	}
+	if r.Error == nil {
+		var w wireError
+		if obj(v, &w) && (str(w.Code) != "" || str(w.Type) != "") {
+			r.Error = &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
+		}
+	}
+	return r, errorSignal(r.Error)
+}

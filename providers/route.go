@@ -1,0 +1,245 @@
+package providers
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Capabilities is what a route offers, or what an action needs of every
+// route it uses (CONTRACT.md section 4, fallback). The zero value offers,
+// or needs, nothing.
+type Capabilities struct {
+	// Tools: function/tool calling.
+	Tools bool `json:"tools,omitempty"`
+	// StructuredOutput: response_format with a JSON schema.
+	StructuredOutput bool `json:"structured_output,omitempty"`
+	// Streaming: server-sent-event streams.
+	Streaming bool `json:"streaming,omitempty"`
+	// Vision: image content parts.
+	Vision bool `json:"vision,omitempty"`
+	// ContextTokens is the context window. For a route, 0 means unknown
+	// or unbounded (never a reason to skip it); for a need, 0 means no
+	// requirement.
+	ContextTokens int `json:"context_tokens,omitempty"`
+	// DataTags are data-handling promises such as "eu" or "no-retention".
+	// A need lists tags every route must carry. Compared exactly.
+	DataTags []string `json:"data_tags,omitempty"`
+}
+
+// Satisfies reports whether have offers everything need asks for, and
+// names each gap, in a fixed order: "tools", "structured_output",
+// "streaming", "vision", "context_tokens", then "data_tag:<tag>" per
+// missing tag in need's order. It is deterministic, so workflow code may
+// call it.
+func (have Capabilities) Satisfies(need Capabilities) (ok bool, missing []string) {
+	if need.Tools && !have.Tools {
+		missing = append(missing, "tools")
+	}
+	if need.StructuredOutput && !have.StructuredOutput {
+		missing = append(missing, "structured_output")
+	}
+	if need.Streaming && !have.Streaming {
+		missing = append(missing, "streaming")
+	}
+	if need.Vision && !have.Vision {
+		missing = append(missing, "vision")
+	}
+	if need.ContextTokens > 0 && have.ContextTokens > 0 && need.ContextTokens > have.ContextTokens {
+		missing = append(missing, "context_tokens")
+	}
+	for _, tag := range need.DataTags {
+		found := false
+		for _, t := range have.DataTags {
+			if t == tag {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, "data_tag:"+tag)
+		}
+	}
+	return len(missing) == 0, missing
+}
+
+// Route kinds.
+const (
+	// KindOpenAI is an OpenAI-compatible chat-completions API, called with
+	// CallOpenAI.
+	KindOpenAI = "openai"
+)
+
+// Timeout defaults, applied to a zero Route field by LoadConfig and by
+// CallOpenAI.
+const (
+	DefaultAttemptTimeout   = 60 * time.Second
+	DefaultFirstByteTimeout = 20 * time.Second
+	DefaultIdleTimeout      = 30 * time.Second
+)
+
+// Route is one configured way to reach a model: an endpoint, a model name,
+// where its key lives, what it can do and how long to wait for it. Routes
+// live in worker configuration; workflows name them and never see a URL or
+// a key.
+type Route struct {
+	// Name identifies the route in workflow input, history and logs.
+	// Required, unique.
+	Name string
+	// Kind is the API dialect: KindOpenAI, the only one so far. Required.
+	Kind string
+	// BaseURL is the API root, such as "https://api.openai.com/v1"; the
+	// adapter appends "/chat/completions". http or https. Required.
+	BaseURL string
+	// Model is sent as the request's "model". Required.
+	Model string
+	// APIKeyEnv names the environment variable holding the key.
+	APIKeyEnv string
+	// APIKeyFile is a file holding the key (surrounding whitespace is
+	// trimmed). Exactly one of APIKeyEnv and APIKeyFile is required, unless
+	// BaseURL's host is loopback, where neither is allowed (no
+	// Authorization header is then sent).
+	APIKeyFile string
+	// Capabilities are what the route offers.
+	Capabilities Capabilities
+	// AttemptTimeout bounds one attempt, from send to the end of the body.
+	// Zero means DefaultAttemptTimeout (60s).
+	AttemptTimeout time.Duration
+	// FirstByteTimeout bounds a stream's wait from the send until the
+	// first body byte. Zero means DefaultFirstByteTimeout (20s). Not
+	// applied to non-streaming requests, whose first byte arrives only
+	// after the whole answer is generated.
+	FirstByteTimeout time.Duration
+	// IdleTimeout bounds a stream's silence after its first byte: every
+	// byte, keep-alive comments included, restarts it. Zero means
+	// DefaultIdleTimeout (30s). Not applied to non-streaming requests.
+	IdleTimeout time.Duration
+	// HonoursIdempotencyKey declares that the provider deduplicates
+	// requests carrying the same Idempotency-Key within IdempotencyWindow,
+	// which lets the workflow replay an ambiguous attempt on this route.
+	// Default false.
+	HonoursIdempotencyKey bool
+	// IdempotencyWindow is how long the provider remembers a key. Must be
+	// positive when HonoursIdempotencyKey is set.
+	IdempotencyWindow time.Duration
+	// InsecureSkipVerify turns TLS certificate verification off for this
+	// route. Explicit and off by default; the caller logs a warning when
+	// it builds the transport.
+	InsecureSkipVerify bool
+}
+
+// WithDefaults returns r with each zero timeout replaced by its default.
+func (r Route) WithDefaults() Route {
+	if r.AttemptTimeout == 0 {
+		r.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if r.FirstByteTimeout == 0 {
+		r.FirstByteTimeout = DefaultFirstByteTimeout
+	}
+	if r.IdleTimeout == 0 {
+		r.IdleTimeout = DefaultIdleTimeout
+	}
+	return r
+}
+
+// ErrMissingAPIKey is wrapped by Route.APIKey when a key source is
+// configured but yields no key.
+var ErrMissingAPIKey = errors.New("providers: API key missing")
+
+// HasKeySource reports whether the route names a place to read a key from.
+func (r Route) HasKeySource() bool { return r.APIKeyEnv != "" || r.APIKeyFile != "" }
+
+// APIKey reads the route's key now, from APIKeyEnv or APIKeyFile (trimmed),
+// so a rotated key is picked up without a restart. A route with no key
+// source returns "", nil. Errors name the variable or the file, never the
+// key or any part of the file's content.
+func (r Route) APIKey() (string, error) {
+	switch {
+	case r.APIKeyEnv != "" && r.APIKeyFile != "":
+		return "", fmt.Errorf("providers: route %q: both api_key_env and api_key_file are set", r.Name)
+	case r.APIKeyEnv != "":
+		if !validEnvName(r.APIKeyEnv) {
+			// The value may be a key pasted into the wrong field: never
+			// repeat it.
+			return "", fmt.Errorf("providers: route %q: api_key_env is not an environment variable name", r.Name)
+		}
+		k := strings.TrimSpace(os.Getenv(r.APIKeyEnv))
+		if k == "" {
+			return "", fmt.Errorf("%w: route %q: environment variable %s is unset or empty", ErrMissingAPIKey, r.Name, r.APIKeyEnv)
+		}
+		return k, nil
+	case r.APIKeyFile != "":
+		b, err := os.ReadFile(r.APIKeyFile)
+		if err != nil {
+			// *fs.PathError names the path and the OS reason, not content.
+			return "", fmt.Errorf("providers: route %q: read api_key_file: %w", r.Name, err)
+		}
+		k := strings.TrimSpace(string(b))
+		if k == "" {
+			return "", fmt.Errorf("%w: route %q: api_key_file is empty", ErrMissingAPIKey, r.Name)
+		}
+		return k, nil
+	default:
+		return "", nil
+	}
+}
+
+// validEnvName reports whether s is a portable environment variable name.
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isLoopbackURL reports whether u's host is loopback: "localhost" or a
+// loopback IP. Only such a route may go without a key.
+func isLoopbackURL(u *url.URL) bool {
+	h := u.Hostname()
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// endpoint returns the chat-completions URL under base, keeping base's
+// query (some gateways carry an api-version there).
+func endpoint(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("providers: base_url: %w", urlReason(err))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", errors.New("providers: base_url: scheme must be http or https")
+	}
+	if u.Host == "" {
+		return "", errors.New("providers: base_url: no host")
+	}
+	if u.User != nil {
+		return "", errors.New("providers: base_url: must not carry credentials")
+	}
+	return u.JoinPath("chat", "completions").String(), nil
+}
+
+// urlReason strips the URL from a url.Parse error: a base URL may carry
+// credentials in its userinfo, and errors must never repeat them.
+func urlReason(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

@@ -1,0 +1,306 @@
+package providers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/durallm/durallm/recovery"
+)
+
+// MaxResponseBytes bounds a non-streaming body, and the text, refusal and
+// tool-call arguments accumulated from a stream: 32 MiB.
+const MaxResponseBytes = 32 << 20
+
+// toolCallOverhead is what each distinct tool call is charged against
+// MaxResponseBytes, so a stream of empty calls with ever-new indexes is
+// bounded too.
+const toolCallOverhead = 64
+
+// errProviderError stops a stream that carried an error event; the error
+// itself is in streamAcc.resp.Error.
+var errProviderError = errors.New("providers: stream carried an error event")
+
+// streamAcc accumulates a chat.completion.chunk stream (choice index 0)
+// with bounded memory.
+type streamAcc struct {
+	resp    Response // ID, Model, FinishReason, Usage, Error
+	text    strings.Builder
+	refusal strings.Builder
+	calls   []*callAcc
+	byIndex map[int]*callAcc
+	legacy  *callAcc // a legacy function_call, kept as a tool call
+	size    int
+	limit   int
+	content bool // content has started
+	done    bool // [DONE] arrived
+}
+
+type callAcc struct {
+	id, typ, name string
+	args          strings.Builder
+}
+
+func newStreamAcc() *streamAcc {
+	return &streamAcc{limit: MaxResponseBytes, byIndex: make(map[int]*callAcc)}
+}
+
+// event applies one SSE event. It returns the text delta for the sink and
+// whether this event carried the stream's first content (text, refusal or
+// a tool-call delta): the caller commits the attempt before using it.
+// Errors: ErrMalformedStream, ErrResponseTooLarge (the event is then not
+// applied) and errProviderError.
+func (a *streamAcc) event(name string, data []byte) (text string, first bool, err error) {
+	t := bytes.TrimSpace(data)
+	if string(t) == "[DONE]" {
+		a.done = true
+		return "", false, nil
+	}
+	if len(t) == 0 {
+		return "", false, nil
+	}
+	if !json.Valid(t) {
+		return "", false, fmt.Errorf("%w (%d bytes)", ErrMalformedStream, len(t))
+	}
+	var b wireBody
+	if !obj(t, &b) {
+		return "", false, nil // a bare JSON value carries nothing we know
+	}
+	if !isNull(b.Error) || name == "error" {
+		e := parseAPIError(b.Error)
+		if e == nil {
+			var w wireError
+			obj(t, &w)
+			e = &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
+		}
+		a.resp.Error = e
+		return "", false, errProviderError
+	}
+	if a.resp.ID == "" {
+		a.resp.ID = str(b.ID)
+	}
+	if a.resp.Model == "" {
+		a.resp.Model = str(b.Model)
+	}
+	if !isNull(b.Usage) {
+		a.resp.Usage = parseUsage(b.Usage)
+	}
+	// Builders, not +=: one event may hold many index-0 choices, and
+	// repeated concatenation would be quadratic in the event's size.
+	var tb, rb strings.Builder
+	var deltas []toolDelta
+	var finish string
+	for _, c := range arr(b.Choices) {
+		var ch wireChoice
+		if !obj(c, &ch) {
+			continue
+		}
+		if i, ok := num(ch.Index); ok && i != 0 {
+			continue // only the first choice is kept
+		}
+		if f := str(ch.FinishReason); f != "" {
+			finish = f
+		}
+		var m wireMessage
+		if !obj(ch.Delta, &m) {
+			obj(ch.Message, &m)
+		}
+		if t := contentText(m.Content); t != "" {
+			tb.WriteString(t)
+		} else {
+			tb.WriteString(str(ch.Text)) // legacy completions stream
+		}
+		rb.WriteString(str(m.Refusal))
+		deltas = appendToolDeltas(deltas, m.ToolCalls, m.FunctionCall)
+	}
+	text = tb.String()
+	refusal := rb.String()
+	cost := len(text) + len(refusal)
+	for _, d := range deltas {
+		cost += len(d.id) + len(d.typ) + len(d.name) + len(d.args)
+		if a.lookup(d) == nil {
+			cost += toolCallOverhead
+		}
+	}
+	if a.size+cost > a.limit {
+		return "", false, fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, a.limit)
+	}
+	a.size += cost
+	if finish != "" {
+		a.resp.FinishReason = finish
+	}
+	a.text.WriteString(text)
+	a.refusal.WriteString(refusal)
+	hasCall := false
+	for _, d := range deltas {
+		a.applyToolDelta(d)
+		hasCall = hasCall || d.id != "" || d.name != "" || d.args != ""
+	}
+	if a.content || (text == "" && refusal == "" && !hasCall) {
+		return text, false, nil
+	}
+	a.content = true
+	return text, true, nil
+}
+
+// toolDelta is one element of a delta's tool_calls (or a legacy
+// function_call).
+type toolDelta struct {
+	index    int
+	hasIndex bool
+	legacy   bool
+	id, typ  string
+	name     string
+	args     string
+}
+
+func appendToolDeltas(out []toolDelta, calls, fn json.RawMessage) []toolDelta {
+	for _, c := range arr(calls) {
+		var w wireToolCall
+		if !obj(c, &w) {
+			continue
+		}
+		var f wireFunction
+		obj(w.Function, &f)
+		d := toolDelta{id: str(w.ID), typ: str(w.Type), name: str(f.Name), args: argsText(f.Arguments)}
+		d.index, d.hasIndex = num(w.Index)
+		out = append(out, d)
+	}
+	var f wireFunction
+	if obj(fn, &f) {
+		out = append(out, toolDelta{legacy: true, typ: "function", name: str(f.Name), args: argsText(f.Arguments)})
+	}
+	return out
+}
+
+// argsText reads function arguments: OpenAI sends a JSON-encoded string;
+// some compatible providers send the object itself.
+func argsText(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		return string(t)
+	}
+	return str(t)
+}
+
+// lookup finds the call a delta continues, nil when it starts a new one.
+func (a *streamAcc) lookup(d toolDelta) *callAcc {
+	switch {
+	case d.legacy:
+		return a.legacy
+	case d.hasIndex:
+		return a.byIndex[d.index]
+	case len(a.calls) == 0:
+		return nil
+	default:
+		// No index: a new id starts a new call, anything else continues
+		// the last one.
+		last := a.calls[len(a.calls)-1]
+		if d.id != "" && last.id != "" && d.id != last.id {
+			return nil
+		}
+		return last
+	}
+}
+
+func (a *streamAcc) applyToolDelta(d toolDelta) {
+	c := a.lookup(d)
+	if c == nil {
+		c = &callAcc{}
+		a.calls = append(a.calls, c)
+		switch {
+		case d.legacy:
+			a.legacy = c
+		case d.hasIndex:
+			a.byIndex[d.index] = c
+		}
+	}
+	if c.id == "" {
+		c.id = d.id
+	}
+	if c.typ == "" {
+		c.typ = d.typ
+	}
+	if c.name == "" {
+		c.name = d.name
+	}
+	c.args.WriteString(d.args)
+}
+
+// response returns what has accumulated.
+func (a *streamAcc) response() Response {
+	r := a.resp
+	r.Text, r.Refusal = a.text.String(), a.refusal.String()
+	if len(a.calls) > 0 {
+		type fn struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		}
+		type call struct {
+			ID       string `json:"id,omitempty"`
+			Type     string `json:"type"`
+			Function fn     `json:"function"`
+		}
+		out := make([]call, 0, len(a.calls))
+		for _, c := range a.calls {
+			typ := c.typ
+			if typ == "" {
+				typ = "function"
+			}
+			out = append(out, call{ID: c.id, Type: typ, Function: fn{Name: c.name, Arguments: c.args.String()}})
+		}
+		if b, err := json.Marshal(out); err == nil {
+			r.ToolCalls = b
+		}
+	}
+	return r
+}
+
+// complete reports whether the stream ended properly: [DONE], or a
+// finish_reason before the end of the body.
+func (a *streamAcc) complete() bool { return a.done || a.resp.FinishReason != "" }
+
+// streamHooks are the side effects of consuming a stream, in the order the
+// contract needs: commit before the first content is handed on.
+type streamHooks struct {
+	// commit is called once, just before the first content is handed to
+	// delta (or, for a refusal or tool call, accumulated).
+	commit func()
+	// delta receives each non-empty text delta.
+	delta func(string)
+}
+
+// consumeStream reads events until [DONE], the end of the body or an
+// error. It returns nil at [DONE] or io.EOF; otherwise the decoder's,
+// the reader's or the accumulator's error.
+func consumeStream(dec *sseDecoder, acc *streamAcc, h streamHooks) error {
+	for !acc.done {
+		name, data, err := dec.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		text, first, err := acc.event(name, data)
+		if err != nil {
+			return err
+		}
+		if first && h.commit != nil {
+			h.commit()
+		}
+		if text != "" && h.delta != nil {
+			h.delta(text)
+		}
+	}
+	return nil
+}
+
+// streamSignal says whether a stream that ended without a transport error
+// produced anything usable.
+func streamSignal(r Response) recovery.Signal {
+	return completionSignal(r)
+}

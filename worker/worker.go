@@ -1,0 +1,177 @@
+// Package worker wires durallm into a Temporal worker: one recovery engine
+// shared by every attempt, the configured routes, the LLMAction workflow
+// and its activities, and a graceful stop.
+package worker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/workflows"
+)
+
+// Options configures a Worker. Zero values take the defaults named on each
+// field.
+type Options struct {
+	// TaskQueue is polled for actions and attempts. Empty means "durallm".
+	TaskQueue string
+	// Config holds the routes (and their keys' sources). Required, and
+	// validated in full at New.
+	Config providers.Config
+	// TLS, when set, replaces the system roots for provider connections
+	// (tests use the testsuite provider's). Verification stays on unless a
+	// route sets insecure_skip_verify, which logs a warning.
+	TLS *tls.Config
+	// AllowH2C lets routes use http:// base URLs as cleartext HTTP/2 with
+	// prior knowledge: for loopback providers only.
+	AllowH2C bool
+	// Reconciler is asked about ambiguous attempts before a person is.
+	// Nil means none.
+	Reconciler activities.Reconciler
+	// Sinks receives streamed deltas for in-process subscribers. Nil means
+	// a fresh registry (see Worker.Sinks).
+	Sinks *activities.Sinks
+	// SearchAttributes says the namespace has DurallmState, DurallmOutcome
+	// and DurallmRoute registered (Keyword); only then are they written.
+	SearchAttributes bool
+	// MaxConcurrentAttempts bounds CallModel executions in this worker.
+	// Zero means 256.
+	MaxConcurrentAttempts int
+	// StopTimeout bounds a graceful stop: in-flight attempts get this long
+	// to finish before they are canceled. Zero means 10s.
+	StopTimeout time.Duration
+	// Logger receives worker events and the per-attempt "llm.attempt"
+	// events. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Worker is a running durallm worker.
+type Worker struct {
+	tw     sdkworker.Worker
+	engine *recovery.Engine
+	acts   *activities.Activities
+	log    *slog.Logger
+	stop   time.Duration
+}
+
+// New validates the configuration (every problem at once) and builds a
+// worker on c. Start it with Start or Run.
+func New(c client.Client, o Options) (*Worker, error) {
+	if err := o.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("durallm worker: invalid routes config:\n%w", err)
+	}
+	if o.TaskQueue == "" {
+		o.TaskQueue = "durallm"
+	}
+	if o.MaxConcurrentAttempts <= 0 {
+		o.MaxConcurrentAttempts = 256
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Sinks == nil {
+		o.Sinks = activities.NewSinks()
+	}
+	routes := make(map[string]providers.Route, len(o.Config.Routes))
+	insecure := false
+	for _, r := range o.Config.Routes {
+		routes[r.Name] = r
+		if r.InsecureSkipVerify {
+			insecure = true
+			o.Logger.Warn("TLS verification is OFF for a route: its provider's identity is not checked", "route", r.Name)
+		}
+	}
+	engine := recovery.New(recovery.Config{TLSClientConfig: o.TLS, AllowH2C: o.AllowH2C, Logger: o.Logger})
+	acts := &activities.Activities{
+		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Sinks: o.Sinks,
+		SearchAttributes: o.SearchAttributes, Logger: o.Logger,
+	}
+	if insecure {
+		// Only routes that opted out use this engine; the others keep
+		// verifying on the shared one.
+		cfg := &tls.Config{InsecureSkipVerify: true} // #nosec G402 -- explicit per-route opt-out, logged above
+		acts.InsecureEngine = recovery.New(recovery.Config{TLSClientConfig: cfg, AllowH2C: o.AllowH2C, Logger: o.Logger})
+	}
+	tw := sdkworker.New(c, o.TaskQueue, sdkworker.Options{
+		MaxConcurrentActivityExecutionSize: o.MaxConcurrentAttempts,
+		// Cancellation reaches a running attempt with its next heartbeat
+		// response; a short throttle keeps that within about a second.
+		MaxHeartbeatThrottleInterval: 500 * time.Millisecond,
+		WorkerStopTimeout:            o.StopTimeout,
+	})
+	Register(tw, acts)
+	return &Worker{tw: tw, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout}, nil
+}
+
+// Register registers the LLMAction workflow and acts' activities on r.
+// Use it to host durallm in a worker of your own.
+func Register(r sdkworker.Registry, acts *activities.Activities) {
+	r.RegisterWorkflowWithOptions(workflows.LLMAction, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	r.RegisterActivity(acts)
+}
+
+// Sinks returns the registry streamed deltas are published to.
+func (w *Worker) Sinks() *activities.Sinks { return w.acts.Sinks }
+
+// Engine returns the worker's recovery engine (for its Stats).
+func (w *Worker) Engine() *recovery.Engine { return w.engine }
+
+// Start starts polling. It returns at once.
+func (w *Worker) Start() error {
+	if err := w.tw.Start(); err != nil {
+		return fmt.Errorf("durallm worker: start: %w", err)
+	}
+	w.log.Info("durallm worker started", "routes", routeNames(w.acts.Routes))
+	return nil
+}
+
+// Stop stops taking new work, gives in-flight attempts up to StopTimeout
+// to finish (after which they are canceled), and closes the engine's
+// connections.
+func (w *Worker) Stop() {
+	w.log.Info("durallm worker stopping: no new attempts; in-flight attempts get a bounded grace", "grace", w.stop)
+	w.tw.Stop()
+	w.engine.Close()
+	if w.acts.InsecureEngine != nil {
+		w.acts.InsecureEngine.Close()
+	}
+	w.log.Info("durallm worker stopped")
+}
+
+// Run starts the worker and blocks until ctx ends, then stops it
+// gracefully.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	w.Stop()
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return nil
+	}
+	return context.Cause(ctx)
+}
+
+func routeNames(routes map[string]providers.Route) []string {
+	names := make([]string, 0, len(routes))
+	for n := range routes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,685 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+)
+
+// These tests run LLMAction in virtual time with CallModel scripted per
+// attempt. The script's outcomes are built from evidence and classified by
+// the real recovery.Classify, so each row is the workflow's view of the
+// contract's row.
+
+var testRoutes = map[string]providers.Route{
+	"a":       {Name: "a", Kind: "openai", Model: "model-a", Capabilities: providers.Capabilities{Streaming: true}},
+	"b":       {Name: "b", Kind: "openai", Model: "model-b", Capabilities: providers.Capabilities{Tools: true, Streaming: true}},
+	"c":       {Name: "c", Kind: "openai", Model: "model-c", Capabilities: providers.Capabilities{Tools: true}},
+	"idem":    {Name: "idem", Kind: "openai", Model: "model-i", HonoursIdempotencyKey: true, IdempotencyWindow: time.Hour},
+	"no-tool": {Name: "no-tool", Kind: "openai", Model: "model-n"},
+}
+
+// step answers one CallModel call, after a delay on the workflow's clock.
+type step struct {
+	after time.Duration
+	f     func(ctx context.Context, in activities.AttemptInput) (activities.Outcome, error)
+}
+
+type run struct {
+	t     *testing.T
+	env   *testsuite.TestWorkflowEnvironment
+	mu    sync.Mutex
+	calls []activities.AttemptInput
+	times []time.Time
+}
+
+func newRun(t *testing.T, steps ...step) *run {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(30 * time.Second)
+	env.RegisterWorkflow(LLMAction)
+	acts := &activities.Activities{Routes: testRoutes}
+	env.RegisterActivity(acts)
+	r := &run{t: t, env: env}
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+		if info.ActivityType.Name != "CallModel" {
+			return
+		}
+		var in activities.AttemptInput
+		if err := args.Get(&in); err != nil {
+			t.Error(err)
+		}
+		r.mu.Lock()
+		r.calls = append(r.calls, in)
+		r.times = append(r.times, env.Now())
+		r.mu.Unlock()
+	})
+	for _, st := range steps {
+		c := env.OnActivity(acts.CallModel, mock.Anything, mock.Anything).Return(st.f).Once()
+		if st.after > 0 {
+			c.After(st.after)
+		}
+	}
+	return r
+}
+
+func (r *run) exec(in ActionInput) ActionResult {
+	r.t.Helper()
+	r.env.ExecuteWorkflow(LLMAction, in)
+	if !r.env.IsWorkflowCompleted() {
+		r.t.Fatal("workflow did not complete")
+	}
+	if err := r.env.GetWorkflowError(); err != nil {
+		r.t.Fatalf("workflow error: %v", err)
+	}
+	var res ActionResult
+	if err := r.env.GetWorkflowResult(&res); err != nil {
+		r.t.Fatal(err)
+	}
+	return res
+}
+
+func (r *run) attemptsStarted() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+func input(routes ...string) ActionInput {
+	return ActionInput{
+		Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hello")}},
+		Routes:  routes,
+	}
+}
+
+// Outcomes built from evidence.
+
+func classified(in activities.AttemptInput, f func(*recovery.Evidence)) activities.Outcome {
+	ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
+		ConnRef: "p-c" + string(rune('0'+in.Attempt)), RequestSent: true, StreamID: 3}
+	f(&ev)
+	return activities.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
+}
+
+func done(in activities.AttemptInput) activities.Outcome {
+	o := classified(in, func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true })
+	o.Response = &providers.Response{Text: "answer from " + in.Route}
+	return o
+}
+
+var ok = step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) { return done(in), nil }}
+
+func with(f func(*recovery.Evidence)) step {
+	return step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+		return classified(in, f), nil
+	}}
+}
+
+var (
+	goAwayAbove = with(func(e *recovery.Evidence) { e.GoAway = &recovery.GoAway{LastStreamID: 1} })
+	goAwayAt    = with(func(e *recovery.Evidence) { e.GoAway = &recovery.GoAway{LastStreamID: 3} })
+	goAwayProto = with(func(e *recovery.Evidence) {
+		e.GoAway = &recovery.GoAway{LastStreamID: 1, Code: recovery.CodeProtocolError}
+	})
+	connLost      = with(func(e *recovery.Evidence) { e.ConnClosed = true })
+	unsent        = with(func(e *recovery.Evidence) { e.RequestSent, e.StreamID, e.DialFailed = false, 0, true })
+	misdirected   = with(func(e *recovery.Evidence) { e.Status = 421 })
+	misdirected2  = with(func(e *recovery.Evidence) { e.Status = 421; e.AfterMisdirected = true })
+	upstream500   = with(func(e *recovery.Evidence) { e.Status = 500 })
+	rejected400   = with(func(e *recovery.Evidence) { e.Status = 400 })
+	emptyResponse = with(func(e *recovery.Evidence) { e.Status = 200; e.Signal = recovery.SignalEmptyResponse })
+	modelGone     = with(func(e *recovery.Evidence) { e.Status = 404; e.Signal = recovery.SignalModelNotFound })
+	filtered      = with(func(e *recovery.Evidence) { e.Status = 400; e.Signal = recovery.SignalContentFiltered })
+)
+
+func throttled(retryAfter time.Duration) step {
+	return with(func(e *recovery.Evidence) { e.Status = 429; e.RetryAfter = retryAfter })
+}
+
+var partial = step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+	o := classified(in, func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true; e.BodyFailed = true })
+	o.Response = &providers.Response{Text: "half an ans", Partial: true, Incomplete: "reset"}
+	return o, nil
+}}
+
+// blockUntilCanceled is an attempt that runs until the workflow cancels
+// it (the mock resumes a day later on the workflow's clock, by when the
+// cancel has reached its context), then returns ctx.Err() wrapped, as the
+// real activity does.
+var blockUntilCanceled = slow(24*time.Hour, ok)
+
+func ctxErr(ctx context.Context) error { return errors.Join(errors.New("attempt canceled"), ctx.Err()) }
+
+func TestRowsAsTheWorkflowSeesThem(t *testing.T) {
+	tests := []struct {
+		name     string
+		routes   []string
+		steps    []step
+		state    State
+		outcome  string
+		attempts int
+		check    func(t *testing.T, r *run, res ActionResult)
+	}{
+		{"completed", []string{"a"}, []step{ok}, StateCompleted, "completed", 1, func(t *testing.T, r *run, res ActionResult) {
+			if res.Response == nil || res.Response.Text != "answer from a" {
+				t.Fatalf("response %+v", res.Response)
+			}
+		}},
+		{"unsent: retried on the same route", []string{"a"}, []step{unsent, ok}, StateCompleted, "completed", 2, nil},
+		{"refused: transport retry avoids the connection, no backoff", []string{"a", "b"}, []step{goAwayAbove, ok}, StateCompleted, "completed", 2, func(t *testing.T, r *run, res ActionResult) {
+			second := r.calls[1]
+			if second.Route != "a" || len(second.Avoid) != 1 || second.Avoid[0] != "p-c1" {
+				t.Fatalf("second attempt %+v", second)
+			}
+			if !r.times[1].Equal(r.times[0]) {
+				t.Fatalf("a transport retry waited %v", r.times[1].Sub(r.times[0]))
+			}
+			if !strings.Contains(res.Attempts[1].Summary, "fresh connection after GOAWAY last=1") {
+				t.Fatalf("summary %q", res.Attempts[1].Summary)
+			}
+			if res.Attempts[0].HealthMoved {
+				t.Fatal("a NO_ERROR drain moved provider health")
+			}
+		}},
+		{"refused with PROTOCOL_ERROR: the route is misconfigured, fall back", []string{"a", "b"}, []step{goAwayProto, ok}, StateCompleted, "completed", 2, func(t *testing.T, r *run, res ActionResult) {
+			if r.calls[1].Route != "b" {
+				t.Fatalf("went to %s", r.calls[1].Route)
+			}
+		}},
+		{"misdirected: one retry on a fresh connection", []string{"a"}, []step{misdirected, ok}, StateCompleted, "completed", 2, func(t *testing.T, r *run, res ActionResult) {
+			if c := r.calls[1]; !c.FreshConnection || !c.AfterMisdirected || c.Route != "a" {
+				t.Fatalf("421 retry %+v", c)
+			}
+		}},
+		{"misdirected_repeated stops", []string{"a", "b"}, []step{misdirected, misdirected2}, StateFailed, "misdirected_repeated", 2, nil},
+		{"throttled: waits Retry-After, then retries", []string{"a"}, []step{throttled(3 * time.Second), ok}, StateCompleted, "completed", 2, func(t *testing.T, r *run, res ActionResult) {
+			if waited := r.times[1].Sub(r.times[0]); waited < 3*time.Second {
+				t.Fatalf("waited %v, Retry-After was 3s", waited)
+			}
+			if res.Attempts[0].BackoffAfter < 3*time.Second || !res.Attempts[0].HealthMoved {
+				t.Fatalf("record %+v", res.Attempts[0])
+			}
+		}},
+		{"throttled: Retry-After beyond the deadline falls back at once", []string{"a", "b"}, []step{throttled(time.Hour), ok}, StateCompleted, "completed", 2, func(t *testing.T, r *run, res ActionResult) {
+			if r.calls[1].Route != "b" || !r.times[1].Equal(r.times[0]) {
+				t.Fatalf("second attempt on %s after %v", r.calls[1].Route, r.times[1].Sub(r.times[0]))
+			}
+		}},
+		{"throttled: Retry-After beyond the deadline with no fallback fails", []string{"a"}, []step{throttled(time.Hour)}, StateFailed, "throttled", 1, func(t *testing.T, r *run, res ActionResult) {
+			if res.Reason != "retry_after_beyond_deadline" {
+				t.Fatalf("reason %s", res.Reason)
+			}
+		}},
+		{"upstream_error: one retry on the route, then fallback", []string{"a", "b"}, []step{upstream500, upstream500, ok}, StateCompleted, "completed", 3, func(t *testing.T, r *run, res ActionResult) {
+			if r.calls[1].Route != "a" || r.calls[2].Route != "b" {
+				t.Fatalf("routes %s %s", r.calls[1].Route, r.calls[2].Route)
+			}
+		}},
+		{"empty_response falls back", []string{"a", "b"}, []step{emptyResponse, ok}, StateCompleted, "completed", 2, nil},
+		{"empty_response with no fallback fails", []string{"a"}, []step{emptyResponse}, StateFailed, "empty_response", 1, nil},
+		{"rejected is terminal", []string{"a", "b"}, []step{rejected400}, StateRejected, "rejected", 1, func(t *testing.T, r *run, res ActionResult) {
+			if res.Attempts[0].HealthMoved {
+				t.Fatal("a 400 moved provider health")
+			}
+		}},
+		{"content_filtered is terminal and does not fail over", []string{"a", "b"}, []step{filtered}, StateRejected, "content_filtered", 1, nil},
+		{"incompatible_route falls back", []string{"a", "b"}, []step{modelGone, ok}, StateCompleted, "completed", 2, nil},
+		{"committed_partial ends completed_partial with the text kept", []string{"a", "b"}, []step{partial}, StateCompletedPartial, "committed_partial", 1, func(t *testing.T, r *run, res ActionResult) {
+			if res.Response == nil || !res.Response.Partial || res.Response.Text != "half an ans" {
+				t.Fatalf("response %+v", res.Response)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRun(t, tt.steps...)
+			in := input(tt.routes...)
+			in.Deadline = 10 * time.Minute
+			res := r.exec(in)
+			if res.State != tt.state || res.Outcome != tt.outcome || r.attemptsStarted() != tt.attempts || res.Used != tt.attempts {
+				t.Fatalf("state %s outcome %s (%s), %d attempts (used %d); want %s %s %d\nnotes %v", res.State, res.Outcome, res.Reason, r.attemptsStarted(), res.Used, tt.state, tt.outcome, tt.attempts, res.Notes)
+			}
+			if tt.check != nil {
+				tt.check(t, r, res)
+			}
+		})
+	}
+}
+
+func TestOneBudgetAcrossTransportRetry421RetryAndFallback(t *testing.T) {
+	r := newRun(t, goAwayAbove, misdirected, emptyResponse, ok)
+	in := input("a", "b")
+	in.MaxAttempts = 3
+	res := r.exec(in)
+	if res.State != StateFailed || res.Reason != "budget_exhausted" || r.attemptsStarted() != 3 {
+		t.Fatalf("state %s reason %s attempts %d", res.State, res.Reason, r.attemptsStarted())
+	}
+	whys := []string{res.Attempts[0].Why, res.Attempts[1].Why, res.Attempts[2].Why}
+	if whys[1] != "transport retry" || whys[2] != "421 retry" {
+		t.Fatalf("whys %v", whys)
+	}
+}
+
+func TestFallbackOnlyToRoutesWithTheNeededCapabilities(t *testing.T) {
+	r := newRun(t, emptyResponse, ok)
+	in := input("no-tool", "b", "a", "c")
+	in.Needs = providers.Capabilities{Tools: true}
+	res := r.exec(in)
+	if res.State != StateCompleted || r.calls[0].Route != "b" || r.calls[1].Route != "c" {
+		t.Fatalf("state %s routes %s, %s", res.State, r.calls[0].Route, r.calls[1].Route)
+	}
+	var skipped []string
+	for _, n := range res.Notes {
+		if strings.Contains(n.What, "skipped") {
+			skipped = append(skipped, n.What)
+		}
+	}
+	if len(skipped) != 2 || !strings.Contains(skipped[0], "no-tool") || !strings.Contains(skipped[0], "tools") {
+		t.Fatalf("skip notes %v", skipped)
+	}
+	if !strings.Contains(res.Attempts[1].Why, "fallback") || !strings.Contains(res.Attempts[1].Summary, "after empty_response on b") {
+		t.Fatalf("fallback record %+v", res.Attempts[1])
+	}
+}
+
+func TestNoRouteSatisfiesTheNeeds(t *testing.T) {
+	r := newRun(t)
+	in := input("a", "unknown")
+	in.Needs = providers.Capabilities{Vision: true}
+	res := r.exec(in)
+	if res.State != StateFailed || res.Outcome != "no_route" || r.attemptsStarted() != 0 {
+		t.Fatalf("state %s outcome %s attempts %d", res.State, res.Outcome, r.attemptsStarted())
+	}
+}
+
+func TestInvalidInputFailsFastNamingTheField(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    func(*ActionInput)
+		field string
+	}{
+		{"no routes", func(in *ActionInput) { in.Routes = nil }, "routes"},
+		{"no messages", func(in *ActionInput) { in.Request.Messages = nil }, "request"},
+		{"negative budget", func(in *ActionInput) { in.MaxAttempts = -1 }, "max_attempts"},
+		{"attempt timeout past the deadline", func(in *ActionInput) { in.Deadline = time.Second; in.AttemptTimeout = time.Minute }, "attempt_timeout"},
+		{"unknown replay policy", func(in *ActionInput) { in.ReplayPolicy = "sometimes" }, "replay_policy"},
+		{"duplicate route", func(in *ActionInput) { in.Routes = []string{"a", "a"} }, "routes[1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRun(t)
+			in := input("a")
+			tt.in(&in)
+			r.env.ExecuteWorkflow(LLMAction, in)
+			err := r.env.GetWorkflowError()
+			var app *temporal.ApplicationError
+			if !errors.As(err, &app) || app.Type() != ErrInvalidInput || !app.NonRetryable() || !strings.Contains(app.Error(), tt.field) {
+				t.Fatalf("error %v, want non-retryable %s naming %q", err, ErrInvalidInput, tt.field)
+			}
+			if r.attemptsStarted() != 0 {
+				t.Fatal("an invalid action dispatched an attempt")
+			}
+		})
+	}
+}
+
+// Reconciliation.
+
+func (r *run) afterAwaiting(d time.Duration, f func()) {
+	r.env.RegisterDelayedCallback(f, d)
+}
+
+// updateResult is filled in when the test environment has processed an
+// Update, which happens after the callback that sent it returns.
+type updateResult struct {
+	accepted, rejected bool
+	err                error
+}
+
+func (r *run) update(req ReconcileRequest) *updateResult {
+	res := &updateResult{}
+	r.env.UpdateWorkflow(UpdateReconcile, "u-"+string(req.Verdict)+"-"+time.Now().String(), &testsuite.TestUpdateCallback{
+		OnAccept: func() { res.accepted = true },
+		OnReject: func(err error) { res.rejected, res.err = true, err },
+	}, req)
+	return res
+}
+
+func TestReconcileVerdicts(t *testing.T) {
+	tests := []struct {
+		name     string
+		steps    []step
+		req      ReconcileRequest
+		state    State
+		attempts int
+	}{
+		{"completed with a result: reconciled", []step{connLost}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictCompleted, Response: &providers.Response{Text: "stored answer"}, By: "ops"}, StateReconciled, 1},
+		{"not_executed: the normal retry path", []step{goAwayAt, ok}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictNotExecuted}, StateCompleted, 2},
+		{"allow_replay: another attempt despite the risk", []step{connLost, ok}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAllowReplay}, StateCompleted, 2},
+		{"abandon: indeterminate", []step{connLost}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon}, StateIndeterminate, 1},
+	}
+	for _, tt := range tests {
+		for _, via := range []string{"update", "signal"} {
+			t.Run(tt.name+"/"+via, func(t *testing.T) {
+				r := newRun(t, tt.steps...)
+				var during Status
+				var upd *updateResult
+				r.afterAwaiting(time.Minute, func() {
+					v, err := r.env.QueryWorkflow(QueryStatus)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = v.Get(&during)
+					if via == "update" {
+						upd = r.update(tt.req)
+					} else {
+						r.env.SignalWorkflow(SignalReconcile, tt.req)
+					}
+				})
+				res := r.exec(input("a"))
+				if upd != nil && !upd.accepted {
+					t.Fatalf("update not accepted: %v", upd.err)
+				}
+				if during.State != StateAwaitingReconciliation || during.AwaitingAttempt != 1 {
+					t.Fatalf("while waiting: %s awaiting %d", during.State, during.AwaitingAttempt)
+				}
+				if res.State != tt.state || r.attemptsStarted() != tt.attempts {
+					t.Fatalf("state %s (%s) attempts %d; want %s %d; notes %v", res.State, res.Reason, r.attemptsStarted(), tt.state, tt.attempts, res.Notes)
+				}
+				if tt.state == StateReconciled && (res.Response == nil || res.Response.Text != "stored answer") {
+					t.Fatalf("reconciled response %+v", res.Response)
+				}
+			})
+		}
+	}
+}
+
+func TestReconcileTimeoutIsIndeterminate(t *testing.T) {
+	r := newRun(t, connLost)
+	in := input("a")
+	in.ReconcileTimeout = time.Hour
+	res := r.exec(in)
+	if res.State != StateIndeterminate || res.Reason != "reconcile_timeout" || r.attemptsStarted() != 1 {
+		t.Fatalf("state %s reason %s attempts %d", res.State, res.Reason, r.attemptsStarted())
+	}
+}
+
+func TestRejectedUpdatesWriteNothing(t *testing.T) {
+	r := newRun(t, connLost)
+	bad := []ReconcileRequest{
+		{Attempt: 7, Verdict: activities.VerdictAbandon},
+		{Attempt: 1, Verdict: "maybe"},
+		{Attempt: 1, Verdict: activities.VerdictCompleted},
+	}
+	var results []*updateResult
+	var before, after Status
+	query := func(into *Status) {
+		v, err := r.env.QueryWorkflow(QueryStatus)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = v.Get(into)
+	}
+	r.afterAwaiting(time.Minute, func() {
+		query(&before)
+		for _, req := range bad {
+			results = append(results, r.update(req))
+		}
+	})
+	r.afterAwaiting(2*time.Minute, func() {
+		query(&after)
+		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon})
+	})
+	res := r.exec(input("a"))
+	want := []string{"stale attempt 7", `unknown verdict "maybe"`, "needs a response"}
+	for i, w := range want {
+		if i >= len(results) || !results[i].rejected || !strings.Contains(results[i].err.Error(), w) {
+			t.Fatalf("update %d: %+v, want a rejection mentioning %q", i, results[i], w)
+		}
+	}
+	if len(before.Notes) != len(after.Notes) || before.State != after.State || after.State != StateAwaitingReconciliation {
+		t.Fatalf("a rejected update wrote something: %d → %d notes, %s → %s", len(before.Notes), len(after.Notes), before.State, after.State)
+	}
+	if res.State != StateIndeterminate {
+		t.Fatalf("state %s", res.State)
+	}
+}
+
+func TestUpdateInTheWrongStateIsRejected(t *testing.T) {
+	r := newRun(t, slow(time.Minute, ok)) // the update arrives while the attempt is dispatching
+	var u *updateResult
+	r.env.RegisterDelayedCallback(func() {
+		u = r.update(ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon})
+	}, time.Second)
+	res := r.exec(input("a"))
+	if u == nil || !u.rejected || !strings.Contains(u.err.Error(), "not awaiting reconciliation") {
+		t.Fatalf("update %+v", u)
+	}
+	if res.State != StateCompleted {
+		t.Fatalf("state %s", res.State)
+	}
+}
+
+func TestReplayPolicyReplaysOnlyOnIdempotentRoutes(t *testing.T) {
+	r := newRun(t, connLost, ok)
+	in := input("idem")
+	in.ReplayPolicy = ReplayIdempotent
+	res := r.exec(in)
+	if res.State != StateCompleted || r.attemptsStarted() != 2 || res.Attempts[1].Why != "replay" {
+		t.Fatalf("state %s attempts %d", res.State, r.attemptsStarted())
+	}
+
+	r = newRun(t, connLost)
+	in = input("a") // does not honour Idempotency-Key: must wait
+	in.ReplayPolicy = ReplayIdempotent
+	in.ReconcileTimeout = time.Minute
+	res = r.exec(in)
+	if res.State != StateIndeterminate || r.attemptsStarted() != 1 {
+		t.Fatalf("non-idempotent route replayed: state %s attempts %d", res.State, r.attemptsStarted())
+	}
+}
+
+// Cancellation race points. For each: the terminal state, attempts started
+// (none after the cancel) and whether provider health moved.
+
+func cancelSignal(origin CancelOrigin) any { return CancelRequest{Origin: origin} }
+
+func TestCancellationRacePoints(t *testing.T) {
+	tests := []struct {
+		name     string
+		steps    []step
+		at       time.Duration // when the cancel signal arrives
+		state    State
+		origin   CancelOrigin
+		attempts int // dispatched (the budget spent)
+	}{
+		{"before admission", []step{ok}, 0, StateCanceled, OriginUserStop, 0},
+		{"while the attempt is queued or connecting", []step{blockUntilCanceled}, time.Millisecond, StateCanceled, OriginUserStop, 1},
+		{"before response data", []step{blockUntilCanceled}, 5 * time.Second, StateCanceled, OriginClientDisconnect, 1},
+		{"mid-stream", []step{blockUntilCanceled}, 30 * time.Second, StateCanceled, OriginOperatorStop, 1},
+		{"during backoff", []step{throttled(time.Minute), ok}, 30 * time.Second, StateCanceled, OriginUserStop, 1},
+		{"after a fallback was reserved", []step{slow(10*time.Second, emptyResponse), ok}, 5 * time.Second, StateCanceled, OriginUserStop, 1},
+		{"during the fallback", []step{emptyResponse, blockUntilCanceled}, 5 * time.Second, StateCanceled, OriginUserStop, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRun(t, tt.steps...)
+			origin := tt.origin
+			if origin == "" {
+				origin = OriginUserStop
+			}
+			var cancelAt time.Time
+			r.env.RegisterDelayedCallback(func() {
+				cancelAt = r.env.Now()
+				r.env.SignalWorkflow(SignalCancel, cancelSignal(origin))
+			}, tt.at)
+			res := r.exec(input("a", "b"))
+			if res.State != tt.state || res.Origin != tt.origin || res.Used != tt.attempts || r.attemptsStarted() > tt.attempts {
+				t.Fatalf("state %s origin %s dispatched %d started %d; want %s %s %d; notes %v", res.State, res.Origin, res.Used, r.attemptsStarted(), tt.state, tt.origin, tt.attempts, res.Notes)
+			}
+			if res.Response != nil {
+				t.Fatal("a canceled action carries a response")
+			}
+			for i, at := range r.times {
+				if tt.state == StateCanceled && !cancelAt.IsZero() && at.After(cancelAt) {
+					t.Fatalf("attempt %d started %v after the cancel", i+1, at.Sub(cancelAt))
+				}
+			}
+			for _, a := range res.Attempts {
+				if a.Classification.Class == recovery.Canceled && a.HealthMoved {
+					t.Fatal("a canceled attempt moved provider health")
+				}
+			}
+		})
+	}
+}
+
+// A cancel at the very instant the response commits: exactly one terminal
+// state, and it is consistent: completed with the response (and the late
+// cancel noted), or canceled with none. Which one depends on whether the
+// completion or the cancel is processed first; never both, never neither.
+func TestCancelAtTheInstantCompletionCommits(t *testing.T) {
+	r := newRun(t, step{after: 10 * time.Second, f: ok.f})
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalCancel, cancelSignal(OriginUserStop)) }, 10*time.Second)
+	res := r.exec(input("a", "b"))
+	switch res.State {
+	case StateCompleted:
+		if res.Response == nil || !hasNote(res, "cancel arrived as the response committed") {
+			t.Fatalf("completed without the response or the note: %+v", res)
+		}
+	case StateCanceled:
+		if res.Response != nil || res.Origin != OriginUserStop {
+			t.Fatalf("canceled with a response or the wrong origin: %+v", res)
+		}
+	default:
+		t.Fatalf("state %s", res.State)
+	}
+	if res.Used != 1 {
+		t.Fatalf("dispatched %d attempts", res.Used)
+	}
+}
+
+func hasNote(res ActionResult, s string) bool {
+	for _, n := range res.Notes {
+		if strings.Contains(n.What, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// slow returns s's outcome after d on the workflow's clock, or the
+// cancellation if the workflow canceled the attempt meanwhile.
+func slow(d time.Duration, s step) step {
+	return step{after: d, f: func(ctx context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+		if ctx.Err() != nil {
+			return activities.Outcome{}, ctxErr(ctx)
+		}
+		return s.f(ctx, in)
+	}}
+}
+
+func TestTemporalCancellationIsParentCanceled(t *testing.T) {
+	r := newRun(t, blockUntilCanceled)
+	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, time.Second)
+	res := r.exec(input("a"))
+	if res.State != StateCanceled || res.Origin != OriginParentCanceled || r.attemptsStarted() != 1 {
+		t.Fatalf("state %s origin %s attempts %d", res.State, res.Origin, r.attemptsStarted())
+	}
+}
+
+func TestOverallDeadlineCancelsTheAttempt(t *testing.T) {
+	r := newRun(t, blockUntilCanceled)
+	in := input("a")
+	in.Deadline = time.Minute
+	in.AttemptTimeout = time.Minute
+	res := r.exec(in)
+	if res.State != StateCanceled || res.Origin != OriginOverallDeadline || r.attemptsStarted() != 1 {
+		t.Fatalf("state %s origin %s attempts %d", res.State, res.Origin, r.attemptsStarted())
+	}
+}
+
+func TestLateSignalsAreRecordedAndIgnored(t *testing.T) {
+	r := newRun(t, slow(time.Minute, ok))
+	r.env.RegisterDelayedCallback(func() {
+		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon})
+	}, time.Second)
+	res := r.exec(input("a"))
+	if res.State != StateCompleted {
+		t.Fatalf("state %s", res.State)
+	}
+	found := false
+	for _, n := range res.Notes {
+		found = found || strings.Contains(n.What, "reconcile signal ignored")
+	}
+	if !found {
+		t.Fatalf("a stray reconcile was not recorded: %v", res.Notes)
+	}
+}
+
+func TestActivityTimeoutsAsTheContractSays(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    error
+		class  recovery.Class
+		reason string
+	}{
+		{"schedule-to-start: no worker took it, unsent", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), recovery.Unsent, "no_worker_took_the_attempt"},
+		{"start-to-close: ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil), recovery.Ambiguous, "attempt_timeout"},
+		{"heartbeat: worker died mid-attempt, ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, activities.Progress{ConnRef: "p-c9", ContentStarted: false}), recovery.Ambiguous, "worker_lost_mid_attempt"},
+		{"any other activity failure: ambiguous", errors.New("panic: boom"), recovery.Ambiguous, "activity_failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRun(t, step{f: func(context.Context, activities.AttemptInput) (activities.Outcome, error) {
+				return activities.Outcome{}, tt.err
+			}})
+			in := input("a")
+			in.ReconcileTimeout = time.Minute
+			res := r.exec(in)
+			got := res.Attempts[0].Classification
+			if got.Class != tt.class || got.Reason != tt.reason {
+				t.Fatalf("classified %s/%s, want %s/%s", got.Class, got.Reason, tt.class, tt.reason)
+			}
+		})
+	}
+}
+
+func TestStatusQueryMatchesTheResult(t *testing.T) {
+	r := newRun(t, goAwayAbove, ok)
+	res := r.exec(input("a"))
+	v, err := r.env.QueryWorkflow(QueryStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	if err := v.Get(&st); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(st)
+	b, _ := json.Marshal(res.Status)
+	if string(a) != string(b) {
+		t.Fatalf("status query differs from the result:\n%s\n%s", a, b)
+	}
+}

@@ -1,0 +1,195 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+)
+
+// Names of the workflow, its signals, Update and query, as they appear in
+// the Temporal UI and CLI.
+const (
+	WorkflowName    = "LLMAction"
+	SignalCancel    = "cancel"
+	SignalReconcile = "reconcile"
+	UpdateReconcile = "reconcile"
+	QueryStatus     = "status"
+)
+
+// ActionInput is one user action. Zero values take the defaults named on
+// each field; anything else invalid fails the action at start, naming the
+// field, before anything is dispatched.
+type ActionInput struct {
+	// Request is the model request in the OpenAI chat-completions shape.
+	Request providers.Request `json:"request"`
+	// Routes are route names in order: the primary first, then fallbacks.
+	// Required. Routes are configured on the worker; no URL or key here.
+	Routes []string `json:"routes"`
+	// Needs are the capabilities the action requires of every route it
+	// uses. A route that lacks one is skipped, with the reason recorded.
+	Needs providers.Capabilities `json:"needs"`
+	// MaxAttempts is the one budget across every route, transport retry,
+	// 421 retry, fallback and replay. Zero means 4; at most 50.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Deadline bounds the whole action from its start. Zero means 5m.
+	Deadline time.Duration `json:"deadline,omitempty"`
+	// AttemptTimeout bounds one attempt; never past the deadline. Zero
+	// means the route's attempt timeout, or 60s.
+	AttemptTimeout time.Duration `json:"attempt_timeout,omitempty"`
+	// QueueTimeout bounds how long an attempt may wait for a worker to pick
+	// it up; past it the attempt is unsent. Zero means 30s.
+	QueueTimeout time.Duration `json:"queue_timeout,omitempty"`
+	// ReconcileTimeout bounds the wait for a reconciliation verdict, after
+	// which the action ends indeterminate. Zero means 24h.
+	ReconcileTimeout time.Duration `json:"reconcile_timeout,omitempty"`
+	// ReplayPolicy says whether an ambiguous attempt may be replayed
+	// without a verdict. Zero means ReplayNever.
+	ReplayPolicy ReplayPolicy `json:"replay_policy,omitempty"`
+	// IdempotencyKey is sent on every attempt. Empty means the workflow id.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Backoff shapes waits between attempts. Zero means 500ms doubling to
+	// a 30s cap, with full jitter.
+	Backoff recovery.Backoff `json:"backoff,omitempty"`
+	// RetriesPerRoute is how many retries a route gets after a retryable
+	// failure (unsent, throttled, upstream_error) before the action falls
+	// back to the next route. Zero means 1. Transport retries after a
+	// GOAWAY and 421 retries do not count here (they do count against
+	// MaxAttempts).
+	RetriesPerRoute int `json:"retries_per_route,omitempty"`
+}
+
+// ReplayPolicy says what may happen to an ambiguous attempt without a
+// reconciliation verdict.
+type ReplayPolicy string
+
+const (
+	// ReplayNever: always wait for reconciliation.
+	ReplayNever ReplayPolicy = "never"
+	// ReplayIdempotent: replay on the same route automatically when the
+	// route declares it honours Idempotency-Key and the attempt is within
+	// the route's idempotency window; otherwise wait for reconciliation.
+	ReplayIdempotent ReplayPolicy = "idempotency_key"
+)
+
+// State is where an action is in the contract's state machine
+// (CONTRACT.md section 4).
+type State string
+
+// The states. The last seven are terminal.
+const (
+	StateQueued                 State = "queued"
+	StateDispatching            State = "dispatching"
+	StateBackingOff             State = "backing_off"
+	StateAwaitingReconciliation State = "awaiting_reconciliation"
+
+	StateCompleted        State = "completed"
+	StateCompletedPartial State = "completed_partial"
+	StateReconciled       State = "reconciled"
+	StateFailed           State = "failed"
+	StateRejected         State = "rejected"
+	StateCanceled         State = "canceled"
+	StateIndeterminate    State = "indeterminate"
+)
+
+// Terminal reports whether s ends the action.
+func (s State) Terminal() bool {
+	switch s {
+	case StateCompleted, StateCompletedPartial, StateReconciled, StateFailed, StateRejected, StateCanceled, StateIndeterminate:
+		return true
+	}
+	return false
+}
+
+// CancelOrigin says who or what ended an action's scope.
+type CancelOrigin string
+
+// The origins.
+const (
+	OriginUserStop         CancelOrigin = "user_stop"
+	OriginClientDisconnect CancelOrigin = "client_disconnect"
+	OriginOperatorStop     CancelOrigin = "operator_stop"
+	OriginOverallDeadline  CancelOrigin = "overall_deadline"
+	OriginParentCanceled   CancelOrigin = "parent_canceled"
+)
+
+// CancelRequest is the payload of the cancel signal.
+type CancelRequest struct {
+	// Origin is user_stop, client_disconnect or operator_stop.
+	Origin CancelOrigin `json:"origin"`
+	// Note is free text for the operator; never shown as content.
+	Note string `json:"note,omitempty"`
+}
+
+// ReconcileRequest is the payload of the reconcile signal and Update.
+type ReconcileRequest struct {
+	// Attempt is the number of the ambiguous attempt being reconciled; a
+	// stale number is rejected.
+	Attempt int `json:"attempt"`
+	// Verdict is completed, not_executed, allow_replay or abandon.
+	Verdict activities.Verdict `json:"verdict"`
+	// Response is the result for a completed verdict (or ResultRef).
+	Response *providers.Response `json:"response,omitempty"`
+	// ResultRef points at a stored result for a completed verdict.
+	ResultRef string `json:"result_ref,omitempty"`
+	// By names who decided, for the record.
+	By string `json:"by,omitempty"`
+}
+
+// AttemptRecord is one attempt in the action's timeline. It holds evidence
+// and decisions, never content.
+type AttemptRecord struct {
+	N     int    `json:"n"`
+	Route string `json:"route"`
+	// Why says why this attempt was made on this route: "primary",
+	// "retry after throttled", "fallback after empty_response on a", ...
+	Why string `json:"why"`
+	// Summary is the one-line activity summary shown in the UI.
+	Summary        string                  `json:"summary"`
+	Evidence       recovery.Evidence       `json:"evidence"`
+	Classification recovery.Classification `json:"classification"`
+	// HealthMoved reports whether this outcome counts against the route's
+	// health (CONTRACT.md section 4).
+	HealthMoved bool `json:"health_moved"`
+	// Scheduled is when the attempt was dispatched (workflow time).
+	Scheduled time.Time `json:"scheduled"`
+	// Duration is how long the workflow waited for it.
+	Duration time.Duration `json:"duration"`
+	// BackoffAfter is the wait that followed it, zero when none.
+	BackoffAfter time.Duration `json:"backoff_after,omitempty"`
+}
+
+// Note is something the workflow recorded that is not an attempt: a route
+// skipped, a signal ignored, a verdict applied.
+type Note struct {
+	At   time.Time `json:"at"`
+	What string    `json:"what"`
+}
+
+// Status is the action's state and timeline, as the status query and the
+// final result report it.
+type Status struct {
+	ActionRef string          `json:"action_ref"`
+	State     State           `json:"state"`
+	Outcome   string          `json:"outcome,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	Origin    CancelOrigin    `json:"origin,omitempty"`
+	Attempts  []AttemptRecord `json:"attempts"`
+	Notes     []Note          `json:"notes,omitempty"`
+	// AwaitingAttempt is the attempt a reconcile must name, when awaiting.
+	AwaitingAttempt int `json:"awaiting_attempt,omitempty"`
+	// Budget is MaxAttempts; Used is attempts started.
+	Budget int `json:"budget"`
+	Used   int `json:"used"`
+}
+
+// ActionResult is the terminal result: the final state, the timeline, and
+// the response when there is one.
+type ActionResult struct {
+	Status
+	Response *providers.Response `json:"response,omitempty"`
+	// ResultRef is set when a reconcile verdict supplied a reference
+	// instead of a response.
+	ResultRef string `json:"result_ref,omitempty"`
+}

@@ -1,0 +1,83 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// withDefaults fills the zero values documented on ActionInput.
+func (in ActionInput) withDefaults(workflowID string) ActionInput {
+	if in.MaxAttempts == 0 {
+		in.MaxAttempts = defaultMaxAttempts
+	}
+	if in.Deadline == 0 {
+		in.Deadline = defaultDeadline
+	}
+	if in.QueueTimeout == 0 {
+		in.QueueTimeout = defaultQueueTimeout
+	}
+	if in.ReconcileTimeout == 0 {
+		in.ReconcileTimeout = defaultReconcileTimeout
+	}
+	if in.ReplayPolicy == "" {
+		in.ReplayPolicy = ReplayNever
+	}
+	if in.IdempotencyKey == "" {
+		in.IdempotencyKey = workflowID
+	}
+	if in.RetriesPerRoute == 0 {
+		in.RetriesPerRoute = defaultRetriesPerRoute
+	}
+	return in
+}
+
+// Validate reports every problem with the input, each naming its field.
+func (in ActionInput) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if err := in.Request.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("request: %w", err))
+	}
+	if len(in.Routes) == 0 {
+		bad("routes", "at least one route name is required")
+	}
+	seen := map[string]bool{}
+	for i, r := range in.Routes {
+		switch {
+		case r == "":
+			bad(fmt.Sprintf("routes[%d]", i), "empty route name")
+		case seen[r]:
+			bad(fmt.Sprintf("routes[%d]", i), "route %q listed twice", r)
+		}
+		seen[r] = true
+	}
+	if in.MaxAttempts < 1 || in.MaxAttempts > maxMaxAttempts {
+		bad("max_attempts", "%d is outside 1..%d", in.MaxAttempts, maxMaxAttempts)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"deadline", in.Deadline}, {"attempt_timeout", in.AttemptTimeout}, {"queue_timeout", in.QueueTimeout}, {"reconcile_timeout", in.ReconcileTimeout}, {"backoff.initial", in.Backoff.Initial}, {"backoff.max", in.Backoff.Max}} {
+		if d.v < 0 {
+			bad(d.field, "negative duration %s", d.v)
+		}
+	}
+	if in.AttemptTimeout > in.Deadline && in.Deadline > 0 {
+		bad("attempt_timeout", "%s exceeds the deadline %s", in.AttemptTimeout, in.Deadline)
+	}
+	switch in.ReplayPolicy {
+	case ReplayNever, ReplayIdempotent:
+	default:
+		bad("replay_policy", "unknown policy %q: want %q or %q", in.ReplayPolicy, ReplayNever, ReplayIdempotent)
+	}
+	if in.RetriesPerRoute < 0 {
+		bad("retries_per_route", "negative: %d", in.RetriesPerRoute)
+	}
+	if in.Needs.ContextTokens < 0 {
+		bad("needs.context_tokens", "negative: %d", in.Needs.ContextTokens)
+	}
+	return errors.Join(errs...)
+}
