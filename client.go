@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -154,7 +156,37 @@ func (e *ReconcileError) Error() string {
 // Reconcile delivers a verdict on the action's ambiguous attempt through
 // the validated Update and waits until it is accepted. A rejection is a
 // *ReconcileError.
+//
+// Right after a worker is lost, the first Update can reach a worker whose
+// copy of the workflow has not yet caught up with the timeout that made
+// the attempt ambiguous, and be rejected as "not awaiting reconciliation"
+// although the action is. Reconcile then re-reads the status and, if it
+// says the action awaits this very attempt, tries again (at most three
+// times, 250ms apart). Every other rejection is returned at once.
 func (c *Client) Reconcile(ctx context.Context, id string, r workflows.ReconcileRequest) error {
+	var err error
+	for try := 0; try < 3; try++ {
+		if err = c.reconcileOnce(ctx, id, r); err == nil {
+			return nil
+		}
+		var rerr *ReconcileError
+		if !errors.As(err, &rerr) || !strings.Contains(rerr.Message, "not awaiting reconciliation") {
+			return err
+		}
+		st, serr := c.Status(ctx, id)
+		if serr != nil || st.State != workflows.StateAwaitingReconciliation || st.AwaitingAttempt != r.Attempt {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (c *Client) reconcileOnce(ctx context.Context, id string, r workflows.ReconcileRequest) error {
 	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   id,
 		UpdateName:   workflows.UpdateReconcile,

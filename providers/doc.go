@@ -34,8 +34,9 @@
 // Response.Partial is the authority on a stream's completeness. One case
 // is invisible on the wire: a body that ends cleanly after content but
 // without [DONE] or a finish_reason (IncompleteTruncated). The engine saw
-// a clean end of stream and classifies the attempt completed; the caller
-// must treat such a response as committed_partial.
+// a clean end of stream, so the caller passes recovery.SignalStreamIncomplete
+// to Finish for a Partial response (the CallModel activity does), and the
+// attempt classifies committed_partial.
 //
 // Memory is bounded: a non-streaming body and a stream's accumulated
 // answer at MaxResponseBytes (32 MiB), one SSE line and one SSE event at
