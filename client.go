@@ -85,12 +85,19 @@ type Action struct {
 	RunID string
 }
 
-// Start starts an action with the given id (the action ref; it is also
-// the default idempotency key). Starting an id that is already running
+// Start validates the input and starts an action with the given id (the
+// action ref; it is also the default idempotency key). An invalid input
+// returns ErrInvalidInput (errors.Is) naming every bad field, and starts
+// nothing. Starting an id that is already running
 // returns an error wrapping serviceerror.WorkflowExecutionAlreadyStarted.
 func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput) (*Action, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty action id", ErrInvalidInput)
+	}
+	// The workflow validates too; checking here means a bad input starts
+	// nothing at all.
+	if err := in.WithDefaults(id).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
 	run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
@@ -168,6 +175,14 @@ func (c *Client) Reconcile(ctx context.Context, id string, r workflows.Reconcile
 	for try := 0; try < 3; try++ {
 		if err = c.reconcileOnce(ctx, id, r); err == nil {
 			return nil
+		}
+		if errors.Is(err, ErrNotFound) {
+			// A closed action rejects Updates as "not found"; say what
+			// actually happened if the action exists.
+			if st, serr := c.Status(ctx, id); serr == nil && st.State.Terminal() {
+				return &ReconcileError{ActionRef: id, Message: "the action already ended " + string(st.State)}
+			}
+			return err
 		}
 		var rerr *ReconcileError
 		if !errors.As(err, &rerr) || !strings.Contains(rerr.Message, "not awaiting reconciliation") {

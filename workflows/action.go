@@ -94,7 +94,7 @@ type action struct {
 }
 
 func newAction(ctx workflow.Context, in ActionInput) (*action, error) {
-	in = in.withDefaults(workflow.GetInfo(ctx).WorkflowExecution.ID)
+	in = in.WithDefaults(workflow.GetInfo(ctx).WorkflowExecution.ID)
 	if err := in.Validate(); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidInput, err)
 	}

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// withDefaults fills the zero values documented on ActionInput.
-func (in ActionInput) withDefaults(workflowID string) ActionInput {
+// WithDefaults fills the zero values documented on ActionInput, using
+// workflowID as the default idempotency key.
+func (in ActionInput) WithDefaults(workflowID string) ActionInput {
 	if in.MaxAttempts == 0 {
 		in.MaxAttempts = defaultMaxAttempts
 	}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/worker"
+)
+
+// quietLogger keeps the Temporal SDK's own chatter to warnings and errors.
+func quietLogger() sdklog.Logger {
+	return sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+func runWorker(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("worker", "--routes FILE [flags]", stderr)
+	var cf connFlags
+	cf.register(fs)
+	routesFile := fs.String("routes", os.Getenv("DURALLM_ROUTES"), "routes YAML file (see docs/providers.md); default $DURALLM_ROUTES")
+	searchAttrs := fs.Bool("search-attributes", true, "write DurallmState/DurallmOutcome/DurallmRoute (the namespace must have them registered)")
+	stopTimeout := fs.Duration("stop-timeout", 10*time.Second, "on SIGTERM, how long in-flight attempts get to finish before they are canceled")
+	maxAttempts := fs.Int("max-concurrent-attempts", 256, "CallModel executions at once in this worker")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *routesFile == "" {
+		fmt.Fprintln(stderr, "durallm worker: --routes (or DURALLM_ROUTES) is required")
+		return exitUsage
+	}
+	cfg, err := providers.LoadConfig(*routesFile, os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
+		return exitUsage
+	}
+	tc, err := cf.dial()
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
+		return exitError
+	}
+	defer tc.Close()
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	w, err := worker.New(tc, worker.Options{
+		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
+		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
