@@ -354,9 +354,12 @@ func TestE2EHappyPath(t *testing.T) {
 	if res.State != workflows.StateCompleted || res.Used != 1 || res.Response == nil || res.Response.Text != "ok" {
 		t.Fatalf("result %+v", res)
 	}
-	_, err = s.run("bad-input", workflows.ActionInput{Routes: []string{"primary"}})
+	_, err = s.c.Start(context.Background(), "bad-input", workflows.ActionInput{Routes: []string{"primary"}})
 	if !errors.Is(err, durallm.ErrInvalidInput) || !strings.Contains(err.Error(), "messages") {
 		t.Fatalf("invalid input: %v", err)
+	}
+	if _, err := s.c.Status(context.Background(), "bad-input"); !errors.Is(err, durallm.ErrNotFound) {
+		t.Fatalf("an invalid action was started: %v", err)
 	}
 	s.saveHistory("happy", "happy_path")
 }
