@@ -361,9 +361,7 @@ type Attempt struct {
 // it has none.
 func NewAttempt(spec Spec) *Attempt {
 	if spec.AttemptID == "" {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		spec.AttemptID = hex.EncodeToString(b[:])
+		spec.AttemptID = attemptIDPrefix + strconv.FormatUint(attemptSeq.Add(1), 36)
 	}
 	spec.Avoid = append([]string(nil), spec.Avoid...)
 	return &Attempt{spec: spec, ev: Evidence{
@@ -371,6 +369,17 @@ func NewAttempt(spec Spec) *Attempt {
 		Route: spec.Route, AfterMisdirected: spec.AfterMisdirected,
 	}}
 }
+
+// Generated attempt ids are a random per-process prefix and a counter:
+// unique across processes without a random read per attempt.
+var (
+	attemptIDPrefix = func() string {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:]) + "-"
+	}()
+	attemptSeq atomic.Uint64
+)
 
 type attemptKey struct{}
 
