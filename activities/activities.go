@@ -19,6 +19,7 @@ import (
 
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/telemetry"
 )
 
 // Activities holds the worker-side dependencies of durallm's activities.
@@ -49,6 +50,8 @@ type Activities struct {
 	// not written: upserting an unregistered attribute fails the workflow
 	// task.
 	SearchAttributes bool
+	// Telemetry records per-attempt metrics. Nil means none.
+	Telemetry *telemetry.Telemetry
 	// Logger receives worker-side events (never content). Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -149,6 +152,10 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 		sig = recovery.SignalStreamIncomplete
 	}
 	ev, class := att.Finish(sig)
+	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
+		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: ev, Class: class,
+		InputTokens: res.Response.Usage.PromptTokens, OutputTokens: res.Response.Usage.CompletionTokens,
+	})
 	out := Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
 	case recovery.Canceled:

@@ -518,6 +518,7 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 		a.ev.RequestBytes, a.ev.ResponseHeaders = f.RequestBytes, f.ResponseHeaders
 		a.ev.RSTStream, a.ev.GoAway = f.RSTStream, f.GoAway
 		a.ev.ConnClosed, a.ev.MappingLost = f.ConnClosed, f.MappingLost
+		a.ev.SentAfterGoAway = f.SentAfterGoAway
 		if a.ev.TransportReplays > 0 {
 			e.stats.replays.Add(int64(a.ev.TransportReplays))
 		}

@@ -46,6 +46,10 @@ type Evidence struct {
 	// connection (unparseable frames or header block), so nothing can be
 	// proven about this attempt's stream.
 	MappingLost bool `json:"mapping_lost,omitempty"`
+	// SentAfterGoAway reports that the request left on a connection that
+	// had already received GOAWAY: the pool's drain failed. It should never
+	// be true; an alert watches it (docs/operations.md).
+	SentAfterGoAway bool `json:"sent_after_goaway,omitempty"`
 	// RequestBytes counts HEADERS and DATA payload bytes sent on the stream.
 	RequestBytes int64 `json:"request_bytes,omitempty"`
 

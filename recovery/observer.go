@@ -71,6 +71,9 @@ type tracker struct {
 	reqBytes    int64
 	respHeaders bool
 	rst         *ErrCode
+	// afterGoAway: a stream of this attempt left on a connection that had
+	// already received GOAWAY.
+	afterGoAway bool
 }
 
 // Track starts watching for attemptID. It must be called before the
@@ -119,6 +122,9 @@ type StreamFacts struct {
 	// MappingLost reports that the stream's connection could not be
 	// followed, so the facts above are incomplete.
 	MappingLost bool
+	// SentAfterGoAway reports that a stream of the attempt left on a
+	// connection that had already received GOAWAY.
+	SentAfterGoAway bool
 }
 
 // Stream returns what the frames said about attemptID so far. When no
@@ -130,6 +136,7 @@ func (o *Observer) Stream(attemptID string, fallback *ObservedConn) StreamFacts 
 	if t := o.lookup(attemptID); t != nil {
 		t.mu.Lock()
 		f.StreamID, f.Streams, f.RequestBytes, f.ResponseHeaders = t.streamID, t.streams, t.reqBytes, t.respHeaders
+		f.SentAfterGoAway = t.afterGoAway
 		if t.rst != nil {
 			code := *t.rst
 			f.RSTStream = &code
@@ -347,6 +354,7 @@ func (c *ObservedConn) bind(attemptID string, stream uint32, headerBytes int64) 
 	t.mu.Lock()
 	t.conn, t.streamID = c, stream
 	t.streams++
+	t.afterGoAway = t.afterGoAway || c.goAway != nil
 	t.reqBytes += headerBytes
 	t.mu.Unlock()
 }

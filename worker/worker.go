@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -19,6 +22,7 @@ import (
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -55,20 +59,35 @@ type Options struct {
 	// Logger receives worker events and the per-attempt "llm.attempt"
 	// events. Nil means slog.Default().
 	Logger *slog.Logger
+	// Telemetry records the project's metrics. Nil means none. For the
+	// Temporal SDK's own metrics, give the client
+	// Telemetry.TemporalMetricsHandler() when dialing it.
+	Telemetry *telemetry.Telemetry
+	// MetricsAddr, when set (e.g. "127.0.0.1:9090"), serves /metrics,
+	// /healthz and /readyz there. It needs Telemetry.
+	MetricsAddr string
 }
 
 // Worker is a running durallm worker.
 type Worker struct {
-	tw     sdkworker.Worker
-	engine *recovery.Engine
-	acts   *activities.Activities
-	log    *slog.Logger
-	stop   time.Duration
+	tw      sdkworker.Worker
+	tc      client.Client
+	engine  *recovery.Engine
+	acts    *activities.Activities
+	log     *slog.Logger
+	stop    time.Duration
+	tel     *telemetry.Telemetry
+	addr    string
+	http    *http.Server
+	started atomic.Bool
 }
 
 // New validates the configuration (every problem at once) and builds a
 // worker on c. Start it with Start or Run.
 func New(c client.Client, o Options) (*Worker, error) {
+	if o.MetricsAddr != "" && o.Telemetry == nil {
+		return nil, errors.New("durallm worker: MetricsAddr needs Telemetry")
+	}
 	if err := o.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("durallm worker: invalid routes config:\n%w", err)
 	}
@@ -99,13 +118,19 @@ func New(c client.Client, o Options) (*Worker, error) {
 	engine := recovery.New(recovery.Config{TLSClientConfig: o.TLS, AllowH2C: o.AllowH2C, Logger: o.Logger})
 	acts := &activities.Activities{
 		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Sinks: o.Sinks,
-		SearchAttributes: o.SearchAttributes, Logger: o.Logger,
+		SearchAttributes: o.SearchAttributes, Logger: o.Logger, Telemetry: o.Telemetry,
+	}
+	if o.Telemetry != nil {
+		o.Telemetry.WatchEngine(engine)
 	}
 	if insecure {
 		// Only routes that opted out use this engine; the others keep
 		// verifying on the shared one.
 		cfg := &tls.Config{InsecureSkipVerify: true} // #nosec G402 -- explicit per-route opt-out, logged above
 		acts.InsecureEngine = recovery.New(recovery.Config{TLSClientConfig: cfg, AllowH2C: o.AllowH2C, Logger: o.Logger})
+		if o.Telemetry != nil {
+			o.Telemetry.WatchEngine(acts.InsecureEngine)
+		}
 	}
 	tw := sdkworker.New(c, o.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentAttempts,
@@ -115,7 +140,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		WorkerStopTimeout:            o.StopTimeout,
 	})
 	Register(tw, acts)
-	return &Worker{tw: tw, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout}, nil
+	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr}, nil
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
@@ -123,6 +148,21 @@ func New(c client.Client, o Options) (*Worker, error) {
 func Register(r sdkworker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.LLMAction, workflow.RegisterOptions{Name: workflows.WorkflowName})
 	r.RegisterActivity(acts)
+}
+
+// MetricsAddr is where /metrics is served ("" when not), with the port
+// resolved once started.
+func (w *Worker) MetricsAddr() string { return w.addr }
+
+// ready reports whether the worker polls and its Temporal server answers.
+func (w *Worker) ready(ctx context.Context) error {
+	if !w.started.Load() {
+		return errors.New("worker not started")
+	}
+	if _, err := w.tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		return fmt.Errorf("temporal server: %w", err)
+	}
+	return nil
 }
 
 // Sinks returns the registry streamed deltas are published to.
@@ -133,9 +173,24 @@ func (w *Worker) Engine() *recovery.Engine { return w.engine }
 
 // Start starts polling. It returns at once.
 func (w *Worker) Start() error {
+	if w.addr != "" {
+		ln, err := net.Listen("tcp", w.addr)
+		if err != nil {
+			return fmt.Errorf("durallm worker: metrics endpoint on %s: %w", w.addr, err)
+		}
+		w.addr = ln.Addr().String()
+		w.http = &http.Server{Handler: w.tel.Handler(w.ready), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := w.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				w.log.Error("metrics endpoint stopped", "error", err)
+			}
+		}()
+		w.log.Info("serving /metrics, /healthz and /readyz", "addr", w.addr)
+	}
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}
+	w.started.Store(true)
 	w.log.Info("durallm worker started", "routes", routeNames(w.acts.Routes))
 	return nil
 }
@@ -145,7 +200,13 @@ func (w *Worker) Start() error {
 // connections.
 func (w *Worker) Stop() {
 	w.log.Info("durallm worker stopping: no new attempts; in-flight attempts get a bounded grace", "grace", w.stop)
+	w.started.Store(false)
 	w.tw.Stop()
+	if w.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = w.http.Shutdown(ctx)
+		cancel()
+	}
 	w.engine.Close()
 	if w.acts.InsecureEngine != nil {
 		w.acts.InsecureEngine.Close()

@@ -274,6 +274,7 @@ func (w *action) run() ActionResult {
 
 		case recovery.Ambiguous:
 			if w.mayReplay(route, rec) {
+				w.count("durallm.ambiguous_replays", "reason", "idempotency_policy")
 				next = nextAttempt{why: "replay", detail: "route honours Idempotency-Key", avoid: avoid}
 				continue
 			}
@@ -281,11 +282,13 @@ func (w *action) run() ActionResult {
 			if !ok {
 				return w.endCanceled()
 			}
+			w.count("durallm.reconciliations", "verdict", reconcileLabel(v))
 			switch v.Verdict {
 			case activities.VerdictCompleted:
 				w.response, w.resRef = v.Response, v.ResultRef
 				return w.end(StateReconciled, string(activities.VerdictCompleted), "reconciled")
 			case activities.VerdictNotExecuted, activities.VerdictAllowReplay:
+				w.count("durallm.ambiguous_replays", "reason", "verdict_"+string(v.Verdict))
 				next = nextAttempt{why: "retry after verdict " + string(v.Verdict), avoid: avoid}
 				continue
 			default:
@@ -386,6 +389,11 @@ func (w *action) scopeEnded() bool {
 // end, whichever comes first; then it waits for the activity to settle so
 // its evidence is final.
 func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptRecord {
+	if w.origin != "" {
+		// Never expected: scopeEnded is checked right before every
+		// attempt. The counter backs the "zero in a healthy system" alert.
+		w.count("durallm.attempts_after_cancel", "origin", string(w.origin))
+	}
 	w.status.Used++
 	n := w.status.Used
 	remaining := w.deadline.Sub(workflow.Now(w.ctx))
@@ -578,6 +586,7 @@ func (w *action) endWith(s State, c recovery.Classification) ActionResult {
 
 func (w *action) endCanceled() ActionResult {
 	w.status.Origin = w.origin
+	w.count("durallm.cancellations", "origin", string(w.origin))
 	return w.end(StateCanceled, string(recovery.Canceled), string(w.origin))
 }
 
@@ -669,6 +678,19 @@ func freshDetail(ev recovery.Evidence) string {
 	default:
 		return "fresh connection"
 	}
+}
+
+// count increments a workflow counter. The SDK's workflow metrics handler
+// records nothing during replay, so a counter counts each event once.
+func (w *action) count(name, tag, value string) {
+	workflow.GetMetricsHandler(w.ctx).WithTags(map[string]string{tag: value}).Counter(name).Inc(1)
+}
+
+func reconcileLabel(v ReconcileRequest) string {
+	if v.By == "timeout" {
+		return "timeout"
+	}
+	return string(v.Verdict)
 }
 
 func reconcileEnd(v ReconcileRequest) string {

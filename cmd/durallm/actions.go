@@ -40,7 +40,11 @@ func (c *connFlags) register(fs interface {
 	fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a summary")
 }
 
-func (c *connFlags) dial() (client.Client, error) {
+func (c *connFlags) dial() (client.Client, error) { return c.dialWith(nil) }
+
+// dialWith dials with a metrics handler for the SDK's own metrics (nil:
+// none).
+func (c *connFlags) dialWith(metrics client.MetricsHandler) (client.Client, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		return nil, fmt.Errorf("load Temporal client settings from the environment: %w", err)
@@ -52,6 +56,9 @@ func (c *connFlags) dial() (client.Client, error) {
 		opts.Namespace = c.namespace
 	}
 	opts.Logger = quietLogger()
+	if metrics != nil {
+		opts.MetricsHandler = metrics
+	}
 	tc, err := client.Dial(opts)
 	if err != nil {
 		addr := opts.HostPort

@@ -21,6 +21,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -49,6 +50,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	exitAfter := fs.Bool("exit-after-demo", false, "stop once the demonstration is done (for scripts and tests)")
 	taskQueue := fs.String("task-queue", durallm.DefaultTaskQueue, "task queue")
 	verbose := fs.Bool("v", false, "log every attempt event (llm.attempt) and server warnings")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -86,14 +88,19 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}()
 	say("  · server ready at %s in %s", srv.FrontendHostPort(), time.Since(started).Round(100*time.Millisecond))
 
-	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: quietLogger()})
+	tel, err := telemetry.New(logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
+		return exitError
+	}
+	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: quietLogger(), MetricsHandler: tel.TemporalMetricsHandler()})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm dev: connect to the embedded server: %v\n", err)
 		return exitError
 	}
 	defer tc.Close()
 
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger}
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr}
 	var demo *testsuite.Provider
 	if *routesFile != "" {
 		cfg, err := providers.LoadConfig(*routesFile, os.Getenv)
@@ -125,6 +132,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}
 	defer w.Stop()
 	say("  · worker polling task queue %q", *taskQueue)
+	if a := w.MetricsAddr(); a != "" {
+		say("  · metrics at http://%s/metrics (health: /healthz, /readyz)", a)
+	}
 	if srv.UIURL() != "" {
 		say("\nTemporal UI: %s", srv.UIURL())
 	}

@@ -3,90 +3,188 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
-// readyWriter collects output and reports the frontend address once
-// 'dev' prints it.
-type readyWriter struct {
+// devRun is one 'durallm dev' running in this process.
+type devRun struct {
+	t    *testing.T
 	mu   sync.Mutex
-	buf  bytes.Buffer
-	re   *regexp.Regexp
-	addr chan string
-	sent bool
+	out  bytes.Buffer
+	err  bytes.Buffer
+	done chan int
+	stop context.CancelFunc
 }
 
-func (w *readyWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if m := w.re.FindStringSubmatch(w.buf.String()); m != nil && !w.sent {
-		w.sent = true
-		w.addr <- m[1]
+func (d *devRun) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.Write(p)
+}
+
+func (d *devRun) output() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.String()
+}
+
+// startDev runs 'dev' with args until stop is called.
+func startDev(t *testing.T, args ...string) *devRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	devContext = func() context.Context { return ctx }
+	t.Cleanup(func() { devContext = context.Background })
+	d := &devRun{t: t, done: make(chan int, 1), stop: cancel}
+	go func() { d.done <- dispatch(append([]string{"dev"}, args...), d, &d.err) }()
+	return d
+}
+
+// await waits until the output matches re and returns the submatches.
+func (d *devRun) await(re string) []string {
+	d.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if m := rx.FindStringSubmatch(d.output()); m != nil {
+			return m
+		}
+		select {
+		case code := <-d.done:
+			d.t.Fatalf("dev exited %d before printing %q\nstdout:\n%s\nstderr:\n%s", code, re, d.output(), d.err.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return len(p), nil
+	d.t.Fatalf("dev never printed %q:\n%s", re, d.output())
+	return nil
+}
+
+func (d *devRun) finish() {
+	d.t.Helper()
+	d.stop()
+	if code := <-d.done; code != exitOK {
+		d.t.Fatalf("dev exited %d\nstdout:\n%s\nstderr:\n%s", code, d.output(), d.err.String())
+	}
 }
 
 // TestDevDemonstrationEndToEnd runs 'durallm dev' headless on free ports
 // over a fresh data directory: the embedded server, the worker, the demo
-// provider and the demonstration. Then it restarts 'dev' over the same
-// directory, finds the action the demonstration left awaiting a verdict,
-// reconciles it through the CLI and checks it ended reconciled.
+// provider and the demonstration. It scrapes /metrics and checks the
+// counters match what the demonstration did. Then it restarts 'dev' over
+// the same directory, finds the action left awaiting a verdict, reconciles
+// it through the CLI and checks it ended reconciled.
 func TestDevDemonstrationEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	var out, errOut bytes.Buffer
-	code := dispatch([]string{"dev", "--headless", "--port", "-1", "--data-dir", dir, "--exit-after-demo"}, &out, &errOut)
-	if code != exitOK {
-		t.Fatalf("dev exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
-	}
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0")
+	metrics := d.await(`metrics at (http://\S+/metrics)`)[1]
+	waiting := d.await(`(demo-\d+-ambiguous) awaits your verdict`)[1]
+	out := d.output()
 	for _, c := range demoCases {
-		if !regexp.MustCompile(`\[ok\] demo-\d+-` + c.name + ` → ` + string(c.want)).MatchString(out.String()) {
-			t.Errorf("demonstration did not show %s ending %s:\n%s", c.name, c.want, out.String())
+		if !regexp.MustCompile(`\[ok\] demo-\d+-` + c.name + ` → ` + string(c.want)).MatchString(out) {
+			t.Errorf("demonstration did not show %s ending %s:\n%s", c.name, c.want, out)
 		}
 	}
-	if !strings.Contains(out.String(), "fresh connection after GOAWAY last=") {
-		t.Errorf("the GOAWAY recovery is not visible in the output:\n%s", out.String())
-	}
-	waiting := regexp.MustCompile(`(demo-\d+-ambiguous) awaits your verdict`).FindStringSubmatch(out.String())
-	if waiting == nil {
-		t.Fatalf("no action awaiting a verdict:\n%s", out.String())
+	if !strings.Contains(out, "fresh connection after GOAWAY last=") {
+		t.Errorf("the GOAWAY recovery is not visible in the output:\n%s", out)
 	}
 
-	// Restart over the same data directory; the waiting action is still
-	// there, and a verdict finishes it.
-	ctx, stopDev := context.WithCancel(context.Background())
-	defer stopDev()
-	devContext = func() context.Context { return ctx }
-	defer func() { devContext = context.Background }()
-	done := make(chan int, 1)
-	var err2 bytes.Buffer
-	ready := &readyWriter{re: regexp.MustCompile(`server ready at (\S+)`), addr: make(chan string, 1)}
-	go func() {
-		done <- dispatch([]string{"dev", "--headless", "--port", "-1", "--data-dir", dir, "--no-demo"}, ready, &err2)
-	}()
-	var addr string
-	select {
-	case addr = <-ready.addr:
-	case code := <-done:
-		t.Fatalf("second dev exited %d before it was ready: %s", code, err2.String())
+	// The counters say what happened: 5 actions, 7 attempts.
+	body := scrape(t, metrics)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"durallm_attempts_total", []string{`durallm_classification="completed"`}, 3},
+		{"durallm_attempts_total", []string{`durallm_classification="refused"`}, 1},
+		{"durallm_attempts_total", []string{`durallm_classification="misdirected"`}, 1},
+		{"durallm_attempts_total", []string{`durallm_classification="ambiguous"`}, 1},
+		{"durallm_attempts_total", []string{`durallm_classification="canceled"`}, 1},
+		{"durallm_ambiguous_total", []string{`durallm_reason="goaway_at_or_below_boundary"`}, 1},
+		{"durallm_cancellations", []string{`origin="user_stop"`}, 1},
+		{"durallm_quarantines_total", nil, 1},
+		{"durallm_goaways_total", []string{`http2_error_code="NO_ERROR"`}, 2},
+		{"durallm_connections_opened_total", nil, 4}, // the first, then one after each GOAWAY (2) and after the 421
+		{"durallm_transport_replays_total", nil, 0},
+		{"durallm_sends_after_goaway_total", nil, 0},
+		{"durallm_attempts_after_cancel", nil, 0},
+		{"gen_ai_client_operation_duration_seconds_count", []string{`gen_ai_provider_name="openai"`}, 7},
+		{"gen_ai_client_token_usage_count", []string{`gen_ai_token_type="output"`}, 3},
+	} {
+		if got := sumSeries(body, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
-	var lst bytes.Buffer
-	if code := dispatch([]string{"list", "--address", addr, "--state", "awaiting_reconciliation"}, &lst, &errOut); code != exitOK || !strings.Contains(lst.String(), waiting[1]) {
-		t.Fatalf("list exited %d: %q does not include %s (%s)", code, lst.String(), waiting[1], errOut.String())
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(strings.TrimSuffix(metrics, "/metrics") + path)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %v %v", path, resp, err)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+	}
+	d.finish()
+
+	// Restart over the same data directory: the waiting action is still
+	// there, and a verdict finishes it.
+	d2 := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--no-demo", "--metrics-addr", "")
+	addr := d2.await(`server ready at (\S+)`)[1]
+	d2.await(`worker polling`)
+	var lst, errOut bytes.Buffer
+	if code := dispatch([]string{"list", "--address", addr, "--state", "awaiting_reconciliation"}, &lst, &errOut); code != exitOK || !strings.Contains(lst.String(), waiting) {
+		t.Fatalf("list exited %d: %q does not include %s (%s)", code, lst.String(), waiting, errOut.String())
 	}
 	var rec bytes.Buffer
-	if code := dispatch([]string{"reconcile", "--address", addr, "--id", waiting[1], "--attempt", "1", "--verdict", "completed", "--text", "found it"}, &rec, &errOut); code != exitOK {
+	if code := dispatch([]string{"reconcile", "--address", addr, "--id", waiting, "--attempt", "1", "--verdict", "completed", "--text", "found it"}, &rec, &errOut); code != exitOK {
 		t.Fatalf("reconcile exited %d: %s", code, errOut.String())
 	}
 	var st bytes.Buffer
-	if code := dispatch([]string{"status", "--address", addr, "--id", waiting[1]}, &st, &errOut); code != exitOK || !strings.Contains(st.String(), "reconciled") {
+	if code := dispatch([]string{"status", "--address", addr, "--id", waiting}, &st, &errOut); code != exitOK || !strings.Contains(st.String(), "reconciled") {
 		t.Fatalf("status exited %d: %s", code, st.String())
 	}
-	stopDev()
-	if code := <-done; code != exitOK {
-		t.Fatalf("second dev exited %d: %s", code, err2.String())
+	d2.finish()
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// sumSeries adds the values of every sample of the metric name whose
+// labels include all of labels.
+func sumSeries(body, name string, labels ...string) float64 {
+	var sum float64
+next:
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue next
+			}
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
 }

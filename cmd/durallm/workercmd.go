@@ -13,6 +13,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/worker"
 )
 
@@ -29,6 +30,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	searchAttrs := fs.Bool("search-attributes", true, "write DurallmState/DurallmOutcome/DurallmRoute (the namespace must have them registered)")
 	stopTimeout := fs.Duration("stop-timeout", 10*time.Second, "on SIGTERM, how long in-flight attempts get to finish before they are canceled")
 	maxAttempts := fs.Int("max-concurrent-attempts", 256, "CallModel executions at once in this worker")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -41,16 +43,22 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitUsage
 	}
-	tc, err := cf.dial()
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	tel, err := telemetry.New(logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
+		return exitError
+	}
+	tc, err := cf.dialWith(tel.TemporalMetricsHandler())
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
 	}
 	defer tc.Close()
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
+		Telemetry: tel, MetricsAddr: *metricsAddr,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)

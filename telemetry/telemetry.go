@@ -1,0 +1,230 @@
+// Package telemetry holds durallm's metrics: OpenTelemetry instruments
+// exported in the Prometheus format, the Temporal SDK's metrics routed
+// through the same meter, and the worker's /metrics, /healthz and /readyz
+// endpoints.
+//
+// Instrument names follow OpenTelemetry's GenAI semantic conventions where
+// they exist (gen_ai.client.operation.duration, gen_ai.client.token.usage
+// with gen_ai.provider.name, gen_ai.request.model, gen_ai.operation.name,
+// error.type) and add the recovery ones under durallm.*. No attribute ever
+// holds content, a header, a key or an id of a user action: only routes,
+// models, providers, classifications, codes and origins, so cardinality
+// stays bounded. docs/operations.md lists every series and the alerts.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
+
+	"github.com/durallm/durallm/recovery"
+)
+
+// Telemetry owns a meter provider with a Prometheus registry of its own
+// (so tests and several workers in one process do not collide).
+type Telemetry struct {
+	reg      *prometheus.Registry
+	provider *sdkmetric.MeterProvider
+	meter    metric.Meter
+	log      *slog.Logger
+
+	duration   metric.Float64Histogram
+	tokens     metric.Int64Histogram
+	attempts   metric.Int64Counter
+	ambiguous  metric.Int64Counter
+	empty      metric.Int64Counter
+	truncated  metric.Int64Counter
+	drainSends metric.Int64Counter
+
+	mu      sync.Mutex
+	engines []*recovery.Engine
+}
+
+// New builds the meter provider and the project's instruments. logger
+// receives instrument errors; nil means slog.Default().
+func New(logger *slog.Logger) (*Telemetry, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+	}
+	t := &Telemetry{reg: reg, log: logger}
+	t.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	t.meter = t.provider.Meter("github.com/durallm/durallm")
+	m := t.meter
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var e error
+	t.duration, e = m.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("GenAI operation duration, one per attempt"),
+		metric.WithExplicitBucketBoundaries(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92))
+	add(e)
+	t.tokens, e = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens used, by gen_ai.token.type (input, output)"),
+		metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576))
+	add(e)
+	t.attempts, e = m.Int64Counter("durallm.attempts", metric.WithDescription("Attempts by classification and route"))
+	add(e)
+	t.ambiguous, e = m.Int64Counter("durallm.ambiguous", metric.WithDescription("Ambiguous attempts by route and reason"))
+	add(e)
+	t.empty, e = m.Int64Counter("durallm.empty_responses", metric.WithDescription("2xx answers without usable content, by provider and model"))
+	add(e)
+	t.truncated, e = m.Int64Counter("durallm.stream.truncations", metric.WithDescription("Streams cut after content started (completed_partial), by route"))
+	add(e)
+	t.drainSends, e = m.Int64Counter("durallm.sends_after_goaway", metric.WithDescription("Attempts whose request left on a connection that had already received GOAWAY (should stay 0)"))
+	add(e)
+	if err := t.engineCounters(); err != nil {
+		add(err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+	}
+	return t, nil
+}
+
+// Meter is the project's meter, for callers that add instruments.
+func (t *Telemetry) Meter() metric.Meter { return t.meter }
+
+// TemporalMetricsHandler routes the Temporal SDK's metrics (and workflow
+// metrics recorded through workflow.GetMetricsHandler) into the same
+// registry. Instrument errors are logged, never a panic.
+func (t *Telemetry) TemporalMetricsHandler() client.MetricsHandler {
+	return temporalotel.NewMetricsHandler(temporalotel.MetricsHandlerOptions{
+		Meter:   t.provider.Meter("temporal-sdk-go"),
+		OnError: func(err error) { t.log.Warn("temporal metric error", "error", err) },
+	})
+}
+
+// WatchEngine exports an engine's counters (connections opened, GOAWAYs
+// by code, 421 quarantines, transport replays, lost framing).
+func (t *Telemetry) WatchEngine(e *recovery.Engine) {
+	t.mu.Lock()
+	t.engines = append(t.engines, e)
+	t.mu.Unlock()
+}
+
+func (t *Telemetry) engineCounters() error {
+	m := t.meter
+	conns, err1 := m.Int64ObservableCounter("durallm.connections.opened", metric.WithDescription("HTTP/2 connections the engine opened"))
+	goaways, err2 := m.Int64ObservableCounter("durallm.goaways", metric.WithDescription("GOAWAY frames received, by http2.error_code"))
+	quarantines, err3 := m.Int64ObservableCounter("durallm.quarantines", metric.WithDescription("Connections quarantined after a 421"))
+	replays, err4 := m.Int64ObservableCounter("durallm.transport.replays", metric.WithDescription("Streams that re-sent an attempt already sent (should stay 0)"))
+	lost, err5 := m.Int64ObservableCounter("durallm.observer.lost", metric.WithDescription("Connections whose HTTP/2 framing the observer could not follow"))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return err
+	}
+	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.mu.Lock()
+		engines := append([]*recovery.Engine(nil), t.engines...)
+		t.mu.Unlock()
+		var sum recovery.Stats
+		byCode := map[string]int64{}
+		for _, e := range engines {
+			s := e.Stats()
+			sum.ConnsOpened += s.ConnsOpened
+			sum.Quarantines += s.Quarantines
+			sum.TransportReplays += s.TransportReplays
+			sum.ObserverLost += s.ObserverLost
+			for k, v := range s.GoAways {
+				byCode[k] += v
+			}
+		}
+		o.ObserveInt64(conns, sum.ConnsOpened)
+		o.ObserveInt64(quarantines, sum.Quarantines)
+		o.ObserveInt64(replays, sum.TransportReplays)
+		o.ObserveInt64(lost, sum.ObserverLost)
+		for code, n := range byCode {
+			o.ObserveInt64(goaways, n, metric.WithAttributes(attribute.String("http2.error_code", code)))
+		}
+		return nil
+	}, conns, goaways, quarantines, replays, lost)
+	return err
+}
+
+// Attempt describes one finished attempt for RecordAttempt. It carries
+// no content.
+type Attempt struct {
+	Route, Provider, Model string
+	Evidence               recovery.Evidence
+	Class                  recovery.Classification
+	InputTokens            int
+	OutputTokens           int
+}
+
+// RecordAttempt records one attempt's duration, tokens and classification.
+func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
+	if t == nil {
+		return
+	}
+	class := string(a.Class.Class)
+	common := []attribute.KeyValue{
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.provider.name", a.Provider),
+		attribute.String("gen_ai.request.model", a.Model),
+		attribute.String("durallm.route", a.Route),
+	}
+	durAttrs := common
+	if a.Class.Class != recovery.Completed {
+		durAttrs = append(append([]attribute.KeyValue(nil), common...), attribute.String("error.type", class))
+	}
+	t.duration.Record(ctx, a.Evidence.Elapsed.Seconds(), metric.WithAttributes(durAttrs...))
+	if a.InputTokens > 0 {
+		t.tokens.Record(ctx, int64(a.InputTokens), metric.WithAttributes(append(common, attribute.String("gen_ai.token.type", "input"))...))
+	}
+	if a.OutputTokens > 0 {
+		t.tokens.Record(ctx, int64(a.OutputTokens), metric.WithAttributes(append(common, attribute.String("gen_ai.token.type", "output"))...))
+	}
+	t.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.classification", class), attribute.String("durallm.route", a.Route)))
+	switch a.Class.Class {
+	case recovery.Ambiguous:
+		t.ambiguous.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route), attribute.String("durallm.reason", a.Class.Reason)))
+	case recovery.EmptyResponse:
+		t.empty.Add(ctx, 1, metric.WithAttributes(attribute.String("gen_ai.provider.name", a.Provider), attribute.String("gen_ai.request.model", a.Model)))
+	case recovery.CommittedPartial:
+		t.truncated.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route)))
+	}
+	if a.Evidence.SentAfterGoAway {
+		t.drainSends.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route)))
+	}
+}
+
+// Handler serves /metrics in the Prometheus text format, /healthz (the
+// process is up) and /readyz (ready reports nil).
+func (t *Telemetry) Handler(ready func(context.Context) error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(t.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if ready != nil {
+			if err := ready(ctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// Shutdown flushes and stops the meter provider.
+func (t *Telemetry) Shutdown(ctx context.Context) error { return t.provider.Shutdown(ctx) }
