@@ -17,6 +17,7 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
 )
@@ -27,7 +28,9 @@ import (
 // --address and --namespace override it.
 type connFlags struct {
 	address, namespace, taskQueue string
+	encryptionKey                 string
 	jsonOut                       bool
+	stderr                        io.Writer
 }
 
 func (c *connFlags) register(fs interface {
@@ -38,6 +41,7 @@ func (c *connFlags) register(fs interface {
 	fs.StringVar(&c.namespace, "namespace", "", "Temporal namespace (default: TEMPORAL_NAMESPACE, else default)")
 	fs.StringVar(&c.taskQueue, "task-queue", durallm.DefaultTaskQueue, "task queue the durallm worker polls")
 	fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a summary")
+	fs.StringVar(&c.encryptionKey, "encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp)
 }
 
 func (c *connFlags) dial() (client.Client, error) { return c.dialWith(nil) }
@@ -58,6 +62,17 @@ func (c *connFlags) dialWith(metrics client.MetricsHandler) (client.Client, erro
 	opts.Logger = quietLogger()
 	if metrics != nil {
 		opts.MetricsHandler = metrics
+	}
+	stderr := c.stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	k, err := loadKeyring(c.encryptionKey, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if k != nil {
+		opts.DataConverter = codec.DataConverter(k)
 	}
 	tc, err := client.Dial(opts)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/telemetry"
@@ -50,6 +53,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	exitAfter := fs.Bool("exit-after-demo", false, "stop once the demonstration is done (for scripts and tests)")
 	taskQueue := fs.String("task-queue", durallm.DefaultTaskQueue, "task queue")
 	verbose := fs.Bool("v", false, "log every attempt event (llm.attempt) and server warnings")
+	encKey := fs.String("encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp+"; the UI decodes through an in-process codec server")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -68,11 +72,30 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	keys, err := loadKeyring(*encKey, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
+		return exitUsage
+	}
+	var codecEndpoint string
+	var codecHandler lateHandler
+	if keys != nil {
+		ln, err := net.Listen("tcp", net.JoinHostPort(*host, "0"))
+		if err != nil {
+			fmt.Fprintf(stderr, "durallm dev: codec server: %v\n", err)
+			return exitError
+		}
+		cs := &http.Server{Handler: &codecHandler, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = cs.Serve(ln) }()
+		defer cs.Close()
+		codecEndpoint = "http://" + ln.Addr().String()
+	}
+
 	abs, _ := filepath.Abs(*dataDir)
 	say("durallm dev: starting the embedded Temporal server (data in %s)", abs)
 	started := time.Now()
 	srv, err := devserver.Start(ctx, devserver.Options{
-		DataDir: *dataDir, Host: *host, FrontendPort: *port, UIPort: *uiPort, DisableUI: *headless,
+		DataDir: *dataDir, Host: *host, FrontendPort: *port, UIPort: *uiPort, DisableUI: *headless, CodecEndpoint: codecEndpoint,
 		SearchAttributes: searchAttributes, Logger: logger,
 		Progress: func(step string) { say("  · %s", step) },
 	})
@@ -88,12 +111,25 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}()
 	say("  · server ready at %s in %s", srv.FrontendHostPort(), time.Since(started).Round(100*time.Millisecond))
 
+	if keys != nil {
+		var origins []string
+		if srv.UIURL() != "" {
+			origins = []string{srv.UIURL()}
+		}
+		h := codec.Handler(keys, codec.HandlerOptions{AllowedOrigins: origins})
+		codecHandler.h.Store(&h)
+		say("  · payloads encrypted (AES-256-GCM, key %s); the UI decodes through %s", keys.ActiveKeyID(), codecEndpoint)
+	}
 	tel, err := telemetry.New(logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
 		return exitError
 	}
-	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: quietLogger(), MetricsHandler: tel.TemporalMetricsHandler()})
+	copts := client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: quietLogger(), MetricsHandler: tel.TemporalMetricsHandler()}
+	if keys != nil {
+		copts.DataConverter = codec.DataConverter(keys)
+	}
+	tc, err := client.Dial(copts)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm dev: connect to the embedded server: %v\n", err)
 		return exitError

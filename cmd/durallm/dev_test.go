@@ -3,14 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 )
 
 // devRun is one 'durallm dev' running in this process.
@@ -187,4 +194,69 @@ next:
 		}
 	}
 	return sum
+}
+
+// TestDevEncryptsPayloads runs 'dev' with an encryption key: history
+// holds no prompt or answer in the clear, while the CLI with the key reads
+// the action normally and the UI's codec endpoint decodes.
+func TestDevEncryptsPayloads(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "keys")
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(keyFile, []byte("k1:"+base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", filepath.Join(dir, "data"), "--metrics-addr", "", "--encryption-key", "file:"+keyFile)
+	addr := d.await(`server ready at (\S+)`)[1]
+	happy := d.await(`\[ok\] (demo-\d+-happy)`)[1]
+	d.await(`awaits your verdict`)
+
+	// Without the key: the raw history.
+	tc, err := client.Dial(client.Options{HostPort: addr, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	iter := tc.GetWorkflowHistory(context.Background(), happy, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var checked int
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var payloads []*commonpb.Payload
+		if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
+			payloads = a.GetInput().GetPayloads()
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			payloads = a.GetInput().GetPayloads()
+		}
+		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil {
+			payloads = a.GetResult().GetPayloads()
+		}
+		if a := ev.GetWorkflowExecutionCompletedEventAttributes(); a != nil {
+			payloads = a.GetResult().GetPayloads()
+		}
+		for _, p := range payloads {
+			checked++
+			if enc := string(p.GetMetadata()["encoding"]); enc != "binary/encrypted" {
+				t.Errorf("event %d %s: payload encoding %q, want binary/encrypted", ev.GetEventId(), ev.GetEventType(), enc)
+			}
+			if bytes.Contains(p.GetData(), []byte("Say hello to the demo")) {
+				t.Errorf("event %d holds the prompt in the clear", ev.GetEventId())
+			}
+		}
+	}
+	if checked < 4 {
+		t.Fatalf("only %d payloads checked", checked)
+	}
+	// With the key: the CLI reads it.
+	var st, errOut bytes.Buffer
+	if code := dispatch([]string{"status", "--address", addr, "--id", happy, "--encryption-key", "file:" + keyFile}, &st, &errOut); code != exitOK || !strings.Contains(st.String(), "completed") {
+		t.Fatalf("status with the key exited %d: %s %s", code, st.String(), errOut.String())
+	}
+	d.finish()
 }

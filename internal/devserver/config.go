@@ -258,5 +258,6 @@ func (r *resolved) buildUIServer(frontendHostPort string, port int) *uiserver.Se
 		HideLogs: true,
 		// A local tool should not make the browser fetch temporal.io news.
 		DisableNewsFetch: true,
+		Codec:            uiconfig.Codec{Endpoint: r.CodecEndpoint},
 	}))
 }

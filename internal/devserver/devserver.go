@@ -90,6 +90,10 @@ type Options struct {
 	// Default false (UI on).
 	DisableUI bool
 
+	// CodecEndpoint, when set, is the codec server the Web UI asks to
+	// decode payloads (see package codec). Default none.
+	CodecEndpoint string
+
 	// Namespace is created if it does not exist yet (idempotent across
 	// restarts). Default DefaultNamespace ("default").
 	Namespace string
