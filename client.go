@@ -140,9 +140,7 @@ func (a *Action) Result(ctx context.Context) (workflows.ActionResult, error) {
 // through its heartbeat; the action ends canceled. A cancel that arrives
 // after the terminal state is recorded and ignored.
 func (c *Client) Cancel(ctx context.Context, id string, origin workflows.CancelOrigin, note string) error {
-	switch origin {
-	case workflows.OriginUserStop, workflows.OriginClientDisconnect, workflows.OriginOperatorStop:
-	default:
+	if !origin.Requestable() {
 		return fmt.Errorf("%w: cancel origin %q: want user_stop, client_disconnect or operator_stop", ErrInvalidInput, origin)
 	}
 	err := c.tc.SignalWorkflow(ctx, id, "", workflows.SignalCancel, workflows.CancelRequest{Origin: origin, Note: note})

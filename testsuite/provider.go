@@ -304,26 +304,22 @@ func (p *Provider) Processed() []Record {
 // ExecutedCount returns how many executed requests carried the given
 // idempotency-key header.
 func (p *Provider) ExecutedCount(idempotencyKey string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, r := range p.processed {
-		if r.IdempotencyKey == idempotencyKey {
-			n++
-		}
-	}
-	return n
+	return p.countProcessed(func(r Record) bool { return r.IdempotencyKey == idempotencyKey })
 }
 
 // AttemptExecutions returns how many executed requests carried the given
 // x-durallm-attempt header. More than one means a request was replayed
 // under the same attempt id, for example by a transport's hidden retry.
 func (p *Provider) AttemptExecutions(attemptID string) int {
+	return p.countProcessed(func(r Record) bool { return r.AttemptID == attemptID })
+}
+
+func (p *Provider) countProcessed(match func(Record) bool) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for _, r := range p.processed {
-		if r.AttemptID == attemptID {
+		if match(r) {
 			n++
 		}
 	}

@@ -157,9 +157,7 @@ func (w *action) onCancel(r CancelRequest) {
 		w.note("cancel (" + string(r.Origin) + ") repeated: ignored")
 		return
 	}
-	switch r.Origin {
-	case OriginUserStop, OriginClientDisconnect, OriginOperatorStop:
-	default:
+	if !r.Origin.Requestable() {
 		// A stop request with a wrong origin is still a stop request:
 		// ignoring it would keep spending.
 		w.note("cancel with unknown origin " + strconv.Quote(string(r.Origin)) + " taken as user_stop")

@@ -114,6 +114,17 @@ const (
 	OriginParentCanceled   CancelOrigin = "parent_canceled"
 )
 
+// Requestable reports whether o is an origin a cancel signal may carry
+// (user_stop, client_disconnect, operator_stop); the other two are the
+// workflow's own.
+func (o CancelOrigin) Requestable() bool {
+	switch o {
+	case OriginUserStop, OriginClientDisconnect, OriginOperatorStop:
+		return true
+	}
+	return false
+}
+
 // CancelRequest is the payload of the cancel signal.
 type CancelRequest struct {
 	// Origin is user_stop, client_disconnect or operator_stop.

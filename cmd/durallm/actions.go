@@ -312,9 +312,7 @@ func runCancel(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "durallm cancel: --id and --origin are required")
 		return exitUsage
 	}
-	switch workflows.CancelOrigin(*origin) {
-	case workflows.OriginUserStop, workflows.OriginClientDisconnect, workflows.OriginOperatorStop:
-	default:
+	if !workflows.CancelOrigin(*origin).Requestable() {
 		fmt.Fprintf(stderr, "durallm cancel: --origin %q: want user_stop, client_disconnect or operator_stop\n", *origin)
 		return exitUsage
 	}
