@@ -67,6 +67,11 @@ func (c *connFlags) dialWith(metrics client.MetricsHandler) (client.Client, erro
 	if stderr == nil {
 		stderr = os.Stderr
 	}
+	if t := opts.ConnectionOptions.TLS; t != nil && t.InsecureSkipVerify {
+		// Only an explicit TEMPORAL_TLS_DISABLE_HOST_VERIFICATION (or the
+		// profile's disable_host_verification) gets here.
+		fmt.Fprintln(stderr, "durallm: warning: TLS verification of the Temporal server is OFF (TEMPORAL_TLS_DISABLE_HOST_VERIFICATION); its identity is not checked")
+	}
 	k, err := loadKeyring(c.encryptionKey, stderr)
 	if err != nil {
 		return nil, err
