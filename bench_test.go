@@ -1,0 +1,144 @@
+package durallm_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.temporal.io/server/temporaltest"
+
+	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/worker"
+	"github.com/durallm/durallm/workflows"
+)
+
+// minimalWorkflow is the baseline: the smallest workflow that runs one
+// activity, with the same retry rule as CallModel.
+func minimalWorkflow(ctx workflow.Context, in string) (string, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var out string
+	err := workflow.ExecuteActivity(ctx, noopActivity, in).Get(ctx, &out)
+	return out, err
+}
+
+func noopActivity(_ context.Context, in string) (string, error) { return in, nil }
+
+// BenchmarkDurableOverhead compares a happy-path LLMAction (one attempt
+// against a provider that answers at once) with the smallest one-activity
+// workflow, on the same embedded Temporal server, in the same run, at
+// concurrency 1, 16 and 64. It reports actions/s and p50/p99 latency
+// (start to result).
+//
+//	go test -run '^$' -bench BenchmarkDurableOverhead -benchtime 200x .
+func BenchmarkDurableOverhead(b *testing.B) {
+	ts := temporaltest.NewServer()
+	defer ts.Stop()
+	tc := ts.GetDefaultClient()
+	p, err := testsuite.NewProvider()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+
+	base := ts.NewWorker("baseline", func(r sdkworker.Registry) {
+		r.RegisterWorkflow(minimalWorkflow)
+		r.RegisterActivity(noopActivity)
+	})
+	defer base.Stop()
+	w, err := worker.New(tc, worker.Options{
+		TaskQueue: "durallm-bench", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
+		Config: providers.Config{Routes: []providers.Route{{Name: "bench", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	c := durallm.NewClient(tc, "durallm-bench")
+
+	var seq atomic.Int64
+	kinds := []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"baseline", func(ctx context.Context) error {
+			id := fmt.Sprintf("base-%d", seq.Add(1))
+			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "baseline"}, minimalWorkflow, "x")
+			if err != nil {
+				return err
+			}
+			return run.Get(ctx, nil)
+		}},
+		{"action", func(ctx context.Context) error {
+			id := fmt.Sprintf("act-%d", seq.Add(1))
+			a, err := c.Start(ctx, id, workflows.ActionInput{
+				Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}},
+				Routes:  []string{"bench"},
+			})
+			if err != nil {
+				return err
+			}
+			_, err = a.Result(ctx)
+			return err
+		}},
+	}
+	for _, conc := range []int{1, 16, 64} {
+		for _, k := range kinds {
+			b.Run(fmt.Sprintf("c=%d/%s", conc, k.name), func(b *testing.B) {
+				ctx := context.Background()
+				if err := k.run(ctx); err != nil { // warm caches and connections
+					b.Fatal(err)
+				}
+				lat := make([]time.Duration, 0, b.N)
+				var mu sync.Mutex
+				var next atomic.Int64
+				b.ResetTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range conc {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(b.N) {
+							t0 := time.Now()
+							if err := k.run(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+							d := time.Since(t0)
+							mu.Lock()
+							lat = append(lat, d)
+							mu.Unlock()
+						}
+					}()
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				if len(lat) == 0 {
+					return
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "actions/s")
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			})
+		}
+	}
+}
