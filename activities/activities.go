@@ -143,7 +143,7 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
 		engine = a.InsecureEngine
 	}
-	res, err := providers.CallOpenAI(recovery.WithAttempt(callCtx, att), engine, providers.Call{Route: route, Request: in.Request, Sink: sink})
+	res, err := providers.CallRoute(recovery.WithAttempt(callCtx, att), engine, providers.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
 	sig := res.Signal
 	if res.Response.Partial && sig == recovery.SignalNone {
@@ -152,6 +152,16 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 		sig = recovery.SignalStreamIncomplete
 	}
 	ev, class := att.Finish(sig)
+	if !ev.RequestSent && !ev.DialFailed {
+		// The provider layer refused before sending: that is not an
+		// unsent attempt worth retrying on the same route.
+		switch {
+		case errors.Is(err, providers.ErrUnsupported), errors.Is(err, providers.ErrUnknownKind):
+			class = recovery.Classification{Class: recovery.IncompatibleRoute, Reason: "route_cannot_express_request", Fallback: true}
+		case errors.Is(err, providers.ErrInvalidRequest):
+			class = recovery.Classification{Class: recovery.Rejected, Reason: "invalid_request", Terminal: true}
+		}
+	}
 	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
 		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: ev, Class: class,
 		InputTokens: res.Response.Usage.PromptTokens, OutputTokens: res.Response.Usage.CompletionTokens,

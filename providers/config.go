@@ -98,11 +98,12 @@ func EnvPrefix(name string) string {
 // Validate reports every problem of c at once, joined with errors.Join;
 // each is a *FieldError naming the route and the field: no routes, empty or
 // duplicate names (or names that share an environment override prefix), an
-// unknown kind, a base URL that does not parse or is not http(s), a missing
-// model, both or neither key source (neither is allowed only for a
-// loopback base URL), an api_key_env that is not a variable name, negative
-// timeouts, negative context tokens, empty data tags, and
-// honours_idempotency_key without a positive idempotency_window.
+// unknown kind, structured_output declared on an anthropic route (whose
+// adapter refuses response_format), a base URL that does not parse or is
+// not http(s), a missing model, both or neither key source (neither is
+// allowed only for a loopback base URL), an api_key_env that is not a
+// variable name, negative timeouts, negative context tokens, empty data
+// tags, and honours_idempotency_key without a positive idempotency_window.
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Routes) == 0 {
@@ -129,10 +130,17 @@ func (c Config) Validate() error {
 		}
 		switch r.Kind {
 		case KindOpenAI:
+		case KindAnthropic:
+			if r.Capabilities.StructuredOutput {
+				// CallAnthropic refuses response_format; declaring the
+				// capability would let the workflow pick this route for
+				// actions it can only fail.
+				bad("capabilities.structured_output", "the anthropic adapter has no structured output (it refuses response_format); leave it false")
+			}
 		case "":
-			bad("kind", `required ("openai")`)
+			bad("kind", `required ("openai" or "anthropic")`)
 		default:
-			bad("kind", fmt.Sprintf(`unknown kind %q (want "openai")`, r.Kind))
+			bad("kind", fmt.Sprintf(`unknown kind %q (want "openai" or "anthropic")`, r.Kind))
 		}
 		loopback := false
 		if r.BaseURL == "" {

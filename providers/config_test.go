@@ -44,6 +44,16 @@ routes:
     honours_idempotency_key: false
     idempotency_window: 24h
     insecure_skip_verify: false
+  - name: anthropic-fallback
+    kind: anthropic
+    base_url: https://api.anthropic.com/v1
+    model: claude-sonnet-4-5
+    api_key_env: ANTHROPIC_API_KEY
+    capabilities:
+      tools: true
+      streaming: true
+      vision: true
+      context_tokens: 200000
   - name: local
     kind: openai
     base_url: http://127.0.0.1:8000/v1
@@ -71,6 +81,12 @@ routes:
 			IdempotencyWindow: 24 * time.Hour,
 		},
 		{
+			Name: "anthropic-fallback", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "claude-sonnet-4-5",
+			APIKeyEnv:      "ANTHROPIC_API_KEY",
+			Capabilities:   Capabilities{Tools: true, Streaming: true, Vision: true, ContextTokens: 200000},
+			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
+		},
+		{
 			Name: "local", Kind: "openai", BaseURL: "http://127.0.0.1:8000/v1", Model: "llama3",
 			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
 		},
@@ -93,7 +109,7 @@ routes:
 	if r, ok := cfg.Route("local"); !ok || r.Model != "llama3" {
 		t.Fatalf("Route(local) = %+v, %v", r, ok)
 	}
-	if m := cfg.RouteMap(); len(m) != 3 || m["filed"].Model != "m" {
+	if m := cfg.RouteMap(); len(m) != 4 || m["filed"].Model != "m" {
 		t.Fatalf("RouteMap = %+v", m)
 	}
 }
@@ -143,7 +159,9 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		{Name: "dup", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "a-b", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "a_b", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
-		{Name: "kind", Kind: "anthropic", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "kind", Kind: "gemini", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
+		{Name: "claude", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "m", APIKeyEnv: "K", Capabilities: Capabilities{Tools: true, Streaming: true}},
+		{Name: "claude-json", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "m", APIKeyEnv: "K", Capabilities: Capabilities{StructuredOutput: true}},
 		{Name: "nokind", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "scheme", Kind: "openai", BaseURL: "ftp://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "unparseable", Kind: "openai", BaseURL: "https://a.example:port/v1", Model: "m", APIKeyEnv: "K"},
@@ -175,6 +193,7 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 	}
 	want := []key{
 		{"", "name"}, {"dup", "name"}, {"a_b", "name"}, {"kind", "kind"}, {"nokind", "kind"},
+		{"claude-json", "capabilities.structured_output"},
 		{"scheme", "base_url"}, {"unparseable", "base_url"}, {"creds", "base_url"}, {"nourl", "base_url"},
 		{"nomodel", "model"}, {"both", "api_key_env"}, {"neither", "api_key_env"}, {"pasted", "api_key_env"},
 		{"negative", "attempt_timeout"}, {"negative", "first_byte_timeout"}, {"negative", "idle_timeout"},
@@ -356,5 +375,30 @@ func TestEndpointJoin(t *testing.T) {
 		if _, err := endpoint(bad); err == nil {
 			t.Errorf("endpoint(%q) accepted", bad)
 		}
+	}
+}
+
+// The routes file in docs/providers.md is valid as written, so the
+// operator's copy-and-paste works.
+func TestDocsProvidersExampleLoads(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "providers.md"))
+	if err != nil {
+		t.Skipf("docs/providers.md not found: %v", err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	yaml, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed {
+		t.Fatal("no yaml block in docs/providers.md")
+	}
+	cfg, err := LoadConfig(writeConfig(t, yaml), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, r := range cfg.Routes {
+		kinds[r.Name] = r.Kind
+	}
+	if kinds["openai-primary"] != KindOpenAI || kinds["anthropic-fallback"] != KindAnthropic || kinds["local"] != KindOpenAI {
+		t.Fatalf("routes %v", kinds)
 	}
 }

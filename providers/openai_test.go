@@ -37,6 +37,8 @@ type harness struct {
 	e   *recovery.Engine
 	mu  sync.Mutex
 	log bytes.Buffer // the engine's attempt events
+	// adapter makes the attempts: CallOpenAI unless a test says otherwise.
+	adapter func(context.Context, http.RoundTripper, providers.Call) (providers.Result, error)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -45,7 +47,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, p: p}
+	h := &harness{t: t, p: p, adapter: providers.CallOpenAI}
 	logger := slog.New(slog.NewJSONHandler(lockedWriter{h}, nil))
 	h.e = recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: logger})
 	// An attempt that never reached the engine (refused before sending)
@@ -125,7 +127,7 @@ func (h *harness) call(ctx context.Context, route providers.Route, req providers
 		IdempotencyKey: "key-" + h.t.Name(), ManualCommit: req.Stream,
 	})
 	var o outcome
-	o.res, o.err = providers.CallOpenAI(recovery.WithAttempt(ctx, a), h.e, providers.Call{Route: route, Request: req, Sink: sink})
+	o.res, o.err = h.adapter(recovery.WithAttempt(ctx, a), h.e, providers.Call{Route: route, Request: req, Sink: sink})
 	o.ev, o.c = a.Finish(o.res.Signal)
 	return o
 }
@@ -281,12 +283,7 @@ func TestErrorStatusMapping(t *testing.T) {
 		b, _ := json.Marshal(map[string]any{"error": map[string]any{"type": typ, "code": code, "message": msg, "param": nil}})
 		return string(b)
 	}
-	cases := []struct {
-		name   string
-		b      testsuite.Behavior
-		signal recovery.Signal
-		class  recovery.Class
-	}{
+	cases := []statusCase{
 		{"model not found", testsuite.Status(404, nil, errBody("invalid_request_error", "model_not_found", "The model does not exist")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
 		{"context length code", testsuite.Status(400, nil, errBody("invalid_request_error", "context_length_exceeded", "too long")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
 		{"context length message", testsuite.Status(400, nil, `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":null}}`), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
@@ -299,13 +296,29 @@ func TestErrorStatusMapping(t *testing.T) {
 		{"html 502", testsuite.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
 		{"gateway timeout", testsuite.ServerError(504), recovery.SignalNone, recovery.Ambiguous},
 	}
+	checkStatusCases(t, cases, newHarness, (*harness).route)
+}
+
+// statusCase is an HTTP error answer and how it must end.
+type statusCase struct {
+	name   string
+	b      testsuite.Behavior
+	signal recovery.Signal
+	class  recovery.Class
+}
+
+// checkStatusCases runs each case, streaming and not, on a fresh harness:
+// an error status is a Result with a signal, never a Go error, and never
+// reaches the sink or commits.
+func checkStatusCases(t *testing.T, cases []statusCase, newH func(*testing.T) *harness, route func(*harness) providers.Route) {
+	t.Helper()
 	for _, tc := range cases {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(t *testing.T) {
-				h := newHarness(t)
+				h := newH(t)
 				h.p.Push(tc.b)
 				sink := &recSink{}
-				o := h.call(context.Background(), h.route(), chat(stream), sink)
+				o := h.call(context.Background(), route(h), chat(stream), sink)
 				if o.err != nil {
 					t.Fatalf("an HTTP error status is not a Go error: %v", o.err)
 				}

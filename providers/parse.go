@@ -248,21 +248,31 @@ func syntaxOffset(data []byte) error {
 	return fmt.Errorf("%w (%d bytes)", ErrMalformedResponse, len(data))
 }
 
+// decodeBody starts every dialect's reading of a 2xx body: the body
+// (trimmed) goes into Raw, and an object is decoded into v. ok is false
+// when there is nothing to read further: an empty body, a JSON value that
+// is not an object, or a body that is not JSON at all (then err says
+// where it stops being JSON, without quoting it, and Raw is empty).
+func decodeBody(data []byte, v any) (r Response, ok bool, err error) {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
+		return Response{}, false, nil
+	}
+	if !json.Valid(t) {
+		return Response{}, false, syntaxOffset(t)
+	}
+	r.Raw = json.RawMessage(t)
+	return r, obj(t, v), nil
+}
+
 // parseCompletion reads a 2xx non-streaming body generously. Only a body
 // that is not JSON at all is an error; it still yields
 // SignalEmptyResponse, since an executed request produced nothing usable.
 func parseCompletion(data []byte) (Response, recovery.Signal, error) {
-	t := bytes.TrimSpace(data)
-	if len(t) == 0 {
-		return Response{}, recovery.SignalEmptyResponse, nil
-	}
-	if !json.Valid(t) {
-		return Response{}, recovery.SignalEmptyResponse, syntaxOffset(t)
-	}
-	r := Response{Raw: json.RawMessage(t)}
 	var b wireBody
-	if !obj(t, &b) {
-		return r, recovery.SignalEmptyResponse, nil
+	r, ok, err := decodeBody(data, &b)
+	if !ok {
+		return r, recovery.SignalEmptyResponse, err
 	}
 	r.ID, r.Model, r.Status = str(b.ID), str(b.Model), str(b.Status)
 	r.Usage = parseUsage(b.Usage)
@@ -283,8 +293,13 @@ func parseCompletion(data []byte) (Response, recovery.Signal, error) {
 	return r, completionSignal(r), nil
 }
 
-// completionSignal says whether a parsed 2xx response is usable.
-func completionSignal(r Response) recovery.Signal {
+// completionSignal says whether a parsed 2xx chat-completions response is
+// usable.
+func completionSignal(r Response) recovery.Signal { return completionSignalWith(r, errorSignal) }
+
+// completionSignalWith says whether a parsed 2xx response is usable,
+// mapping an error member with the dialect's errSignal.
+func completionSignalWith(r Response, errSignal func(*APIError) recovery.Signal) recovery.Signal {
 	switch {
 	case r.Text != "" || r.Refusal != "" || r.ToolCalls != nil:
 		return recovery.SignalNone
@@ -292,7 +307,7 @@ func completionSignal(r Response) recovery.Signal {
 		// A background (Responses-style) result: the answer comes later.
 		return recovery.SignalNone
 	case r.Error != nil:
-		if s := errorSignal(r.Error); s != recovery.SignalNone {
+		if s := errSignal(r.Error); s != recovery.SignalNone {
 			return s
 		}
 		return recovery.SignalEmptyResponse

@@ -67,15 +67,21 @@ func (have Capabilities) Satisfies(need Capabilities) (ok bool, missing []string
 	return len(missing) == 0, missing
 }
 
-// Route kinds.
+// Route kinds: the API dialect a route speaks. CallRoute picks the adapter
+// by it.
 const (
 	// KindOpenAI is an OpenAI-compatible chat-completions API, called with
-	// CallOpenAI.
+	// CallOpenAI: POST {base_url}/chat/completions, the key as
+	// "Authorization: Bearer".
 	KindOpenAI = "openai"
+	// KindAnthropic is Anthropic's Messages API, called with
+	// CallAnthropic: POST {base_url}/messages, the key as "x-api-key",
+	// with "anthropic-version: 2023-06-01".
+	KindAnthropic = "anthropic"
 )
 
 // Timeout defaults, applied to a zero Route field by LoadConfig and by
-// CallOpenAI.
+// the adapters.
 const (
 	DefaultAttemptTimeout   = 60 * time.Second
 	DefaultFirstByteTimeout = 20 * time.Second
@@ -90,10 +96,11 @@ type Route struct {
 	// Name identifies the route in workflow input, history and logs.
 	// Required, unique.
 	Name string
-	// Kind is the API dialect: KindOpenAI, the only one so far. Required.
+	// Kind is the API dialect: KindOpenAI or KindAnthropic. Required.
 	Kind string
-	// BaseURL is the API root, such as "https://api.openai.com/v1"; the
-	// adapter appends "/chat/completions". http or https. Required.
+	// BaseURL is the API root, such as "https://api.openai.com/v1" or
+	// "https://api.anthropic.com/v1"; the adapter appends
+	// "/chat/completions" or "/messages". http or https. Required.
 	BaseURL string
 	// Model is sent as the request's "model". Required.
 	Model string
@@ -101,8 +108,8 @@ type Route struct {
 	APIKeyEnv string
 	// APIKeyFile is a file holding the key (surrounding whitespace is
 	// trimmed). Exactly one of APIKeyEnv and APIKeyFile is required, unless
-	// BaseURL's host is loopback, where neither is allowed (no
-	// Authorization header is then sent).
+	// BaseURL's host is loopback, where neither is required (no key header
+	// is then sent).
 	APIKeyFile string
 	// Capabilities are what the route offers.
 	Capabilities Capabilities
@@ -215,9 +222,12 @@ func isLoopbackURL(u *url.URL) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// endpoint returns the chat-completions URL under base, keeping base's
-// query (some gateways carry an api-version there).
-func endpoint(base string) (string, error) {
+// endpoint returns the chat-completions URL under base.
+func endpoint(base string) (string, error) { return endpointURL(base, "chat", "completions") }
+
+// endpointURL returns the URL of path under base, keeping base's query
+// (some gateways carry an api-version there).
+func endpointURL(base string, path ...string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return "", fmt.Errorf("providers: base_url: %w", urlReason(err))
@@ -231,7 +241,7 @@ func endpoint(base string) (string, error) {
 	if u.User != nil {
 		return "", errors.New("providers: base_url: must not carry credentials")
 	}
-	return u.JoinPath("chat", "completions").String(), nil
+	return u.JoinPath(path...).String(), nil
 }
 
 // urlReason strips the URL from a url.Parse error: a base URL may carry

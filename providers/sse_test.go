@@ -129,9 +129,9 @@ func TestSSEReaderErrorSurfaces(t *testing.T) {
 }
 
 // FuzzSSE feeds arbitrary bytes through the SSE decoder and the stream
-// accumulator. It must never panic, must stay within its bounds, and what
-// reaches the sink must be exactly the accumulated text, with the commit
-// reported once and before any delta.
+// accumulator of each dialect. It must never panic, must stay within its
+// bounds, and what reaches the sink must be exactly the accumulated text,
+// with the commit reported once and before any delta.
 func FuzzSSE(f *testing.F) {
 	seeds := []string{
 		"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n",
@@ -144,43 +144,52 @@ func FuzzSSE(f *testing.F) {
 		"data: {\"choices\":[{\"index\":\"1\",\"delta\":{\"content\":\"other\"}}]}\n\n",
 		"\r\n\r\r\n:\n:x\ndata\ndata:\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":[{\"type\":\"text\",\"text\":\"p\"},\"q\"]}}]}\n\n",
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":3}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+		"data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}}\n\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\"}}\n\n",
+		"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":\"9\"}}\n\nevent: message_stop\ndata: {}\n\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		acc := newStreamAcc()
-		acc.limit = 1 << 16
-		var sunk strings.Builder
-		commits, deltasBeforeCommit := 0, 0
-		err := consumeStream(newSSEDecoder(bytes.NewReader(in)), acc, streamHooks{
-			commit: func() { commits++ },
-			delta: func(s string) {
-				if commits == 0 {
-					deltasBeforeCommit++
-				}
-				sunk.WriteString(s)
-			},
-		})
-		if err != nil && !errors.Is(err, ErrMalformedStream) && !errors.Is(err, errProviderError) &&
-			!errors.Is(err, ErrResponseTooLarge) && !errors.Is(err, ErrLineTooLong) && !errors.Is(err, ErrEventTooLarge) {
-			t.Fatalf("unexpected error %v", err)
-		}
-		if commits > 1 || deltasBeforeCommit > 0 {
-			t.Fatalf("commits %d, deltas before commit %d", commits, deltasBeforeCommit)
-		}
-		r := acc.response()
-		if r.Text != sunk.String() {
-			t.Fatalf("sink got %q, accumulated %q", sunk.String(), r.Text)
-		}
-		if (commits == 1) != acc.content {
-			t.Fatalf("commit %d but content started %v", commits, acc.content)
-		}
-		if acc.size > acc.limit {
-			t.Fatalf("accumulated %d bytes past the limit %d", acc.size, acc.limit)
-		}
-		if len(r.Text)+len(r.Refusal) > acc.limit {
-			t.Fatalf("response larger than the limit")
+		for _, newAcc := range []func() *streamAcc{newStreamAcc, newAnthropicStreamAcc} {
+			fuzzOneDialect(t, in, newAcc())
 		}
 	})
+}
+
+func fuzzOneDialect(t *testing.T, in []byte, acc *streamAcc) {
+	t.Helper()
+	acc.limit = 1 << 16
+	var sunk strings.Builder
+	commits, deltasBeforeCommit := 0, 0
+	err := consumeStream(newSSEDecoder(bytes.NewReader(in)), acc, streamHooks{
+		commit: func() { commits++ },
+		delta: func(s string) {
+			if commits == 0 {
+				deltasBeforeCommit++
+			}
+			sunk.WriteString(s)
+		},
+	})
+	if err != nil && !errors.Is(err, ErrMalformedStream) && !errors.Is(err, errProviderError) &&
+		!errors.Is(err, ErrResponseTooLarge) && !errors.Is(err, ErrLineTooLong) && !errors.Is(err, ErrEventTooLarge) {
+		t.Fatalf("unexpected error %v", err)
+	}
+	if commits > 1 || deltasBeforeCommit > 0 {
+		t.Fatalf("commits %d, deltas before commit %d", commits, deltasBeforeCommit)
+	}
+	r := acc.response()
+	if r.Text != sunk.String() {
+		t.Fatalf("sink got %q, accumulated %q", sunk.String(), r.Text)
+	}
+	if (commits == 1) != acc.content {
+		t.Fatalf("commit %d but content started %v", commits, acc.content)
+	}
+	if acc.size > acc.limit {
+		t.Fatalf("accumulated %d bytes past the limit %d", acc.size, acc.limit)
+	}
+	if len(r.Text)+len(r.Refusal) > acc.limit {
+		t.Fatalf("response larger than the limit")
+	}
 }

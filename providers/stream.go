@@ -24,8 +24,11 @@ const toolCallOverhead = 64
 // itself is in streamAcc.resp.Error.
 var errProviderError = errors.New("providers: stream carried an error event")
 
-// streamAcc accumulates a chat.completion.chunk stream (choice index 0)
-// with bounded memory.
+// streamAcc accumulates one answer from a stream (choice index 0 for
+// chat completions) with bounded memory. The dialect's eventReader turns
+// each event into text, refusal and tool-call deltas; apply accumulates
+// them the same way for every dialect, so the size bound and the commit
+// point are one piece of code.
 type streamAcc struct {
 	resp    Response // ID, Model, FinishReason, Usage, Error
 	text    strings.Builder
@@ -36,16 +39,28 @@ type streamAcc struct {
 	size    int
 	limit   int
 	content bool // content has started
-	done    bool // [DONE] arrived
+	done    bool // the stream's own end marker arrived ([DONE], message_stop)
+	reader  eventReader
+}
+
+// eventReader reads one SSE event of a dialect into a streamAcc, with
+// the contract of streamAcc.event.
+type eventReader interface {
+	read(a *streamAcc, name string, data []byte) (text string, first bool, err error)
 }
 
 type callAcc struct {
 	id, typ, name string
 	args          strings.Builder
+	// startArgs stand in for the arguments when no argument delta came
+	// (Anthropic sends a tool call's whole input in its start event when
+	// it has nothing to stream).
+	startArgs string
 }
 
+// newStreamAcc returns an accumulator for a chat.completion.chunk stream.
 func newStreamAcc() *streamAcc {
-	return &streamAcc{limit: MaxResponseBytes, byIndex: make(map[int]*callAcc)}
+	return &streamAcc{limit: MaxResponseBytes, byIndex: make(map[int]*callAcc), reader: openaiEvents{}}
 }
 
 // event applies one SSE event. It returns the text delta for the sink and
@@ -54,30 +69,90 @@ func newStreamAcc() *streamAcc {
 // Errors: ErrMalformedStream, ErrResponseTooLarge (the event is then not
 // applied) and errProviderError.
 func (a *streamAcc) event(name string, data []byte) (text string, first bool, err error) {
+	return a.reader.read(a, name, data)
+}
+
+// payload trims an event's data for a reader: nil for no data or for
+// "[DONE]" (which marks the stream done), ErrMalformedStream when it is
+// not JSON. The error never quotes the data.
+func (a *streamAcc) payload(data []byte) ([]byte, error) {
 	t := bytes.TrimSpace(data)
 	if string(t) == "[DONE]" {
 		a.done = true
-		return "", false, nil
+		return nil, nil
 	}
 	if len(t) == 0 {
-		return "", false, nil
+		return nil, nil
 	}
 	if !json.Valid(t) {
-		return "", false, fmt.Errorf("%w (%d bytes)", ErrMalformedStream, len(t))
+		return nil, fmt.Errorf("%w (%d bytes)", ErrMalformedStream, len(t))
+	}
+	return t, nil
+}
+
+// fail records the provider's error event and stops the stream.
+func (a *streamAcc) fail(e *APIError) error {
+	a.resp.Error = e
+	return errProviderError
+}
+
+// eventError reads an error event: its error member, or the event itself
+// as a flattened error object.
+func eventError(event []byte, member json.RawMessage) *APIError {
+	if e := parseAPIError(member); e != nil {
+		return e
+	}
+	var w wireError
+	obj(event, &w)
+	return &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
+}
+
+// apply accumulates one event's deltas, all or nothing: past the size
+// bound it applies none of them and returns ErrResponseTooLarge. first
+// reports that this event started the content.
+func (a *streamAcc) apply(text, refusal string, deltas []toolDelta, finish string) (first bool, err error) {
+	cost := len(text) + len(refusal)
+	for _, d := range deltas {
+		cost += len(d.id) + len(d.typ) + len(d.name) + len(d.args) + len(d.startArgs)
+		if a.lookup(d) == nil {
+			cost += toolCallOverhead
+		}
+	}
+	if a.size+cost > a.limit {
+		return false, fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, a.limit)
+	}
+	a.size += cost
+	if finish != "" {
+		a.resp.FinishReason = finish
+	}
+	a.text.WriteString(text)
+	a.refusal.WriteString(refusal)
+	hasCall := false
+	for _, d := range deltas {
+		a.applyToolDelta(d)
+		hasCall = hasCall || d.id != "" || d.name != "" || d.args != ""
+	}
+	if a.content || (text == "" && refusal == "" && !hasCall) {
+		return false, nil
+	}
+	a.content = true
+	return true, nil
+}
+
+// openaiEvents reads chat.completion.chunk events.
+type openaiEvents struct{}
+
+func (openaiEvents) read(a *streamAcc, name string, data []byte) (text string, first bool, err error) {
+	t, err := a.payload(data)
+	if t == nil || err != nil {
+		return "", false, err
 	}
 	var b wireBody
 	if !obj(t, &b) {
 		return "", false, nil // a bare JSON value carries nothing we know
 	}
 	if !isNull(b.Error) || name == "error" {
-		e := parseAPIError(b.Error)
-		if e == nil {
-			var w wireError
-			obj(t, &w)
-			e = &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
-		}
-		a.resp.Error = e
-		return "", false, errProviderError
+		return "", false, a.fail(eventError(t, b.Error))
 	}
 	if a.resp.ID == "" {
 		a.resp.ID = str(b.ID)
@@ -117,44 +192,23 @@ func (a *streamAcc) event(name string, data []byte) (text string, first bool, er
 		deltas = appendToolDeltas(deltas, m.ToolCalls, m.FunctionCall)
 	}
 	text = tb.String()
-	refusal := rb.String()
-	cost := len(text) + len(refusal)
-	for _, d := range deltas {
-		cost += len(d.id) + len(d.typ) + len(d.name) + len(d.args)
-		if a.lookup(d) == nil {
-			cost += toolCallOverhead
-		}
+	first, err = a.apply(text, rb.String(), deltas, finish)
+	if err != nil {
+		return "", false, err
 	}
-	if a.size+cost > a.limit {
-		return "", false, fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, a.limit)
-	}
-	a.size += cost
-	if finish != "" {
-		a.resp.FinishReason = finish
-	}
-	a.text.WriteString(text)
-	a.refusal.WriteString(refusal)
-	hasCall := false
-	for _, d := range deltas {
-		a.applyToolDelta(d)
-		hasCall = hasCall || d.id != "" || d.name != "" || d.args != ""
-	}
-	if a.content || (text == "" && refusal == "" && !hasCall) {
-		return text, false, nil
-	}
-	a.content = true
-	return text, true, nil
+	return text, first, nil
 }
 
 // toolDelta is one element of a delta's tool_calls (or a legacy
 // function_call).
 type toolDelta struct {
-	index    int
-	hasIndex bool
-	legacy   bool
-	id, typ  string
-	name     string
-	args     string
+	index     int
+	hasIndex  bool
+	legacy    bool
+	id, typ   string
+	name      string
+	args      string
+	startArgs string // see callAcc.startArgs
 }
 
 func appendToolDeltas(out []toolDelta, calls, fn json.RawMessage) []toolDelta {
@@ -227,6 +281,9 @@ func (a *streamAcc) applyToolDelta(d toolDelta) {
 	if c.name == "" {
 		c.name = d.name
 	}
+	if c.startArgs == "" {
+		c.startArgs = d.startArgs
+	}
 	c.args.WriteString(d.args)
 }
 
@@ -235,32 +292,56 @@ func (a *streamAcc) response() Response {
 	r := a.resp
 	r.Text, r.Refusal = a.text.String(), a.refusal.String()
 	if len(a.calls) > 0 {
-		type fn struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		}
-		type call struct {
-			ID       string `json:"id,omitempty"`
-			Type     string `json:"type"`
-			Function fn     `json:"function"`
-		}
-		out := make([]call, 0, len(a.calls))
+		out := make([]toolCall, 0, len(a.calls))
 		for _, c := range a.calls {
-			typ := c.typ
-			if typ == "" {
-				typ = "function"
+			args := c.args.String()
+			if args == "" {
+				args = c.startArgs
 			}
-			out = append(out, call{ID: c.id, Type: typ, Function: fn{Name: c.name, Arguments: c.args.String()}})
+			out = append(out, toolCall{ID: c.id, Type: c.typ, Name: c.name, Arguments: args})
 		}
-		if b, err := json.Marshal(out); err == nil {
-			r.ToolCalls = b
-		}
+		r.ToolCalls = toolCallsJSON(out)
 	}
 	return r
 }
 
-// complete reports whether the stream ended properly: [DONE], or a
-// finish_reason before the end of the body.
+// toolCall is one assembled tool call.
+type toolCall struct {
+	ID, Type, Name, Arguments string
+}
+
+// toolCallsJSON renders tool calls in OpenAI's shape, so a caller sees one
+// shape whichever dialect answered: [{"id", "type": "function",
+// "function": {"name", "arguments": "<JSON text>"}}].
+func toolCallsJSON(calls []toolCall) json.RawMessage {
+	type fn struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	type call struct {
+		ID       string `json:"id,omitempty"`
+		Type     string `json:"type"`
+		Function fn     `json:"function"`
+	}
+	out := make([]call, 0, len(calls))
+	for _, c := range calls {
+		typ := c.Type
+		if typ == "" {
+			typ = "function"
+		}
+		out = append(out, call{ID: c.ID, Type: typ, Function: fn{Name: c.Name, Arguments: c.Arguments}})
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		// Only strings go in, so this cannot happen; no calls beats a
+		// broken array.
+		return nil
+	}
+	return b
+}
+
+// complete reports whether the stream ended properly: its end marker
+// ([DONE], message_stop), or a finish reason before the end of the body.
 func (a *streamAcc) complete() bool { return a.done || a.resp.FinishReason != "" }
 
 // streamHooks are the side effects of consuming a stream, in the order the
@@ -273,9 +354,9 @@ type streamHooks struct {
 	delta func(string)
 }
 
-// consumeStream reads events until [DONE], the end of the body or an
-// error. It returns nil at [DONE] or io.EOF; otherwise the decoder's,
-// the reader's or the accumulator's error.
+// consumeStream reads events until the stream's end marker, the end of
+// the body or an error. It returns nil at the marker or io.EOF;
+// otherwise the decoder's, the reader's or the accumulator's error.
 func consumeStream(dec *sseDecoder, acc *streamAcc, h streamHooks) error {
 	for !acc.done {
 		name, data, err := dec.next()

@@ -1,0 +1,98 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite"
+)
+
+// CallModel outside Temporal (no heartbeats): one attempt through the real
+// engine to the testsuite provider.
+func newActs(t *testing.T) (*Activities, *testsuite.Provider) {
+	t.Helper()
+	p, err := testsuite.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { e.Close(); p.Close() })
+	return &Activities{Engine: e, Routes: map[string]providers.Route{
+		"openai":    {Name: "openai", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"},
+		"anthropic": {Name: "anthropic", Kind: providers.KindAnthropic, BaseURL: p.URL() + "/v1", Model: "claude"},
+	}}, p
+}
+
+func attempt(route string, req providers.Request) AttemptInput {
+	return AttemptInput{ActionRef: "act", Attempt: 1, AttemptID: "act-1-" + route, IdempotencyKey: "act", Route: route, Request: req}
+}
+
+func hello() providers.Request {
+	return providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hello")}}
+}
+
+func TestCallModelCompletes(t *testing.T) {
+	a, p := newActs(t)
+	out, err := a.CallModel(context.Background(), attempt("openai", hello()))
+	if err != nil || out.Classification.Class != recovery.Completed || out.Response == nil || out.Response.Text != "ok" {
+		t.Fatalf("outcome %+v err %v", out, err)
+	}
+	if p.AttemptExecutions("act-1-openai") != 1 {
+		t.Fatal("the provider did not execute the attempt once")
+	}
+}
+
+func TestCallModelUnknownRouteFallsBack(t *testing.T) {
+	a, _ := newActs(t)
+	out, err := a.CallModel(context.Background(), attempt("nope", hello()))
+	if err != nil || out.Classification.Class != recovery.IncompatibleRoute || !out.Classification.Fallback {
+		t.Fatalf("outcome %+v err %v", out.Classification, err)
+	}
+}
+
+// A request the route's kind cannot express is refused before anything is
+// sent: incompatible with this route (fall back), not an unsent attempt to
+// retry on it.
+func TestCallModelRefusalBeforeSendingIsIncompatibleRoute(t *testing.T) {
+	a, p := newActs(t)
+	req := hello()
+	req.ResponseFormat = json.RawMessage(`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`)
+	out, err := a.CallModel(context.Background(), attempt("anthropic", req))
+	if err != nil || out.Classification.Class != recovery.IncompatibleRoute || out.Classification.SameRoute {
+		t.Fatalf("outcome %+v err %v", out.Classification, err)
+	}
+	if n := len(p.Received()); n != 0 {
+		t.Fatalf("provider received %d requests", n)
+	}
+}
+
+func TestCallModelCanceledReturnsTheContextError(t *testing.T) {
+	a, p := newActs(t)
+	p.Push(testsuite.Hold())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var out Outcome
+	go func() {
+		var err error
+		out, err = a.CallModel(ctx, attempt("openai", hello()))
+		done <- err
+	}()
+	for p.AttemptExecutions("act-1-openai") == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("returned before the provider held it: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	err := <-done
+	if err == nil || !errors.Is(err, context.Canceled) || out.Classification.Class != recovery.Canceled {
+		t.Fatalf("err %v outcome %+v", err, out.Classification)
+	}
+}

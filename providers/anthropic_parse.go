@@ -1,0 +1,285 @@
+package providers
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/durallm/durallm/recovery"
+)
+
+// The Messages wire shapes, every member raw like the chat-completions
+// ones (parse.go), so drifted types never fail a decode.
+type wireAnthropicMessage struct {
+	ID         json.RawMessage `json:"id"`
+	Model      json.RawMessage `json:"model"`
+	Content    json.RawMessage `json:"content"`
+	StopReason json.RawMessage `json:"stop_reason"`
+	Usage      json.RawMessage `json:"usage"`
+	Error      json.RawMessage `json:"error"`
+}
+
+// wireAnthropicBlock is a content block, or an event's delta (which
+// shares the members that matter).
+type wireAnthropicBlock struct {
+	Type        json.RawMessage `json:"type"`
+	Text        json.RawMessage `json:"text"`
+	ID          json.RawMessage `json:"id"`
+	Name        json.RawMessage `json:"name"`
+	Input       json.RawMessage `json:"input"`
+	PartialJSON json.RawMessage `json:"partial_json"`
+	StopReason  json.RawMessage `json:"stop_reason"`
+}
+
+type wireAnthropicEvent struct {
+	Type         json.RawMessage `json:"type"`
+	Index        json.RawMessage `json:"index"`
+	Message      json.RawMessage `json:"message"`
+	ContentBlock json.RawMessage `json:"content_block"`
+	Delta        json.RawMessage `json:"delta"`
+	Usage        json.RawMessage `json:"usage"`
+	Error        json.RawMessage `json:"error"`
+}
+
+type wireAnthropicUsage struct {
+	InputTokens   json.RawMessage `json:"input_tokens"`
+	OutputTokens  json.RawMessage `json:"output_tokens"`
+	CacheCreation json.RawMessage `json:"cache_creation_input_tokens"`
+	CacheRead     json.RawMessage `json:"cache_read_input_tokens"`
+}
+
+// anthropicUsage is Anthropic's token accounting, merged across a
+// stream's events: message_start carries the input side, message_delta
+// the cumulative output (and, from newer API versions, the input again).
+type anthropicUsage struct {
+	input, output, cacheWrite, cacheRead int
+}
+
+// merge applies the counts present in raw, reporting whether raw was a
+// usage object.
+func (u *anthropicUsage) merge(raw json.RawMessage) bool {
+	var w wireAnthropicUsage
+	if !obj(raw, &w) {
+		return false
+	}
+	for _, f := range []struct {
+		raw json.RawMessage
+		dst *int
+	}{{w.InputTokens, &u.input}, {w.OutputTokens, &u.output}, {w.CacheCreation, &u.cacheWrite}, {w.CacheRead, &u.cacheRead}} {
+		if n, ok := num(f.raw); ok {
+			*f.dst = n
+		}
+	}
+	return true
+}
+
+// usage counts cache reads and writes as prompt tokens: Anthropic's
+// input_tokens excludes them, OpenAI's prompt_tokens includes cached
+// tokens, and one Usage should mean the same whichever route answered.
+func (u anthropicUsage) usage() Usage {
+	p := u.input + u.cacheWrite + u.cacheRead
+	return Usage{PromptTokens: p, CompletionTokens: u.output, TotalTokens: p + u.output}
+}
+
+// anthropicFinish maps a stop_reason to OpenAI's finish_reason; an
+// unknown one is kept verbatim rather than guessed.
+func anthropicFinish(stop string) string {
+	switch stop {
+	case "end_turn", "stop_sequence":
+		return "stop"
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "tool_use":
+		return "tool_calls"
+	case "refusal":
+		return "content_filter"
+	default:
+		return stop
+	}
+}
+
+// toolArgs renders a tool_use input as OpenAI's arguments text: compact
+// JSON, "{}" when absent, a string verbatim (a proxy that encoded it
+// already).
+func toolArgs(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	switch {
+	case isNull(t):
+		return "{}"
+	case t[0] == '"':
+		return str(t)
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, t) != nil {
+		return string(t)
+	}
+	return b.String()
+}
+
+// parseAnthropicMessage reads a 2xx Messages body generously, with
+// parseCompletion's contract: only a body that is not JSON is an error.
+func parseAnthropicMessage(data []byte) (Response, recovery.Signal, error) {
+	var b wireAnthropicMessage
+	r, ok, err := decodeBody(data, &b)
+	if !ok {
+		return r, recovery.SignalEmptyResponse, err
+	}
+	r.ID, r.Model = str(b.ID), str(b.Model)
+	r.FinishReason = anthropicFinish(str(b.StopReason))
+	var u anthropicUsage
+	if u.merge(b.Usage) {
+		r.Usage = u.usage()
+	}
+	r.Error = parseAPIError(b.Error)
+	r.Text, r.ToolCalls = contentText(b.Content), anthropicToolCalls(b.Content)
+	return r, completionSignalWith(r, anthropicErrorSignal), nil
+}
+
+// anthropicToolCalls reads a message's tool_use blocks as OpenAI-shaped
+// tool calls, nil when there are none. (Its text is contentText's: text
+// blocks are the only Messages blocks with a "text" member.) Server-tool
+// blocks are Anthropic's own work, not calls for the caller to make, and
+// stay in Response.Raw with thinking and unknown blocks.
+func anthropicToolCalls(content json.RawMessage) json.RawMessage {
+	var calls []toolCall
+	for _, el := range arr(content) {
+		var b wireAnthropicBlock
+		if obj(el, &b) && str(b.Type) == "tool_use" {
+			calls = append(calls, toolCall{ID: str(b.ID), Type: "function", Name: str(b.Name), Arguments: toolArgs(b.Input)})
+		}
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	return toolCallsJSON(calls)
+}
+
+// parseAnthropicError reads the body of an HTTP error status:
+// {"type": "error", "error": {"type": ..., "message": ...}} (or any shape
+// parseErrorBody reads), mapped with anthropicErrorSignal.
+func parseAnthropicError(data []byte) (Response, recovery.Signal) {
+	r, _ := parseErrorBody(data)
+	return r, anthropicErrorSignal(r.Error)
+}
+
+// anthropicErrorSignal maps an Anthropic error object to a signal: first
+// whatever errorSignal recognises (overloaded_error among them), then
+// not_found_error as the model (the only resource a Messages request
+// names; a base URL with a wrong path lands here too, and that route
+// cannot serve either, so falling back is right), rate_limit_error as
+// overloaded (it matters in a stream's error event, where the status
+// is 200), and a prompt too long for the context window. Error messages
+// are read for that last case only, never copied anywhere.
+func anthropicErrorSignal(e *APIError) recovery.Signal {
+	if s := errorSignal(e); s != recovery.SignalNone || e == nil {
+		return s
+	}
+	switch strings.ToLower(e.Type) {
+	case "not_found_error":
+		return recovery.SignalModelNotFound
+	case "rate_limit_error":
+		return recovery.SignalOverloaded
+	}
+	msg := strings.ToLower(e.Message)
+	if strings.Contains(msg, "prompt is too long") || strings.Contains(msg, "exceed context limit") {
+		return recovery.SignalContextTooLong
+	}
+	return recovery.SignalNone
+}
+
+// anthropicEvents reads a Messages event stream into a streamAcc: text
+// deltas as text, a tool_use block's start and its input_json_delta
+// pieces as tool-call deltas keyed by the block index, message_delta's
+// stop_reason as the finish reason, message_stop as the end marker.
+type anthropicEvents struct {
+	usage anthropicUsage
+}
+
+// newAnthropicStreamAcc returns an accumulator for a Messages stream.
+func newAnthropicStreamAcc() *streamAcc {
+	a := newStreamAcc()
+	a.reader = &anthropicEvents{}
+	return a
+}
+
+func (e *anthropicEvents) read(a *streamAcc, name string, data []byte) (text string, first bool, err error) {
+	t, err := a.payload(data)
+	if t == nil || err != nil {
+		return "", false, err
+	}
+	var ev wireAnthropicEvent
+	if !obj(t, &ev) {
+		return "", false, nil
+	}
+	typ := str(ev.Type)
+	if typ == "" {
+		// A proxy that kept the SSE event name but not the member.
+		typ = name
+	}
+	if typ == "error" || name == "error" || !isNull(ev.Error) {
+		e := eventError(t, ev.Error)
+		if e.Type == "error" {
+			// A flattened error object whose type is the event's own.
+			e.Type = ""
+		}
+		return "", false, a.fail(e)
+	}
+	var deltas []toolDelta
+	var finish string
+	var b wireAnthropicBlock
+	switch typ {
+	case "message_start":
+		var m wireAnthropicMessage
+		if obj(ev.Message, &m) {
+			if a.resp.ID == "" {
+				a.resp.ID = str(m.ID)
+			}
+			if a.resp.Model == "" {
+				a.resp.Model = str(m.Model)
+			}
+			if e.usage.merge(m.Usage) {
+				a.resp.Usage = e.usage.usage()
+			}
+		}
+	case "content_block_start":
+		if !obj(ev.ContentBlock, &b) {
+			break
+		}
+		switch str(b.Type) {
+		case "text":
+			text = str(b.Text)
+		case "tool_use":
+			d := toolDelta{id: str(b.ID), typ: "function", name: str(b.Name), startArgs: toolArgs(b.Input)}
+			d.index, d.hasIndex = num(ev.Index)
+			deltas = append(deltas, d)
+		}
+	case "content_block_delta":
+		if !obj(ev.Delta, &b) {
+			break
+		}
+		switch str(b.Type) {
+		case "text_delta":
+			text = str(b.Text)
+		case "input_json_delta":
+			d := toolDelta{args: str(b.PartialJSON)}
+			d.index, d.hasIndex = num(ev.Index)
+			deltas = append(deltas, d)
+		}
+	case "message_delta":
+		if obj(ev.Delta, &b) {
+			finish = anthropicFinish(str(b.StopReason))
+		}
+		if e.usage.merge(ev.Usage) {
+			a.resp.Usage = e.usage.usage()
+		}
+	case "message_stop":
+		a.done = true
+	}
+	// ping, content_block_stop, thinking and citation deltas carry
+	// nothing for the caller and fall through to an empty apply.
+	first, err = a.apply(text, "", deltas, finish)
+	if err != nil {
+		return "", false, err
+	}
+	return text, first, nil
+}

@@ -1,0 +1,527 @@
+package providers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/durallm/durallm/recovery"
+)
+
+// Sink receives a stream while the attempt runs. Its methods are called on
+// the goroutine running the adapter (CallOpenAI, CallAnthropic), in
+// order; they should return quickly (the idle timer is paused while they
+// run, but the attempt timeout is not). A nil Sink receives nothing.
+type Sink interface {
+	// Delta receives one piece of generated text, in order.
+	Delta(text string)
+	// Incomplete is called once when a stream that had started delivering
+	// content ends without completing; reason is one of the Incomplete*
+	// constants. No further delta follows, and no second answer: the
+	// attempt is committed.
+	Incomplete(reason string)
+}
+
+// Call is one attempt's input to an adapter.
+type Call struct {
+	// Route says where to send it and with which model and key.
+	Route Route
+	// Request is the envelope.
+	Request Request
+	// Sink receives streamed deltas; nil means none.
+	Sink Sink
+}
+
+// Result is one attempt's output from an adapter.
+type Result struct {
+	// Response is what the provider answered, possibly partial; for an
+	// HTTP error status it carries the error object (Response.Error).
+	Response Response `json:"response"`
+	// Signal is what the body said that the wire cannot: pass it to
+	// recovery.Attempt.Finish whether or not the adapter returned an error.
+	Signal recovery.Signal `json:"signal,omitempty"`
+}
+
+// Errors a timer or the adapter itself ends a request with. They are the
+// cause of the request context's cancellation and wrap
+// recovery.ErrTimedOut, which is how the recovery engine learns that a
+// timer, not the caller's scope, ended the attempt (Evidence.TimedOut);
+// the adapter's error wraps them too.
+var (
+	// ErrFirstByteTimeout: no body byte within the route's
+	// FirstByteTimeout of the send (streams only).
+	ErrFirstByteTimeout = fmt.Errorf("providers: first-byte timeout: %w", recovery.ErrTimedOut)
+	// ErrIdleTimeout: no byte for the route's IdleTimeout once the body
+	// had started (streams only).
+	ErrIdleTimeout = fmt.Errorf("providers: stream idle timeout: %w", recovery.ErrTimedOut)
+	// ErrAttemptTimeout: the route's AttemptTimeout ran out.
+	ErrAttemptTimeout = fmt.Errorf("providers: attempt timeout: %w", recovery.ErrTimedOut)
+	// ErrStreamAborted: the adapter stopped a committed stream itself (too
+	// large, malformed, an error event). It wraps recovery.ErrTimedOut
+	// because that is the engine's only way to record a body that ended
+	// badly on the caller's side without calling it the caller's
+	// cancellation; with content started it classifies as
+	// committed_partial, which is what happened.
+	ErrStreamAborted = fmt.Errorf("providers: stream aborted by the adapter: %w", recovery.ErrTimedOut)
+)
+
+// ErrNoTransport is returned when an adapter is given a nil RoundTripper.
+var ErrNoTransport = errors.New("providers: no RoundTripper")
+
+// ErrWrongKind is returned when an adapter is given a route of another
+// kind: its key must not be sent to an endpoint of another dialect by
+// mistake.
+var ErrWrongKind = errors.New("providers: route kind does not match the adapter")
+
+// ErrUnknownKind is returned by CallRoute for a route kind no adapter
+// serves.
+var ErrUnknownKind = errors.New("providers: unknown route kind")
+
+// ErrUnsupported is returned, before anything is sent, when a request
+// uses something the route's dialect cannot express (CallAnthropic with a
+// response_format, say). The message names the field, never its value.
+// The workflow's capability filter is what should keep such requests
+// away from such routes.
+var ErrUnsupported = errors.New("providers: not supported by this route's kind")
+
+// maxErrorBody bounds how much of an HTTP error body is read: enough for
+// any real error object, and a hostile endless one costs nothing more.
+const maxErrorBody = 1 << 20
+
+// CallRoute makes one attempt on c.Route with the adapter its Kind names:
+// CallOpenAI for KindOpenAI (and for an empty kind, a route built in code,
+// as CallOpenAI has always accepted), CallAnthropic for KindAnthropic.
+// Any other kind is ErrUnknownKind, before anything is sent. Everything
+// else, the error contract included, is the adapter's.
+func CallRoute(ctx context.Context, rt http.RoundTripper, c Call) (Result, error) {
+	switch c.Route.Kind {
+	case KindOpenAI, "":
+		return CallOpenAI(ctx, rt, c)
+	case KindAnthropic:
+		return CallAnthropic(ctx, rt, c)
+	default:
+		// A kind is configuration, never a secret, so it may be named.
+		return Result{}, fmt.Errorf("providers: route %q: %w %q", c.Route.Name, ErrUnknownKind, c.Route.Kind)
+	}
+}
+
+// dialect is what differs between the APIs the adapters speak. Everything
+// else about an attempt (timers, the commit boundary, the SSE decoder,
+// partial results, bounds) is the exchange's and shared.
+type dialect struct {
+	// kind is the Route.Kind the dialect serves.
+	kind string
+	// path is appended to the route's base URL.
+	path []string
+	// body encodes the request for the route's model.
+	body func(model string, r Request) ([]byte, error)
+	// auth sets the key (and any other per-dialect header) on h. key is
+	// "" when the route has no key source.
+	auth func(h http.Header, key string)
+	// whole reads a complete 2xx JSON body.
+	whole func(data []byte) (Response, recovery.Signal, error)
+	// errorBody reads the body of an HTTP error status.
+	errorBody func(data []byte) (Response, recovery.Signal)
+	// newStream returns an accumulator for the dialect's event stream.
+	newStream func() *streamAcc
+	// signal maps an error object to a signal.
+	signal func(*APIError) recovery.Signal
+}
+
+// call makes one attempt in dialect d; see CallOpenAI for the contract.
+func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result, error) {
+	route := c.Route.WithDefaults()
+	fail := func(err error) (Result, error) {
+		return Result{}, fmt.Errorf("providers: route %q: %w", route.Name, err)
+	}
+	if rt == nil {
+		return fail(ErrNoTransport)
+	}
+	if route.Kind != d.kind && route.Kind != "" {
+		// An empty kind is a route built in code; LoadConfig requires one.
+		return fail(fmt.Errorf("%w (route kind %q, adapter %q)", ErrWrongKind, route.Kind, d.kind))
+	}
+	if err := c.Request.Validate(); err != nil {
+		return fail(err)
+	}
+	url, err := endpointURL(route.BaseURL, d.path...)
+	if err != nil {
+		return fail(err)
+	}
+	key, err := route.APIKey()
+	if err != nil {
+		return fail(err)
+	}
+	body, err := d.body(route.Model, c.Request)
+	if err != nil {
+		return fail(err)
+	}
+
+	actx, cancelAttempt := context.WithTimeoutCause(ctx, route.AttemptTimeout, ErrAttemptTimeout)
+	defer cancelAttempt()
+	rctx, cancel := context.WithCancelCause(actx)
+	// Deferred before the body's Close below, so it runs after it: the
+	// engine reads the context when the body closes, and a cancellation
+	// then would record a clean end as canceled.
+	defer cancel(nil)
+
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return fail(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.Request.Stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if !route.HasKeySource() {
+		key = ""
+	}
+	d.auth(req.Header, key)
+
+	x := &exchange{route: route, call: c, d: d, ctx: rctx, cancel: cancel, attempt: recovery.AttemptFrom(ctx)}
+	if c.Request.Stream {
+		x.timers = newStreamTimers(route, cancel)
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		x.timers.stop()
+		return fail(x.causeOf(err))
+	}
+	defer resp.Body.Close()
+	// Deferred after Close, so it runs first: no timer may fire between
+	// the end of reading and the close.
+	defer x.timers.stop()
+	in := io.Reader(resp.Body)
+	if x.timers != nil {
+		in = &timedReader{r: resp.Body, t: x.timers}
+	}
+
+	switch {
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return x.errorStatus(in)
+	case isEventStream(resp.Header.Get("Content-Type")) || (c.Request.Stream && resp.Header.Get("Content-Type") == ""):
+		return x.stream(in)
+	default:
+		return x.whole(in)
+	}
+}
+
+// exchange is the state of one attempt.
+type exchange struct {
+	route     Route
+	call      Call
+	d         *dialect
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	attempt   *recovery.Attempt
+	timers    *streamTimers
+	committed bool
+}
+
+func (x *exchange) wrap(err error) error {
+	return fmt.Errorf("providers: route %q: %w", x.route.Name, err)
+}
+
+// causeOf adds the request context's cause to a transport error, so
+// errors.Is finds ErrFirstByteTimeout (say) as well as what the transport
+// said.
+func (x *exchange) causeOf(err error) error {
+	if cause := context.Cause(x.ctx); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%w: %w", cause, err)
+	}
+	return err
+}
+
+// commit marks the commit boundary on the attempt, once.
+func (x *exchange) commit() {
+	if x.committed {
+		return
+	}
+	x.committed = true
+	// The attempt is optional: a caller testing with a plain transport
+	// has none, and recovery.Attempt.Commit is not nil-safe.
+	if x.attempt != nil {
+		x.attempt.Commit()
+	}
+}
+
+// errorStatus reads an HTTP error body (bounded) and maps it to a signal.
+func (x *exchange) errorStatus(in io.Reader) (Result, error) {
+	data, err := io.ReadAll(io.LimitReader(in, maxErrorBody))
+	r, sig := x.d.errorBody(data)
+	if err != nil {
+		return Result{Response: r, Signal: sig}, x.wrap(x.causeOf(fmt.Errorf("read error body: %w", err)))
+	}
+	return Result{Response: r, Signal: sig}, nil
+}
+
+// whole reads a complete JSON body.
+func (x *exchange) whole(in io.Reader) (Result, error) {
+	data, err := io.ReadAll(io.LimitReader(in, MaxResponseBytes+1))
+	if err != nil {
+		return Result{}, x.wrap(x.causeOf(fmt.Errorf("read body: %w", err)))
+	}
+	if len(data) > MaxResponseBytes {
+		return Result{Signal: recovery.SignalEmptyResponse}, x.wrap(fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, MaxResponseBytes))
+	}
+	r, sig, err := x.d.whole(data)
+	if err != nil {
+		return Result{Response: r, Signal: sig}, x.wrap(err)
+	}
+	if sig == recovery.SignalNone {
+		x.commit()
+		// A provider that ignored "stream": true still answered; the sink
+		// gets the whole text as one delta.
+		if x.call.Request.Stream && r.Text != "" && x.call.Sink != nil {
+			x.call.Sink.Delta(r.Text)
+		}
+	}
+	return Result{Response: r, Signal: sig}, nil
+}
+
+// stream consumes a server-sent-event body.
+func (x *exchange) stream(in io.Reader) (Result, error) {
+	acc := x.d.newStream()
+	sink := x.call.Sink
+	err := consumeStream(newSSEDecoder(in), acc, streamHooks{
+		commit: x.commit,
+		delta: func(s string) {
+			if sink == nil {
+				return
+			}
+			// The provider is not idle while the sink works.
+			x.timers.pause()
+			sink.Delta(s)
+			x.timers.resume()
+		},
+	})
+	x.timers.stop()
+	r := acc.response()
+	switch {
+	case err == nil && (acc.complete() || !acc.content):
+		// [DONE], a finish_reason, or an end with no content at all
+		// (which the signal reports as empty).
+		return Result{Response: r, Signal: completionSignalWith(r, x.d.signal)}, nil
+	case err == nil:
+		return x.partial(r, IncompleteTruncated, nil)
+	case errors.Is(err, errProviderError):
+		if !x.committed {
+			sig := x.d.signal(r.Error)
+			if sig == recovery.SignalNone {
+				sig = recovery.SignalEmptyResponse
+			}
+			return Result{Response: r, Signal: sig}, nil
+		}
+		return x.abort(r, IncompleteProviderError)
+	}
+	if reason := selfReason(err); reason != "" {
+		// The adapter itself gave up on the body.
+		if !x.committed {
+			return Result{Response: r, Signal: recovery.SignalEmptyResponse}, x.wrap(err)
+		}
+		return x.abort(r, reason)
+	}
+	// The transport or a timer ended the body.
+	if !x.committed {
+		return Result{}, x.wrap(x.causeOf(err))
+	}
+	reason := x.incompleteReason(err)
+	var cerr error
+	if reason == IncompleteCanceled {
+		cerr = x.wrap(x.causeOf(err))
+	}
+	return x.partial(r, reason, cerr)
+}
+
+// abort ends a committed stream the adapter refused to read further. The
+// request context is canceled with a cause before the body closes, so the
+// engine records the attempt as cut (committed_partial) rather than
+// complete.
+func (x *exchange) abort(r Response, reason string) (Result, error) {
+	x.cancel(fmt.Errorf("%w: %s", ErrStreamAborted, reason))
+	return x.partial(r, reason, nil)
+}
+
+func (x *exchange) partial(r Response, reason string, err error) (Result, error) {
+	r.Partial, r.Incomplete = true, reason
+	if x.call.Sink != nil {
+		x.call.Sink.Incomplete(reason)
+	}
+	return Result{Response: r}, err
+}
+
+// selfReason names the limits and format errors the adapter enforces
+// itself, "" for anything else.
+func selfReason(err error) string {
+	switch {
+	case errors.Is(err, ErrLineTooLong):
+		return IncompleteLineTooLong
+	case errors.Is(err, ErrEventTooLarge):
+		return IncompleteEventTooLarge
+	case errors.Is(err, ErrResponseTooLarge):
+		return IncompleteTooLarge
+	case errors.Is(err, ErrMalformedStream):
+		return IncompleteMalformed
+	default:
+		return ""
+	}
+}
+
+// incompleteReason names why the transport ended a committed stream: the
+// context's cause first (a timer or the caller), then the wire evidence
+// the engine recorded, then the error's type.
+func (x *exchange) incompleteReason(err error) string {
+	if cause := context.Cause(x.ctx); cause != nil {
+		switch {
+		case errors.Is(cause, ErrIdleTimeout):
+			return IncompleteIdleTimeout
+		case errors.Is(cause, ErrAttemptTimeout):
+			return IncompleteAttemptTimeout
+		case errors.Is(cause, context.DeadlineExceeded):
+			return IncompleteDeadline
+		case errors.Is(cause, recovery.ErrTimedOut):
+			return IncompleteTimeout
+		default:
+			// The engine's rule: any other cause is the scope ending.
+			return IncompleteCanceled
+		}
+	}
+	if x.attempt != nil {
+		// The engine settled the exchange when the body failed, so the
+		// frame facts are in.
+		ev := x.attempt.Evidence()
+		switch {
+		case ev.RSTStream != nil:
+			return IncompleteReset
+		case ev.GoAway != nil:
+			return IncompleteGoAway
+		case ev.ConnClosed:
+			return IncompleteConnectionClosed
+		}
+	}
+	var se http2.StreamError
+	switch {
+	case errors.As(err, &se):
+		return IncompleteReset
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return IncompleteConnectionClosed
+	default:
+		return IncompleteReadError
+	}
+}
+
+func isEventStream(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+}
+
+// streamTimers are a stream's first-byte and idle timers. Each cancels the
+// request context with its own cause when it fires; once stopped, neither
+// can, so a timer can never turn a finished exchange into a timed-out one.
+type streamTimers struct {
+	idleAfter time.Duration
+	cancel    context.CancelCauseFunc
+
+	mu        sync.Mutex
+	stopped   bool
+	gotByte   bool
+	paused    bool
+	firstByte *time.Timer
+	idle      *time.Timer
+}
+
+func newStreamTimers(r Route, cancel context.CancelCauseFunc) *streamTimers {
+	t := &streamTimers{idleAfter: r.IdleTimeout, cancel: cancel}
+	t.firstByte = time.AfterFunc(r.FirstByteTimeout, func() { t.fire(ErrFirstByteTimeout) })
+	return t
+}
+
+func (t *streamTimers) fire(cause error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped || t.paused {
+		return
+	}
+	t.cancel(cause)
+}
+
+// sawBytes records body bytes: the first stops the first-byte timer and
+// starts the idle timer; every one restarts the idle timer.
+func (t *streamTimers) sawBytes() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	if !t.gotByte {
+		t.gotByte = true
+		t.firstByte.Stop()
+		t.idle = time.AfterFunc(t.idleAfter, func() { t.fire(ErrIdleTimeout) })
+		return
+	}
+	if !t.paused {
+		t.idle.Reset(t.idleAfter)
+	}
+}
+
+// pause stops the idle timer while the sink runs; resume restarts it.
+func (t *streamTimers) pause() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.paused = true
+	if t.idle != nil {
+		t.idle.Stop()
+	}
+}
+
+func (t *streamTimers) resume() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.paused = false
+	if t.idle != nil && !t.stopped {
+		t.idle.Reset(t.idleAfter)
+	}
+}
+
+func (t *streamTimers) stop() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	t.firstByte.Stop()
+	if t.idle != nil {
+		t.idle.Stop()
+	}
+}
+
+// timedReader tells the stream timers about every byte read.
+type timedReader struct {
+	r io.Reader
+	t *streamTimers
+}
+
+func (r *timedReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.t.sawBytes()
+	}
+	return n, err
+}
