@@ -13,6 +13,7 @@ package durallm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -24,6 +25,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -35,6 +38,7 @@ const DefaultTaskQueue = "durallm"
 type Client struct {
 	tc        client.Client
 	taskQueue string
+	results   resultstore.Store
 }
 
 // NewClient wraps a Temporal client. An empty taskQueue means
@@ -44,6 +48,14 @@ func NewClient(tc client.Client, taskQueue string) *Client {
 		taskQueue = DefaultTaskQueue
 	}
 	return &Client{tc: tc, taskQueue: taskQueue}
+}
+
+// WithResults makes Result resolve responses the worker stored by
+// reference (too large for history) from s, which must be the store the
+// workers write to. It returns c.
+func (c *Client) WithResults(s resultstore.Store) *Client {
+	c.results = s
+	return c
 }
 
 // ErrInvalidInput matches (errors.Is) the error of an action whose input
@@ -128,11 +140,35 @@ func (a *Action) Result(ctx context.Context) (workflows.ActionResult, error) {
 		}
 		return res, mapNotFound(a.ID, err)
 	}
+	if err := a.c.resolve(ctx, &res); err != nil {
+		return res, err
+	}
 	switch res.State {
 	case workflows.StateCompleted, workflows.StateCompletedPartial, workflows.StateReconciled:
 		return res, nil
 	}
 	return res, &ActionError{ActionRef: a.ID, State: res.State, Outcome: res.Outcome, Reason: res.Reason, Origin: res.Origin, Result: res}
+}
+
+// resolve fetches a response stored by reference. A reference the store
+// does not understand (a verdict's own result_ref) is left as it is.
+func (c *Client) resolve(ctx context.Context, res *workflows.ActionResult) error {
+	if res.Response != nil || res.ResultRef == "" || c.results == nil {
+		return nil
+	}
+	b, err := c.results.Get(ctx, res.ResultRef)
+	if errors.Is(err, resultstore.ErrBadRef) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("durallm: action %s: resolve its stored response: %w", res.ActionRef, err)
+	}
+	var r providers.Response
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("durallm: action %s: decode its stored response: %w", res.ActionRef, err)
+	}
+	res.Response = &r
+	return nil
 }
 
 // Cancel ends an action's scope with an origin (user_stop,

@@ -20,11 +20,13 @@ import (
 	"go.temporal.io/server/temporaltest"
 	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -78,12 +80,16 @@ func (s *stack) routes() providers.Config {
 	}}
 }
 
-func (s *stack) startWorker() *worker.Worker {
+func (s *stack) startWorker(opts ...func(*worker.Options)) *worker.Worker {
 	s.t.Helper()
-	w, err := worker.New(s.tc, worker.Options{
+	o := worker.Options{
 		TaskQueue: s.tq, Config: s.routes(), TLS: s.p.ClientTLSConfig(), SearchAttributes: true,
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	w, err := worker.New(s.tc, o)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -362,6 +368,34 @@ func TestE2EHappyPath(t *testing.T) {
 		t.Fatalf("an invalid action was started: %v", err)
 	}
 	s.saveHistory("happy", "happy_path")
+}
+
+// A response too large for history goes to the result store; the client
+// resolves it transparently and history holds only the reference.
+func TestE2ELargeResponseByReference(t *testing.T) {
+	s := newStack(t)
+	store := resultstore.Dir{Path: t.TempDir()}
+	s.startWorker(func(o *worker.Options) { o.Results = store })
+	s.c.WithResults(store)
+	big := strings.Repeat("a long answer ", 40000) // ~560 KB, above Temporal's payload warning
+	s.p.Push(testsuite.Answer(big))
+	res, err := s.run("large", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Response == nil || strings.TrimSpace(res.Response.Text) != strings.TrimSpace(big) || res.ResultRef == "" {
+		t.Fatalf("response not resolved: ref %q, %d bytes", res.ResultRef, len(res.Response.Text))
+	}
+	iter := s.tc.GetWorkflowHistory(context.Background(), "large", "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := proto.Size(ev); n > 64<<10 {
+			t.Fatalf("event %d %s is %d bytes: the response went into history", ev.GetEventId(), ev.GetEventType(), n)
+		}
+	}
 }
 
 // A worker killed mid-attempt (SIGKILL, in another process): the action

@@ -10,6 +10,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 )
 
@@ -50,6 +52,13 @@ type Activities struct {
 	// not written: upserting an unregistered attribute fails the workflow
 	// task.
 	SearchAttributes bool
+	// Results keeps responses larger than LargeResponseBytes out of
+	// history: the outcome then carries a reference instead. Nil means
+	// responses always travel inline.
+	Results resultstore.Store
+	// LargeResponseBytes is the JSON size above which a response goes to
+	// Results. Zero means resultstore.DefaultThreshold (256 KiB).
+	LargeResponseBytes int
 	// Telemetry records per-attempt metrics. Nil means none.
 	Telemetry *telemetry.Telemetry
 	// Logger receives worker-side events (never content). Nil means
@@ -90,6 +99,9 @@ type Outcome struct {
 	Evidence       recovery.Evidence       `json:"evidence"`
 	Classification recovery.Classification `json:"classification"`
 	Response       *providers.Response     `json:"response,omitempty"`
+	// ResponseRef replaces Response when the response was too large for
+	// history and went to the worker's result store.
+	ResponseRef string `json:"response_ref,omitempty"`
 }
 
 // Progress is the heartbeat detail of a running attempt: evidence for an
@@ -182,7 +194,38 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 		out.Response = nil
 		out.Classification = recovery.Classify(withSignal(ev, recovery.SignalEmptyResponse))
 	}
+	a.storeLarge(ctx, &out)
 	return out, nil
+}
+
+// storeLarge moves a response too large for history into the result
+// store, leaving a reference. If the store fails, the response stays
+// inline: Temporal may still accept it, and the answer is not lost.
+func (a *Activities) storeLarge(ctx context.Context, out *Outcome) {
+	if a.Results == nil || out.Response == nil {
+		return
+	}
+	limit := a.LargeResponseBytes
+	if limit <= 0 {
+		limit = resultstore.DefaultThreshold
+	}
+	b, err := json.Marshal(out.Response)
+	if err != nil || len(b) <= limit {
+		return
+	}
+	ref, err := a.Results.Put(ctx, b)
+	if err != nil {
+		a.logger().Warn("large response kept inline: result store failed", "attempt_id", out.Evidence.AttemptID, "bytes", len(b), "error", err)
+		return
+	}
+	out.Response, out.ResponseRef = nil, ref
+}
+
+func (a *Activities) logger() *slog.Logger {
+	if a.Logger != nil {
+		return a.Logger
+	}
+	return slog.Default()
 }
 
 func withSignal(ev recovery.Evidence, s recovery.Signal) recovery.Evidence {

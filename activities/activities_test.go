@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/testsuite"
 )
 
@@ -94,5 +96,31 @@ func TestCallModelCanceledReturnsTheContextError(t *testing.T) {
 	err := <-done
 	if err == nil || !errors.Is(err, context.Canceled) || out.Classification.Class != recovery.Canceled {
 		t.Fatalf("err %v outcome %+v", err, out.Classification)
+	}
+}
+
+func TestCallModelStoresALargeResponseByReference(t *testing.T) {
+	a, p := newActs(t)
+	a.Results = resultstore.Dir{Path: t.TempDir()}
+	a.LargeResponseBytes = 4096
+	big := strings.Repeat("lorem ", 2000)
+	p.Push(testsuite.Answer(big))
+	out, err := a.CallModel(context.Background(), attempt("openai", hello()))
+	if err != nil || out.Classification.Class != recovery.Completed || out.Response != nil || out.ResponseRef == "" {
+		t.Fatalf("outcome %+v ref %q err %v", out.Classification, out.ResponseRef, err)
+	}
+	b, err := a.Results.Get(context.Background(), out.ResponseRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r providers.Response
+	if err := json.Unmarshal(b, &r); err != nil || strings.TrimSpace(r.Text) != strings.TrimSpace(big) {
+		t.Fatalf("stored response: %d bytes of text, %v", len(r.Text), err)
+	}
+
+	// A small answer stays inline.
+	out, err = a.CallModel(context.Background(), AttemptInput{ActionRef: "act2", Attempt: 1, AttemptID: "act2-1", Route: "openai", Request: hello()})
+	if err != nil || out.Response == nil || out.ResponseRef != "" {
+		t.Fatalf("small answer: %+v ref %q", out.Response, out.ResponseRef)
 	}
 }

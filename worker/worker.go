@@ -22,6 +22,7 @@ import (
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/workflows"
 )
@@ -59,6 +60,13 @@ type Options struct {
 	// Logger receives worker events and the per-attempt "llm.attempt"
 	// events. Nil means slog.Default().
 	Logger *slog.Logger
+	// Results keeps responses too large for history (over
+	// LargeResponseBytes, default 256 KiB) by reference. Nil means they
+	// travel inline. Clients resolve references with the same store
+	// (durallm.Client.WithResults).
+	Results resultstore.Store
+	// LargeResponseBytes overrides the threshold for Results.
+	LargeResponseBytes int
 	// Telemetry records the project's metrics. Nil means none. For the
 	// Temporal SDK's own metrics, give the client
 	// Telemetry.TemporalMetricsHandler() when dialing it.
@@ -119,6 +127,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 	acts := &activities.Activities{
 		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Sinks: o.Sinks,
 		SearchAttributes: o.SearchAttributes, Logger: o.Logger, Telemetry: o.Telemetry,
+		Results: o.Results, LargeResponseBytes: o.LargeResponseBytes,
 	}
 	if o.Telemetry != nil {
 		o.Telemetry.WatchEngine(engine)

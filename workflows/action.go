@@ -445,7 +445,11 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 	rec.Duration = workflow.Now(w.ctx).Sub(rec.Scheduled)
 	w.status.Attempts[len(w.status.Attempts)-1] = rec
 	if out.Response != nil {
-		w.response = out.Response
+		w.response, w.resRef = out.Response, ""
+	}
+	if out.ResponseRef != "" {
+		// Too large for history: the client resolves the reference.
+		w.response, w.resRef = nil, out.ResponseRef
 	}
 	w.log.Info("attempt finished", "attempt", n, "route", route.Name, "classification", string(rec.Classification.Class), "reason", rec.Classification.Reason)
 	return rec

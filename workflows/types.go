@@ -200,7 +200,8 @@ type Status struct {
 type ActionResult struct {
 	Status
 	Response *providers.Response `json:"response,omitempty"`
-	// ResultRef is set when a reconcile verdict supplied a reference
-	// instead of a response.
+	// ResultRef is set instead of Response when the response was too
+	// large for history (a result-store reference the client resolves), or
+	// when a reconcile verdict supplied a reference.
 	ResultRef string `json:"result_ref,omitempty"`
 }

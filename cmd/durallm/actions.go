@@ -19,6 +19,7 @@ import (
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -28,7 +29,7 @@ import (
 // --address and --namespace override it.
 type connFlags struct {
 	address, namespace, taskQueue string
-	encryptionKey                 string
+	encryptionKey, resultDir      string
 	jsonOut                       bool
 	stderr                        io.Writer
 }
@@ -42,6 +43,20 @@ func (c *connFlags) register(fs interface {
 	fs.StringVar(&c.taskQueue, "task-queue", durallm.DefaultTaskQueue, "task queue the durallm worker polls")
 	fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a summary")
 	fs.StringVar(&c.encryptionKey, "encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp)
+	fs.StringVar(&c.resultDir, "result-dir", envOr("DURALLM_RESULT_DIR", "durallm-results"), "where workers keep responses too large for history (a directory every worker and client sees; 'dev' uses DATA_DIR/results)")
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// client wraps a Temporal client as durallm's, resolving stored responses
+// from --result-dir.
+func (c *connFlags) client(tc client.Client) *durallm.Client {
+	return durallm.NewClient(tc, c.taskQueue).WithResults(resultstore.Dir{Path: c.resultDir})
 }
 
 func (c *connFlags) dial() (client.Client, error) { return c.dialWith(nil) }
@@ -124,7 +139,7 @@ func runStart(args []string, stdout, stderr io.Writer, wait bool) int {
 		return exitError
 	}
 	defer tc.Close()
-	c := durallm.NewClient(tc, cf.taskQueue)
+	c := cf.client(tc)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	act, err := c.Start(ctx, *id, in)
@@ -291,7 +306,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer tc.Close()
-	st, err := durallm.NewClient(tc, cf.taskQueue).Status(context.Background(), *id)
+	st, err := cf.client(tc).Status(context.Background(), *id)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm status: %v\n", err)
 		return exitError
@@ -327,7 +342,7 @@ func runCancel(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer tc.Close()
-	if err := durallm.NewClient(tc, cf.taskQueue).Cancel(context.Background(), *id, workflows.CancelOrigin(*origin), *note); err != nil {
+	if err := cf.client(tc).Cancel(context.Background(), *id, workflows.CancelOrigin(*origin), *note); err != nil {
 		fmt.Fprintf(stderr, "durallm cancel: %v\n", err)
 		if errors.Is(err, durallm.ErrInvalidInput) {
 			return exitUsage
@@ -365,7 +380,7 @@ func runReconcile(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer tc.Close()
-	if err := durallm.NewClient(tc, cf.taskQueue).Reconcile(context.Background(), *id, req); err != nil {
+	if err := cf.client(tc).Reconcile(context.Background(), *id, req); err != nil {
 		fmt.Fprintf(stderr, "durallm reconcile: %v\n", err)
 		var rerr *durallm.ReconcileError
 		if errors.As(err, &rerr) {
@@ -392,7 +407,7 @@ func runList(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer tc.Close()
-	ids, err := durallm.NewClient(tc, cf.taskQueue).List(context.Background(), workflows.State(*state), *limit)
+	ids, err := cf.client(tc).List(context.Background(), workflows.State(*state), *limit)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm list: %v\n", err)
 		return exitError

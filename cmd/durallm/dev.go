@@ -24,6 +24,7 @@ import (
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/worker"
@@ -136,7 +137,8 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}
 	defer tc.Close()
 
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr}
+	results := resultstore.Dir{Path: filepath.Join(*dataDir, "results")}
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, Results: results}
 	var demo *testsuite.Provider
 	if *routesFile != "" {
 		cfg, err := providers.LoadConfig(*routesFile, os.Getenv)
@@ -177,7 +179,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 
 	code := exitOK
 	if demo != nil && !*noDemo {
-		if err := demonstrate(ctx, stdout, srv, durallm.NewClient(tc, *taskQueue), demo); err != nil {
+		if err := demonstrate(ctx, stdout, srv, durallm.NewClient(tc, *taskQueue).WithResults(results), demo); err != nil {
 			fmt.Fprintf(stderr, "durallm dev: demonstration: %v\n", err)
 			code = exitError
 		}

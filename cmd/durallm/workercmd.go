@@ -13,6 +13,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/worker"
 )
@@ -58,7 +59,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
-		Telemetry: tel, MetricsAddr: *metricsAddr,
+		Telemetry: tel, MetricsAddr: *metricsAddr, Results: resultstore.Dir{Path: cf.resultDir},
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)

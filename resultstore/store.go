@@ -1,0 +1,105 @@
+// Package resultstore keeps large model responses out of Temporal history.
+//
+// A response above a size threshold would make the activity's result
+// payload large enough for Temporal to warn about, and past its hard limit
+// fail the workflow task. The CallModel activity stores such a response
+// here and returns only a reference; the client resolves the reference
+// when it reads the action's result. The store is pluggable (Store); Dir,
+// a directory of files, is the default.
+package resultstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Store keeps blobs by reference. Implementations must be safe for
+// concurrent use; Put must be idempotent for the same data.
+type Store interface {
+	// Put stores data and returns a reference to it.
+	Put(ctx context.Context, data []byte) (ref string, err error)
+	// Get returns the data a reference names, or an error wrapping
+	// ErrNotFound.
+	Get(ctx context.Context, ref string) ([]byte, error)
+}
+
+// ErrNotFound is returned (wrapped) for a reference the store does not
+// hold.
+var ErrNotFound = errors.New("resultstore: not found")
+
+// ErrBadRef is returned (wrapped) for a reference the store cannot read.
+var ErrBadRef = errors.New("resultstore: malformed reference")
+
+// DefaultThreshold is the response size, in bytes of JSON, above which the
+// activity stores a response by reference: well under Temporal's default
+// payload warning (512 KiB) and hard limit (2 MiB).
+const DefaultThreshold = 256 << 10
+
+// Dir stores each blob as a file named by its SHA-256 under Path. The
+// reference is "file:<sha256>", so it holds no path and no content, and
+// the same data always gets the same reference. Workers and the clients
+// that resolve references must see the same directory (a shared volume
+// for several hosts).
+type Dir struct {
+	// Path is the directory; it is created (0700) on first Put.
+	Path string
+}
+
+const fileRefPrefix = "file:"
+
+// Put writes data atomically (a temporary file, then a rename).
+func (d Dir) Put(_ context.Context, data []byte) (string, error) {
+	sum := sha256.Sum256(data)
+	name := hex.EncodeToString(sum[:])
+	if err := os.MkdirAll(d.Path, 0o700); err != nil {
+		return "", fmt.Errorf("resultstore: create %s: %w", d.Path, err)
+	}
+	final := filepath.Join(d.Path, name)
+	if _, err := os.Stat(final); err == nil {
+		return fileRefPrefix + name, nil
+	}
+	tmp, err := os.CreateTemp(d.Path, name+".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
+	}
+	_, werr := tmp.Write(data)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
+	}
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
+	}
+	return fileRefPrefix + name, nil
+}
+
+// Get reads the blob a "file:<sha256>" reference names and checks its
+// digest, so a damaged file is an error rather than a wrong answer.
+func (d Dir) Get(_ context.Context, ref string) ([]byte, error) {
+	name, ok := strings.CutPrefix(ref, fileRefPrefix)
+	if !ok || len(name) != sha256.Size*2 {
+		return nil, fmt.Errorf("%w: %q", ErrBadRef, ref)
+	}
+	if _, err := hex.DecodeString(name); err != nil {
+		return nil, fmt.Errorf("%w: %q", ErrBadRef, ref)
+	}
+	data, err := os.ReadFile(filepath.Join(d.Path, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s in %s", ErrNotFound, ref, d.Path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resultstore: read %s: %w", ref, err)
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != name {
+		return nil, fmt.Errorf("resultstore: %s in %s does not match its digest", ref, d.Path)
+	}
+	return data, nil
+}
