@@ -72,22 +72,27 @@ type Options struct {
 	// Telemetry.TemporalMetricsHandler() when dialing it.
 	Telemetry *telemetry.Telemetry
 	// MetricsAddr, when set (e.g. "127.0.0.1:9090"), serves /metrics,
-	// /healthz and /readyz there. It needs Telemetry.
+	// /healthz and /readyz there, and each action's streamed deltas as
+	// server-sent events at /v1/streams/{action id}. It needs Telemetry.
 	MetricsAddr string
+	// StreamToken, when set, is the bearer token /v1/streams/ requires.
+	StreamToken string
 }
 
 // Worker is a running durallm worker.
 type Worker struct {
-	tw      sdkworker.Worker
-	tc      client.Client
-	engine  *recovery.Engine
-	acts    *activities.Activities
-	log     *slog.Logger
-	stop    time.Duration
-	tel     *telemetry.Telemetry
-	addr    string
-	http    *http.Server
-	started atomic.Bool
+	tw     sdkworker.Worker
+	tc     client.Client
+	engine *recovery.Engine
+	acts   *activities.Activities
+	log    *slog.Logger
+	stop   time.Duration
+	tel    *telemetry.Telemetry
+	addr   string
+	http   *http.Server
+	// streamToken guards /v1/streams/.
+	streamToken string
+	started     atomic.Bool
 }
 
 // New validates the configuration (every problem at once) and builds a
@@ -149,7 +154,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		WorkerStopTimeout:            o.StopTimeout,
 	})
 	Register(tw, acts)
-	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr}, nil
+	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamToken: o.StreamToken}, nil
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
@@ -188,13 +193,16 @@ func (w *Worker) Start() error {
 			return fmt.Errorf("durallm worker: metrics endpoint on %s: %w", w.addr, err)
 		}
 		w.addr = ln.Addr().String()
-		w.http = &http.Server{Handler: w.tel.Handler(w.ready), ReadHeaderTimeout: 5 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/", w.tel.Handler(w.ready))
+		mux.Handle("/v1/streams/", w.acts.Sinks.StreamHandler(activities.StreamHandlerOptions{AuthToken: w.streamToken}))
+		w.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := w.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				w.log.Error("metrics endpoint stopped", "error", err)
 			}
 		}()
-		w.log.Info("serving /metrics, /healthz and /readyz", "addr", w.addr)
+		w.log.Info("serving /metrics, /healthz, /readyz and /v1/streams/", "addr", w.addr)
 	}
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("durallm worker: start: %w", err)
