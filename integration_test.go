@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +29,7 @@ import (
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -395,6 +398,48 @@ func TestE2ELargeResponseByReference(t *testing.T) {
 		if n := proto.Size(ev); n > 64<<10 {
 			t.Fatalf("event %d %s is %d bytes: the response went into history", ev.GetEventId(), ev.GetEventType(), n)
 		}
+	}
+}
+
+// A caller in another process reads the stream as server-sent events from
+// the worker, opened before the action starts.
+func TestE2EStreamOverSSE(t *testing.T) {
+	s := newStack(t)
+	tel, err := telemetry.New(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.startWorker(func(o *worker.Options) { o.Telemetry, o.MetricsAddr = tel, "127.0.0.1:0" })
+	resp, err := http.Get("http://" + w.MetricsAddr() + "/v1/streams/sse-action")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("stream: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	s.p.Push(testsuite.StreamCut(3, testsuite.CutReset))
+	res, err := s.run("sse-action", actionInput(true))
+	if err != nil || res.State != workflows.StateCompletedPartial {
+		t.Fatalf("state %s err %v", res.State, err)
+	}
+	// The stream closes itself after stream_incomplete.
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, line := range strings.Split(string(body), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(data, `"delta"`) {
+			var d struct{ Delta string }
+			if err := json.Unmarshal([]byte(data), &d); err != nil {
+				t.Fatal(err)
+			}
+			text.WriteString(d.Delta)
+		}
+	}
+	if text.String() == "" || text.String() != res.Response.Text || strings.Count(string(body), "event: stream_incomplete") != 1 {
+		t.Fatalf("streamed %q, result %q; body:\n%s", text.String(), res.Response.Text, body)
 	}
 }
 
