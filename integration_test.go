@@ -1,6 +1,7 @@
 package durallm_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -441,6 +443,105 @@ func TestE2EStreamOverSSE(t *testing.T) {
 	if text.String() == "" || text.String() != res.Response.Text || strings.Count(string(body), "event: stream_incomplete") != 1 {
 		t.Fatalf("streamed %q, result %q; body:\n%s", text.String(), res.Response.Text, body)
 	}
+}
+
+// No prompt, output or key reaches logs, metrics, search attributes or
+// error strings: canaries go in, then every channel is captured and
+// searched (CONTRACT.md section 7).
+func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
+	const prompt, answer, key = "PROMPT-CANARY-4711", "ANSWER-CANARY-0815", "sk-KEY-CANARY-2342"
+	t.Setenv("DURALLM_TEST_CANARY_KEY", key)
+	s := newStack(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(&lockedBuffer{b: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	tel, err := telemetry.New(logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.startWorker(func(o *worker.Options) {
+		o.Logger, o.Telemetry, o.MetricsAddr = logger, tel, "127.0.0.1:0"
+		for i := range o.Config.Routes {
+			o.Config.Routes[i].APIKeyEnv = "DURALLM_TEST_CANARY_KEY"
+		}
+	})
+	in := actionInput(false)
+	in.Request.Messages = []providers.Message{providers.TextMessage("user", prompt)}
+	// One of each: an answer, a GOAWAY retry, a 400 with the prompt echoed
+	// in its error body, an ambiguous one.
+	s.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo), testsuite.Answer(answer))
+	if _, err := s.run("canary-ok", in); err != nil {
+		t.Fatal(err)
+	}
+	s.p.Push(testsuite.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad: `+prompt+`"}}`))
+	_, rejErr := s.run("canary-rejected", in)
+	if rejErr == nil {
+		t.Fatal("a 400 succeeded")
+	}
+	if got := s.p.Received()[0]; got.AttemptID == "" {
+		t.Fatal("no request reached the provider")
+	}
+	metrics := scrapeURL(t, "http://"+w.MetricsAddr()+"/metrics")
+	var attrs strings.Builder
+	for _, id := range []string{"canary-ok", "canary-rejected"} {
+		d, err := s.tc.DescribeWorkflowExecution(context.Background(), id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, p := range d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields() {
+			attrs.WriteString(name + "=" + string(p.GetData()) + "\n")
+		}
+		st, _ := s.c.Status(context.Background(), id)
+		for _, a := range st.Attempts {
+			attrs.WriteString(a.Summary + " " + a.Classification.Reason + "\n")
+		}
+	}
+	if !strings.Contains(attrs.String(), "DurallmState") {
+		t.Fatalf("no search attributes captured: %s", attrs.String())
+	}
+	mu.Lock()
+	logText := logs.String()
+	mu.Unlock()
+	if !strings.Contains(logText, "llm.attempt") {
+		t.Fatal("no attempt events captured")
+	}
+	for _, where := range []struct{ name, text string }{
+		{"logs", logText}, {"metrics", metrics}, {"search attributes and summaries", attrs.String()}, {"error string", rejErr.Error()},
+	} {
+		for _, canary := range []string{prompt, answer, key} {
+			if strings.Contains(where.text, canary) {
+				t.Errorf("%s hold %q", where.name, canary)
+			}
+		}
+	}
+	if !strings.Contains(s.p.Received()[0].Path, "/chat/completions") {
+		t.Fatalf("unexpected path %q", s.p.Received()[0].Path)
+	}
+}
+
+type lockedBuffer struct {
+	b  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func scrapeURL(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // A worker killed mid-attempt (SIGKILL, in another process): the action
