@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/server/temporaltest"
 	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -542,6 +544,43 @@ func scrapeURL(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// With tracing on, an action's workflow, its attempt activity and the
+// client's start are spans of one trace.
+func TestE2ETracing(t *testing.T) {
+	s := newStack(t)
+	spans := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.NewWithOptions(telemetry.Options{Logger: slog.New(slog.DiscardHandler), SpanExporter: spans})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, err := tel.TracingInterceptor()
+	if err != nil || ti == nil {
+		t.Fatalf("interceptor %v %v", ti, err)
+	}
+	s.tc = s.ts.NewClientWithOptions(client.Options{Interceptors: []interceptor.ClientInterceptor{ti}})
+	s.c = durallm.NewClient(s.tc, s.tq)
+	s.startWorker()
+	if _, err := s.run("traced", actionInput(false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, sp := range spans.GetSpans() {
+		names[sp.Name] = sp.SpanContext.TraceID().String()
+	}
+	want := []string{"StartWorkflow:LLMAction", "RunWorkflow:LLMAction", "StartActivity:CallModel", "RunActivity:CallModel"}
+	for _, n := range want {
+		if _, ok := names[n]; !ok {
+			t.Fatalf("no span %q among %v", n, names)
+		}
+	}
+	if names["RunActivity:CallModel"] != names["StartWorkflow:LLMAction"] {
+		t.Fatalf("the attempt's span is not in the action's trace: %v", names)
+	}
 }
 
 // A worker killed mid-attempt (SIGKILL, in another process): the action

@@ -18,17 +18,22 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.temporal.io/sdk/client"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/durallm/durallm/recovery"
 )
@@ -38,6 +43,7 @@ import (
 type Telemetry struct {
 	reg      *prometheus.Registry
 	provider *sdkmetric.MeterProvider
+	tracer   *sdktrace.TracerProvider // nil when no span exporter is configured
 	meter    metric.Meter
 	log      *slog.Logger
 
@@ -53,9 +59,42 @@ type Telemetry struct {
 	engines []*recovery.Engine
 }
 
-// New builds the meter provider and the project's instruments. logger
-// receives instrument errors; nil means slog.Default().
-func New(logger *slog.Logger) (*Telemetry, error) {
+// Options configures New beyond the Prometheus endpoint, which is always
+// on.
+type Options struct {
+	// Logger receives instrument and exporter errors. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// OTLP also exports metrics and traces to an OpenTelemetry collector
+	// over gRPC, configured by the standard OTEL_EXPORTER_OTLP_* variables
+	// (endpoint, headers, TLS). Default off.
+	OTLP bool
+	// SpanExporter, when set, receives the Temporal tracing interceptor's
+	// spans (tests use an in-memory one). With OTLP it is used in
+	// addition.
+	SpanExporter sdktrace.SpanExporter
+}
+
+// OTLPConfigured reports whether the environment names an OTLP endpoint,
+// the usual way to decide Options.OTLP.
+func OTLPConfigured() bool {
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// New builds the meter provider and the project's instruments with the
+// Prometheus endpoint only. logger nil means slog.Default().
+func New(logger *slog.Logger) (*Telemetry, error) { return NewWithOptions(Options{Logger: logger}) }
+
+// NewWithOptions builds the meter provider (Prometheus, plus OTLP when
+// asked), the project's instruments and, when any span exporter is
+// configured, a tracer provider for the Temporal tracing interceptor.
+func NewWithOptions(o Options) (*Telemetry, error) {
+	logger := o.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -65,7 +104,32 @@ func New(logger *slog.Logger) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
 	t := &Telemetry{reg: reg, log: logger}
-	t.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	readers := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	var spanExporters []sdktrace.SpanExporter
+	if o.SpanExporter != nil {
+		spanExporters = append(spanExporters, o.SpanExporter)
+	}
+	if o.OTLP {
+		ctx := context.Background()
+		mexp, err := otlpmetricgrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: OTLP metric exporter: %w", err)
+		}
+		readers = append(readers, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
+		texp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
+		}
+		spanExporters = append(spanExporters, texp)
+	}
+	t.provider = sdkmetric.NewMeterProvider(readers...)
+	if len(spanExporters) > 0 {
+		var topts []sdktrace.TracerProviderOption
+		for _, e := range spanExporters {
+			topts = append(topts, sdktrace.WithBatcher(e))
+		}
+		t.tracer = sdktrace.NewTracerProvider(topts...)
+	}
 	t.meter = t.provider.Meter("github.com/durallm/durallm")
 	m := t.meter
 	var errs []error
@@ -109,6 +173,22 @@ func (t *Telemetry) TemporalMetricsHandler() client.MetricsHandler {
 		Meter:   t.provider.Meter("temporal-sdk-go"),
 		OnError: func(err error) { t.log.Warn("temporal metric error", "error", err) },
 	})
+}
+
+// TracingInterceptor returns the Temporal SDK's OpenTelemetry tracing
+// interceptor (workflow, activity, signal, query and Update spans, with the
+// trace carried across them in headers), or nil when no span exporter is
+// configured. Give it to the client (client.Options.Interceptors); the
+// client's workers use it too.
+func (t *Telemetry) TracingInterceptor() (interceptor.Interceptor, error) {
+	if t.tracer == nil {
+		return nil, nil
+	}
+	i, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: t.tracer.Tracer("github.com/durallm/durallm")})
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: tracing interceptor: %w", err)
+	}
+	return i, nil
 }
 
 // WatchEngine exports an engine's counters (connections opened, GOAWAYs
@@ -226,5 +306,20 @@ func (t *Telemetry) Handler(ready func(context.Context) error) http.Handler {
 	return mux
 }
 
-// Shutdown flushes and stops the meter provider.
-func (t *Telemetry) Shutdown(ctx context.Context) error { return t.provider.Shutdown(ctx) }
+// Flush exports what the meter and tracer providers hold now.
+func (t *Telemetry) Flush(ctx context.Context) error {
+	var terr error
+	if t.tracer != nil {
+		terr = t.tracer.ForceFlush(ctx)
+	}
+	return errors.Join(t.provider.ForceFlush(ctx), terr)
+}
+
+// Shutdown flushes and stops the meter and tracer providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	var terr error
+	if t.tracer != nil {
+		terr = t.tracer.Shutdown(ctx)
+	}
+	return errors.Join(t.provider.Shutdown(ctx), terr)
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -46,6 +47,23 @@ func (c *connFlags) register(fs interface {
 	fs.StringVar(&c.resultDir, "result-dir", envOr("DURALLM_RESULT_DIR", "durallm-results"), "where workers keep responses too large for history (a directory every worker and client sees; 'dev' uses DATA_DIR/results)")
 }
 
+// instrument routes the client's (and its workers') metrics and traces to
+// tel.
+func instrument(opts *client.Options, tel *telemetry.Telemetry) error {
+	if tel == nil {
+		return nil
+	}
+	opts.MetricsHandler = tel.TemporalMetricsHandler()
+	ti, err := tel.TracingInterceptor()
+	if err != nil {
+		return err
+	}
+	if ti != nil {
+		opts.Interceptors = append(opts.Interceptors, ti)
+	}
+	return nil
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -61,9 +79,9 @@ func (c *connFlags) client(tc client.Client) *durallm.Client {
 
 func (c *connFlags) dial() (client.Client, error) { return c.dialWith(nil) }
 
-// dialWith dials with a metrics handler for the SDK's own metrics (nil:
-// none).
-func (c *connFlags) dialWith(metrics client.MetricsHandler) (client.Client, error) {
+// dialWith dials with the SDK's metrics and, when configured, tracing
+// going to tel (nil: neither).
+func (c *connFlags) dialWith(tel *telemetry.Telemetry) (client.Client, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		return nil, fmt.Errorf("load Temporal client settings from the environment: %w", err)
@@ -75,8 +93,8 @@ func (c *connFlags) dialWith(metrics client.MetricsHandler) (client.Client, erro
 		opts.Namespace = c.namespace
 	}
 	opts.Logger = quietLogger()
-	if metrics != nil {
-		opts.MetricsHandler = metrics
+	if err := instrument(&opts, tel); err != nil {
+		return nil, err
 	}
 	stderr := c.stderr
 	if stderr == nil {

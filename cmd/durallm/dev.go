@@ -121,12 +121,17 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		codecHandler.h.Store(&h)
 		say("  · payloads encrypted (AES-256-GCM, key %s); the UI decodes through %s", keys.ActiveKeyID(), codecEndpoint)
 	}
-	tel, err := telemetry.New(logger)
+	tel, err := telemetry.NewWithOptions(telemetry.Options{Logger: logger, OTLP: telemetry.OTLPConfigured()})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
 		return exitError
 	}
-	copts := client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: quietLogger(), MetricsHandler: tel.TemporalMetricsHandler()}
+	defer tel.Shutdown(context.Background())
+	copts := client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: quietLogger()}
+	if err := instrument(&copts, tel); err != nil {
+		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
+		return exitError
+	}
 	if keys != nil {
 		copts.DataConverter = codec.DataConverter(keys)
 	}

@@ -45,12 +45,13 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	tel, err := telemetry.New(logger)
+	tel, err := telemetry.NewWithOptions(telemetry.Options{Logger: logger, OTLP: telemetry.OTLPConfigured()})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
 	}
-	tc, err := cf.dialWith(tel.TemporalMetricsHandler())
+	defer tel.Shutdown(context.Background())
+	tc, err := cf.dialWith(tel)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
