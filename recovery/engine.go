@@ -323,6 +323,9 @@ type Spec struct {
 	IdempotencyKey string
 	// Route names the configured route the attempt uses.
 	Route string
+	// Provider and Model name the provider kind and model behind the
+	// route, for the attempt's event and metrics (never content).
+	Provider, Model string
 	// Avoid lists connection refs the attempt must not use (those of
 	// earlier attempts that saw GOAWAY or 421).
 	Avoid []string
@@ -366,7 +369,7 @@ func NewAttempt(spec Spec) *Attempt {
 	spec.Avoid = append([]string(nil), spec.Avoid...)
 	return &Attempt{spec: spec, ev: Evidence{
 		ActionRef: spec.ActionRef, Attempt: spec.Attempt, AttemptID: spec.AttemptID,
-		Route: spec.Route, AfterMisdirected: spec.AfterMisdirected,
+		Route: spec.Route, Provider: spec.Provider, Model: spec.Model, AfterMisdirected: spec.AfterMisdirected,
 	}}
 }
 

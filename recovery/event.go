@@ -27,6 +27,8 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 		slog.Int("attempt", ev.Attempt),
 		slog.String("attempt_id", ev.AttemptID),
 		slog.String("route", ev.Route),
+		slog.String("gen_ai.provider.name", ev.Provider),
+		slog.String("gen_ai.request.model", ev.Model),
 		slog.String("authority", ev.Authority),
 		slog.String("http_version", ev.HTTPVersion),
 		slog.String("conn_ref", ev.ConnRef),

@@ -18,6 +18,10 @@ type Evidence struct {
 	Attempt   int    `json:"attempt,omitempty"`
 	AttemptID string `json:"attempt_id,omitempty"`
 	Route     string `json:"route,omitempty"`
+	// Provider and Model say what the route points at (e.g. "openai",
+	// "gpt-4o-mini").
+	Provider string `json:"provider,omitempty"`
+	Model    string `json:"model,omitempty"`
 
 	// Authority is the host:port the request was meant for.
 	Authority string `json:"authority,omitempty"`
