@@ -2,6 +2,7 @@ package durallm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.temporal.io/server/temporaltest"
+	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/providers"
@@ -140,5 +142,126 @@ func BenchmarkDurableOverhead(b *testing.B) {
 				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 			})
 		}
+	}
+}
+
+// flakyOnce fails the first call of each id, then succeeds: the baseline
+// for a blind retry.
+var flakyOnce sync.Map
+
+func flakyActivity(_ context.Context, id string) (string, error) {
+	if _, seen := flakyOnce.LoadOrStore(id, true); !seen {
+		return "", errors.New("transient failure")
+	}
+	return id, nil
+}
+
+// blindRetryWorkflow is what a gateway without evidence does: any failure
+// is retried by Temporal after a fixed 1 s backoff.
+func blindRetryWorkflow(ctx workflow.Context, id string) (string, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 3},
+	})
+	var out string
+	err := workflow.ExecuteActivity(ctx, flakyActivity, id).Get(ctx, &out)
+	return out, err
+}
+
+// BenchmarkRecoveryCost measures what recovering from a GOAWAY above the
+// boundary adds to an action, against a clean action and against a blind
+// retry with a 1 s backoff, sequentially on the same embedded server. It
+// reports latency and, per action, the connections the engine opened and
+// the attempts dispatched.
+//
+//	go test -run '^$' -bench BenchmarkRecoveryCost -benchtime 30x .
+func BenchmarkRecoveryCost(b *testing.B) {
+	ts := temporaltest.NewServer()
+	defer ts.Stop()
+	tc := ts.GetDefaultClient()
+	p, err := testsuite.NewProvider()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	blind := ts.NewWorker("blind", func(r sdkworker.Registry) {
+		r.RegisterWorkflow(blindRetryWorkflow)
+		r.RegisterActivity(flakyActivity)
+	})
+	defer blind.Stop()
+	w, err := worker.New(tc, worker.Options{
+		TaskQueue: "durallm-recovery", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
+		Config: providers.Config{Routes: []providers.Route{{Name: "bench", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	c := durallm.NewClient(tc, "durallm-recovery")
+	var seq atomic.Int64
+	action := func(ctx context.Context, fault bool) (workflows.ActionResult, error) {
+		id := fmt.Sprintf("rc-%d", seq.Add(1))
+		if fault {
+			p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+		}
+		a, err := c.Start(ctx, id, workflows.ActionInput{
+			Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}},
+			Routes:  []string{"bench"},
+		})
+		if err != nil {
+			return workflows.ActionResult{}, err
+		}
+		return a.Result(ctx)
+	}
+	cases := []struct {
+		name string
+		run  func(ctx context.Context) (attempts int, err error)
+	}{
+		{"clean", func(ctx context.Context) (int, error) {
+			res, err := action(ctx, false)
+			return res.Used, err
+		}},
+		{"goaway-recovered", func(ctx context.Context) (int, error) {
+			res, err := action(ctx, true)
+			return res.Used, err
+		}},
+		{"blind-retry-1s", func(ctx context.Context) (int, error) {
+			id := fmt.Sprintf("blind-%d", seq.Add(1))
+			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "blind"}, blindRetryWorkflow, id)
+			if err != nil {
+				return 0, err
+			}
+			return 2, run.Get(ctx, nil)
+		}},
+	}
+	for _, k := range cases {
+		b.Run(k.name, func(b *testing.B) {
+			ctx := context.Background()
+			if _, err := k.run(ctx); err != nil { // warm up
+				b.Fatal(err)
+			}
+			conns0 := w.Engine().Stats().ConnsOpened
+			attempts := 0
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				n, err := k.run(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+				attempts += n
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(w.Engine().Stats().ConnsOpened-conns0)/float64(b.N), "conns/action")
+			b.ReportMetric(float64(attempts)/float64(b.N), "attempts/action")
+		})
 	}
 }
