@@ -32,8 +32,17 @@ const (
 type Option func(*options)
 
 type options struct {
-	maxStreams uint32
-	model      string
+	maxStreams       uint32
+	model            string
+	tlsAddr, h2cAddr string
+}
+
+// WithListenAddrs sets the addresses of the TLS and h2c listeners.
+// Default "127.0.0.1:0" for both (loopback, a free port each). The
+// certificate names only loopback addresses and "localhost", so a client
+// elsewhere must use h2c or skip verification for the demo.
+func WithListenAddrs(tlsAddr, h2cAddr string) Option {
+	return func(o *options) { o.tlsAddr, o.h2cAddr = tlsAddr, h2cAddr }
 }
 
 // WithMaxConcurrentStreams sets the SETTINGS_MAX_CONCURRENT_STREAMS the
@@ -127,7 +136,7 @@ type Provider struct {
 // NewProvider starts a provider listening on two fresh loopback ports, one
 // TLS and one h2c, with a freshly generated certificate.
 func NewProvider(opts ...Option) (*Provider, error) {
-	o := options{maxStreams: defaultMaxConcurrentStreams, model: defaultModel}
+	o := options{maxStreams: defaultMaxConcurrentStreams, model: defaultModel, tlsAddr: "127.0.0.1:0", h2cAddr: "127.0.0.1:0"}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -143,11 +152,11 @@ func NewProvider(opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	tlsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	tlsLn, err := net.Listen("tcp", o.tlsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("testsuite: listen (tls): %w", err)
 	}
-	h2cLn, err := net.Listen("tcp", "127.0.0.1:0")
+	h2cLn, err := net.Listen("tcp", o.h2cAddr)
 	if err != nil {
 		_ = tlsLn.Close()
 		return nil, fmt.Errorf("testsuite: listen (h2c): %w", err)

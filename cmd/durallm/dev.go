@@ -143,7 +143,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	defer tc.Close()
 
 	results := resultstore.Dir{Path: filepath.Join(*dataDir, "results")}
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, Results: results}
+	// dev is a local tool: an http:// route (a local model server, the
+	// standalone demo provider) may speak cleartext HTTP/2.
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, Results: results, AllowH2C: true}
 	var demo *testsuite.Provider
 	if *routesFile != "" {
 		cfg, err := providers.LoadConfig(*routesFile, os.Getenv)

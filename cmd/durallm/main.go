@@ -38,15 +38,16 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":          {"run the embedded Temporal server and UI, a worker and the demonstration", runDev},
-	"worker":       {"run a worker against a Temporal server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, ...)", runWorker},
-	"run":          {"start an action and wait for its result", func(a []string, o, e io.Writer) int { return runStart(a, o, e, true) }},
-	"start":        {"start an action and print its id", func(a []string, o, e io.Writer) int { return runStart(a, o, e, false) }},
-	"status":       {"print an action's state and attempt timeline", runStatus},
-	"cancel":       {"cancel an action with an origin", runCancel},
-	"reconcile":    {"deliver a verdict on an action awaiting reconciliation", runReconcile},
-	"list":         {"list actions in a state", runList},
-	"codec-server": {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
+	"dev":           {"run the embedded Temporal server and UI, a worker and the demonstration", runDev},
+	"worker":        {"run a worker against a Temporal server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, ...)", runWorker},
+	"run":           {"start an action and wait for its result", func(a []string, o, e io.Writer) int { return runStart(a, o, e, true) }},
+	"start":         {"start an action and print its id", func(a []string, o, e io.Writer) int { return runStart(a, o, e, false) }},
+	"status":        {"print an action's state and attempt timeline", runStatus},
+	"cancel":        {"cancel an action with an origin", runCancel},
+	"reconcile":     {"deliver a verdict on an action awaiting reconciliation", runReconcile},
+	"list":          {"list actions in a state", runList},
+	"codec-server":  {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
+	"demo-provider": {"serve the fault-injecting demo provider on its own (for docker-compose)", runDemoProvider},
 }
 
 func main() {

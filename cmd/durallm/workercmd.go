@@ -31,7 +31,8 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	searchAttrs := fs.Bool("search-attributes", true, "write DurallmState/DurallmOutcome/DurallmRoute (the namespace must have them registered)")
 	stopTimeout := fs.Duration("stop-timeout", 10*time.Second, "on SIGTERM, how long in-flight attempts get to finish before they are canceled")
 	maxAttempts := fs.Int("max-concurrent-attempts", 256, "CallModel executions at once in this worker")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off)")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz, /readyz and /v1/streams/ here (empty: off)")
+	allowH2C := fs.Bool("allow-h2c", false, "let http:// routes speak cleartext HTTP/2 (a provider on a private network, such as the compose demo provider)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -61,6 +62,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: resultstore.Dir{Path: cf.resultDir},
+		AllowH2C: *allowH2C, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)

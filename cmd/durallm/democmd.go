@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/net/http2"
+
+	"github.com/durallm/durallm/testsuite"
+)
+
+// runDemoProvider serves the testsuite's fault-injecting provider on its
+// own, for setups where the worker runs elsewhere (docker-compose).
+func runDemoProvider(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo-provider", "[flags]", stderr)
+	tlsAddr := fs.String("tls-addr", "127.0.0.1:8443", "TLS (h2) listen address; its self-signed certificate names only loopback")
+	h2cAddr := fs.String("h2c-addr", "127.0.0.1:8080", "cleartext HTTP/2 (prior knowledge) listen address; workers reach it with --allow-h2c")
+	model := fs.String("model", "demo-model", "model name echoed in answers")
+	goawayEvery := fs.Int("goaway-every", 0, "send a GOAWAY above the boundary on every Nth request (0: never), to watch recovery")
+	misdirectedEvery := fs.Int("misdirected-every", 0, "answer 421 to every Nth request (0: never)")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *goawayEvery < 0 || *misdirectedEvery < 0 {
+		fmt.Fprintln(stderr, "durallm demo-provider: --goaway-every and --misdirected-every must not be negative")
+		return exitUsage
+	}
+	p, err := testsuite.NewProvider(testsuite.WithListenAddrs(*tlsAddr, *h2cAddr), testsuite.WithModel(*model))
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm demo-provider: %v\n", err)
+		return exitError
+	}
+	defer p.Close()
+	var n atomic.Int64
+	p.Script(func(testsuite.Request) (testsuite.Behavior, bool) {
+		i := n.Add(1)
+		switch {
+		case *goawayEvery > 0 && i%int64(*goawayEvery) == 0:
+			return testsuite.GoAwayAbove(http2.ErrCodeNo), true
+		case *misdirectedEvery > 0 && i%int64(*misdirectedEvery) == 0:
+			return testsuite.Misdirected(), true
+		}
+		return testsuite.Behavior{}, false
+	})
+	fmt.Fprintf(stdout, "demo provider (OpenAI chat-completions shape) on %s and %s; Ctrl-C stops\n", p.URL(), p.H2CURL())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	fmt.Fprintf(stdout, "demo provider: %d requests, %d executed\n", len(p.Received()), len(p.Processed()))
+	return exitOK
+}
