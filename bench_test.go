@@ -39,28 +39,28 @@ func minimalWorkflow(ctx workflow.Context, in string) (string, error) {
 
 func noopActivity(_ context.Context, in string) (string, error) { return in, nil }
 
-// BenchmarkDurableOverhead compares a happy-path LLMAction (one attempt
-// against a provider that answers at once) with the smallest one-activity
-// workflow, on the same embedded Temporal server, in the same run, at
-// concurrency 1, 16 and 64. It reports actions/s and p50/p99 latency
-// (start to result).
-//
-//	go test -run '^$' -bench BenchmarkDurableOverhead -benchtime 200x .
-func BenchmarkDurableOverhead(b *testing.B) {
+// benchStack is an embedded server, the testsuite provider and a durallm
+// worker with one route ("bench") to it, plus a baseline worker on its own
+// task queue registered by baseline. Everything stops with the benchmark.
+type benchStack struct {
+	tc client.Client
+	p  *testsuite.Provider
+	w  *worker.Worker
+	c  *durallm.Client
+}
+
+func newBenchStack(b *testing.B, baseline func(sdkworker.Registry)) *benchStack {
+	b.Helper()
 	ts := temporaltest.NewServer()
-	defer ts.Stop()
+	b.Cleanup(ts.Stop)
 	tc := ts.GetDefaultClient()
 	p, err := testsuite.NewProvider()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer p.Close()
-
-	base := ts.NewWorker("baseline", func(r sdkworker.Registry) {
-		r.RegisterWorkflow(minimalWorkflow)
-		r.RegisterActivity(noopActivity)
-	})
-	defer base.Stop()
+	b.Cleanup(func() { p.Close() })
+	base := ts.NewWorker("baseline", baseline)
+	b.Cleanup(base.Stop)
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: "durallm-bench", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
 		Config: providers.Config{Routes: []providers.Route{{Name: "bench", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
@@ -71,9 +71,38 @@ func BenchmarkDurableOverhead(b *testing.B) {
 	if err := w.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer w.Stop()
-	c := durallm.NewClient(tc, "durallm-bench")
+	b.Cleanup(w.Stop)
+	return &benchStack{tc: tc, p: p, w: w, c: durallm.NewClient(tc, "durallm-bench")}
+}
 
+// start starts a one-message action on the bench route.
+func (s *benchStack) start(ctx context.Context, id string) (*durallm.Action, error) {
+	return s.c.Start(ctx, id, workflows.ActionInput{
+		Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}},
+		Routes:  []string{"bench"},
+	})
+}
+
+// reportLatency reports p50 and p99 of lat in milliseconds.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkDurableOverhead compares a happy-path LLMAction (one attempt
+// against a provider that answers at once) with the smallest one-activity
+// workflow, on the same embedded Temporal server, in the same run, at
+// concurrency 1, 16 and 64. It reports actions/s and p50/p99 latency
+// (start to result).
+//
+//	go test -run '^$' -bench BenchmarkDurableOverhead -benchtime 200x .
+func BenchmarkDurableOverhead(b *testing.B) {
+	s := newBenchStack(b, func(r sdkworker.Registry) {
+		r.RegisterWorkflow(minimalWorkflow)
+		r.RegisterActivity(noopActivity)
+	})
+	tc := s.tc
 	var seq atomic.Int64
 	kinds := []struct {
 		name string
@@ -88,11 +117,7 @@ func BenchmarkDurableOverhead(b *testing.B) {
 			return run.Get(ctx, nil)
 		}},
 		{"action", func(ctx context.Context) error {
-			id := fmt.Sprintf("act-%d", seq.Add(1))
-			a, err := c.Start(ctx, id, workflows.ActionInput{
-				Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}},
-				Routes:  []string{"bench"},
-			})
+			a, err := s.start(ctx, fmt.Sprintf("act-%d", seq.Add(1)))
 			if err != nil {
 				return err
 			}
@@ -136,10 +161,8 @@ func BenchmarkDurableOverhead(b *testing.B) {
 				if len(lat) == 0 {
 					return
 				}
-				slices.Sort(lat)
 				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "actions/s")
-				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+				reportLatency(b, lat)
 			})
 		}
 	}
@@ -176,41 +199,17 @@ func blindRetryWorkflow(ctx workflow.Context, id string) (string, error) {
 //
 //	go test -run '^$' -bench BenchmarkRecoveryCost -benchtime 30x .
 func BenchmarkRecoveryCost(b *testing.B) {
-	ts := temporaltest.NewServer()
-	defer ts.Stop()
-	tc := ts.GetDefaultClient()
-	p, err := testsuite.NewProvider()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	blind := ts.NewWorker("blind", func(r sdkworker.Registry) {
+	s := newBenchStack(b, func(r sdkworker.Registry) {
 		r.RegisterWorkflow(blindRetryWorkflow)
 		r.RegisterActivity(flakyActivity)
 	})
-	defer blind.Stop()
-	w, err := worker.New(tc, worker.Options{
-		TaskQueue: "durallm-recovery", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
-		Config: providers.Config{Routes: []providers.Route{{Name: "bench", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
-	c := durallm.NewClient(tc, "durallm-recovery")
+	tc, p, w := s.tc, s.p, s.w
 	var seq atomic.Int64
 	action := func(ctx context.Context, fault bool) (workflows.ActionResult, error) {
-		id := fmt.Sprintf("rc-%d", seq.Add(1))
 		if fault {
 			p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
 		}
-		a, err := c.Start(ctx, id, workflows.ActionInput{
-			Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}},
-			Routes:  []string{"bench"},
-		})
+		a, err := s.start(ctx, fmt.Sprintf("rc-%d", seq.Add(1)))
 		if err != nil {
 			return workflows.ActionResult{}, err
 		}
@@ -230,7 +229,7 @@ func BenchmarkRecoveryCost(b *testing.B) {
 		}},
 		{"blind-retry-1s", func(ctx context.Context) (int, error) {
 			id := fmt.Sprintf("blind-%d", seq.Add(1))
-			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "blind"}, blindRetryWorkflow, id)
+			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "baseline"}, blindRetryWorkflow, id)
 			if err != nil {
 				return 0, err
 			}
@@ -257,9 +256,7 @@ func BenchmarkRecoveryCost(b *testing.B) {
 				attempts += n
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			reportLatency(b, lat)
 			b.ReportMetric(float64(w.Engine().Stats().ConnsOpened-conns0)/float64(b.N), "conns/action")
 			b.ReportMetric(float64(attempts)/float64(b.N), "attempts/action")
 		})
