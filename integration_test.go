@@ -483,7 +483,10 @@ func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
 	if got := s.p.Received()[0]; got.AttemptID == "" {
 		t.Fatal("no request reached the provider")
 	}
-	metrics := scrapeURL(t, "http://"+w.MetricsAddr()+"/metrics")
+	metrics, err := testsuite.Scrape("http://" + w.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var attrs strings.Builder
 	for _, id := range []string{"canary-ok", "canary-rejected"} {
 		d, err := s.tc.DescribeWorkflowExecution(context.Background(), id, "")
@@ -530,20 +533,6 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
-}
-
-func scrapeURL(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // With tracing on, an action's workflow, its attempt activity and the

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +16,8 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/durallm/durallm/testsuite"
 )
 
 // devRun is one 'durallm dev' running in this process.
@@ -102,7 +102,10 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 	}
 
 	// The counters say what happened: 5 actions, 7 attempts.
-	body := scrape(t, metrics)
+	body, err := testsuite.Scrape(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -124,7 +127,7 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 		{"gen_ai_client_operation_duration_seconds_count", []string{`gen_ai_provider_name="openai"`}, 7},
 		{"gen_ai_client_token_usage_count", []string{`gen_ai_token_type="output"`}, 3},
 	} {
-		if got := sumSeries(body, c.name, c.labels...); got != c.want {
+		if got := testsuite.MetricSum(body, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
@@ -157,43 +160,6 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 		t.Fatalf("status exited %d: %s", code, st.String())
 	}
 	d2.finish()
-}
-
-func scrape(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// sumSeries adds the values of every sample of the metric name whose
-// labels include all of labels.
-func sumSeries(body, name string, labels ...string) float64 {
-	var sum float64
-next:
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		for _, l := range labels {
-			if !strings.Contains(line, l) {
-				continue next
-			}
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // TestDevEncryptsPayloads runs 'dev' with an encryption key: history
