@@ -238,7 +238,14 @@ type AttemptError struct {
 	Err       error
 }
 
+// Error describes the failure without GOAWAY debug data: x/net's
+// GoAwayError prints the peer's debug bytes, which the contract keeps out
+// of every error message (CONTRACT.md section 7).
 func (e *AttemptError) Error() string {
+	var ga http2.GoAwayError
+	if errors.As(e.Err, &ga) {
+		return fmt.Sprintf("recovery: attempt %s: server sent GOAWAY (last stream %d, %s)", e.AttemptID, ga.LastStreamID, ErrCode(ga.ErrCode))
+	}
 	return "recovery: attempt " + e.AttemptID + ": " + e.Err.Error()
 }
 

@@ -564,6 +564,12 @@ func TestAttemptEventIsSanitized(t *testing.T) {
 			t.Errorf("log holds %q: %s", secret, out)
 		}
 	}
+	// The error a caller gets says GOAWAY without the debug data either.
+	h.p.Push(testsuite.GoAwayAfterProcessing(http2.ErrCodeNo))
+	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "sanitized"}, h.p.URL(), false, nil)
+	if r.err == nil || strings.Contains(r.err.Error(), "durallm-testsuite") || !strings.Contains(r.err.Error(), "GOAWAY") {
+		t.Errorf("error %v: want GOAWAY named, without its debug data", r.err)
+	}
 	var ev map[string]any
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &ev); err != nil {
 		t.Fatalf("want exactly one JSON event, got %q: %v", out, err)
