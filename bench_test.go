@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.temporal.io/server/temporaltest"
 	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/providers"
@@ -260,5 +262,110 @@ func BenchmarkRecoveryCost(b *testing.B) {
 			b.ReportMetric(float64(w.Engine().Stats().ConnsOpened-conns0)/float64(b.N), "conns/action")
 			b.ReportMetric(float64(attempts)/float64(b.N), "attempts/action")
 		})
+	}
+}
+
+// BenchmarkHistoryCost reports the history events and bytes one action
+// costs for the happy path, a GOAWAY retry, a fallback and a
+// reconciliation, at 1 and at 20 actions in flight, to show the cost per
+// action stays flat as load grows. No timing is reported.
+//
+//	go test -run '^$' -bench BenchmarkHistoryCost -benchtime 20x .
+func BenchmarkHistoryCost(b *testing.B) {
+	s := newBenchStack(b, func(sdkworker.Registry) {})
+	kinds := []struct {
+		name  string
+		first func() testsuite.Behavior
+		after func(ctx context.Context, id string) error
+	}{
+		{"happy", nil, nil},
+		{"goaway-retry", func() testsuite.Behavior { return testsuite.GoAwayAbove(http2.ErrCodeNo) }, nil},
+		{"upstream-error-retry", func() testsuite.Behavior { return testsuite.ServerError(500) }, nil},
+		{"reconciliation", func() testsuite.Behavior { return testsuite.GoAwayAfterProcessing(http2.ErrCodeNo) }, func(ctx context.Context, id string) error {
+			// Reconcile every ambiguous attempt (under load, another action's
+			// GOAWAY can make a second one ambiguous too) until the end.
+			deadline := time.Now().Add(time.Minute)
+			for time.Now().Before(deadline) {
+				st, err := s.c.Status(ctx, id)
+				switch {
+				case err != nil:
+				case st.State.Terminal():
+					return nil
+				case st.State == workflows.StateAwaitingReconciliation:
+					if err := s.c.Reconcile(ctx, id, workflows.ReconcileRequest{Attempt: st.AwaitingAttempt, Verdict: "not_executed"}); err != nil {
+						return err
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			return errors.New("never finished")
+		}},
+	}
+	// The fault goes to each action's first request, by idempotency key
+	// (the action id), whatever else is in flight.
+	var faultsMu sync.Mutex
+	faults := map[string]func() testsuite.Behavior{}
+	s.p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
+		faultsMu.Lock()
+		defer faultsMu.Unlock()
+		f, ok := faults[r.IdempotencyKey]
+		if !ok {
+			return testsuite.Behavior{}, false
+		}
+		delete(faults, r.IdempotencyKey)
+		return f(), true
+	})
+	var seq atomic.Int64
+	for _, conc := range []int{1, 20} {
+		for _, k := range kinds {
+			b.Run(fmt.Sprintf("c=%d/%s", conc, k.name), func(b *testing.B) {
+				ctx := context.Background()
+				var events, bytes atomic.Int64
+				var wg sync.WaitGroup
+				var next atomic.Int64
+				for range conc {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(b.N) {
+							id := fmt.Sprintf("hc-%d", seq.Add(1))
+							if k.first != nil {
+								faultsMu.Lock()
+								faults[id] = k.first
+								faultsMu.Unlock()
+							}
+							a, err := s.start(ctx, id)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if k.after != nil {
+								if err := k.after(ctx, id); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+							if _, err := a.Result(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+							iter := s.tc.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+							for iter.HasNext() {
+								ev, err := iter.Next()
+								if err != nil {
+									b.Error(err)
+									return
+								}
+								events.Add(1)
+								bytes.Add(int64(proto.Size(ev)))
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(events.Load())/float64(b.N), "events/action")
+				b.ReportMetric(float64(bytes.Load())/float64(b.N), "history-bytes/action")
+			})
+		}
 	}
 }
