@@ -302,6 +302,10 @@ func (w *action) run() ActionResult {
 			return w.end(StateFailed, string(c.Class), c.Reason)
 
 		default: // unsent, throttled, upstream_error
+			if w.status.Used >= w.in.MaxAttempts {
+				// No attempt is left to wait for.
+				return w.end(StateFailed, string(c.Class), "budget_exhausted")
+			}
 			fallback := ri+1 < len(w.routes) && c.Fallback
 			same := c.SameRoute && (triesOnRoute < w.in.RetriesPerRoute || !fallback)
 			retries++

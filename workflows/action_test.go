@@ -279,6 +279,20 @@ func TestOneBudgetAcrossTransportRetry421RetryAndFallback(t *testing.T) {
 	}
 }
 
+func TestNoBackoffWhenTheBudgetIsSpent(t *testing.T) {
+	r := newRun(t, throttled(time.Minute))
+	in := input("a")
+	in.MaxAttempts = 1
+	start := r.env.Now()
+	res := r.exec(in)
+	if res.State != StateFailed || res.Reason != "budget_exhausted" || res.Attempts[0].BackoffAfter != 0 {
+		t.Fatalf("state %s reason %s backoff %v", res.State, res.Reason, res.Attempts[0].BackoffAfter)
+	}
+	if waited := r.env.Now().Sub(start); waited >= time.Minute {
+		t.Fatalf("waited %v for an attempt it could not make", waited)
+	}
+}
+
 func TestFallbackOnlyToRoutesWithTheNeededCapabilities(t *testing.T) {
 	r := newRun(t, emptyResponse, ok)
 	in := input("no-tool", "b", "a", "c")
