@@ -62,10 +62,8 @@ func newStack(t *testing.T) *stack {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := tc.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-		Namespace: ts.GetDefaultNamespace(),
-		SearchAttributes: map[string]enumspb.IndexedValueType{
-			"DurallmState": enumspb.INDEXED_VALUE_TYPE_KEYWORD, "DurallmOutcome": enumspb.INDEXED_VALUE_TYPE_KEYWORD, "DurallmRoute": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-		},
+		Namespace:        ts.GetDefaultNamespace(),
+		SearchAttributes: workflows.SearchAttributes,
 	}); err != nil {
 		t.Fatal(err)
 	}

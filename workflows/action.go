@@ -37,6 +37,14 @@ var (
 	AttrRoute   = temporal.NewSearchAttributeKeyKeyword("DurallmRoute")
 )
 
+// SearchAttributes lists the search attributes to register in a namespace
+// (all Keyword), for servers the project sets up itself.
+var SearchAttributes = map[string]enumspb.IndexedValueType{
+	"DurallmState":   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	"DurallmOutcome": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	"DurallmRoute":   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+}
+
 // ErrInvalidInput is the type of the non-retryable application error an
 // action fails with when its input is invalid.
 const ErrInvalidInput = "InvalidInput"

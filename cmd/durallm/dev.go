@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/net/http2"
 
@@ -30,13 +29,6 @@ import (
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
-
-// searchAttributes are the keywords LLMAction keeps current.
-var searchAttributes = map[string]enumspb.IndexedValueType{
-	"DurallmState":   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	"DurallmOutcome": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	"DurallmRoute":   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-}
 
 // devContext is the context 'dev' runs under until a signal; tests replace
 // it to stop a running 'dev'.
@@ -97,7 +89,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	started := time.Now()
 	srv, err := devserver.Start(ctx, devserver.Options{
 		DataDir: *dataDir, Host: *host, FrontendPort: *port, UIPort: *uiPort, DisableUI: *headless, CodecEndpoint: codecEndpoint,
-		SearchAttributes: searchAttributes, Logger: logger,
+		SearchAttributes: workflows.SearchAttributes, Logger: logger,
 		Progress: func(step string) { say("  · %s", step) },
 	})
 	if err != nil {

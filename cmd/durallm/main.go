@@ -47,6 +47,7 @@ var commands = map[string]command{
 	"reconcile":     {"deliver a verdict on an action awaiting reconciliation", runReconcile},
 	"list":          {"list actions in a state", runList},
 	"codec-server":  {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
+	"chaos":         {"run actions through haproxy while reloading it, and check the invariants", runChaos},
 	"demo-provider": {"serve the fault-injecting demo provider on its own (for docker-compose)", runDemoProvider},
 }
 

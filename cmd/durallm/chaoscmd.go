@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/durallm/durallm/internal/chaos"
+)
+
+func runChaos(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("chaos", "[flags]", stderr)
+	actions := fs.Int("actions", 500, "actions to run")
+	conc := fs.Int("concurrency", 32, "callers running actions at once")
+	every := fs.Duration("reload-every", 2*time.Second, "graceful haproxy reload interval")
+	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	bin := fs.String("haproxy", "haproxy", "haproxy binary (Debian: apt-get install haproxy)")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := chaos.Run(ctx, chaos.Options{Actions: *actions, Concurrency: *conc, ReloadEvery: *every, Timeout: *timeout, HAProxy: *bin, Progress: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm chaos: %v\n", err)
+		return exitError
+	}
+	rep.Print(stdout)
+	if len(rep.Violations) > 0 {
+		return exitFailed
+	}
+	return exitOK
+}

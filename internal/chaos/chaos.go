@@ -1,0 +1,396 @@
+// Package chaos runs LLM actions through a real HTTP/2 proxy (haproxy,
+// HTTP/2 on both sides) that is gracefully reloaded while they run, and
+// checks the contract's invariants from the provider's records and the
+// actions' results. 'durallm chaos' is its command; scripts/chaos installs
+// haproxy and runs it.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/worker"
+	"github.com/durallm/durallm/workflows"
+)
+
+// Options bound a run. Zero values take the defaults named on each field.
+type Options struct {
+	// Actions to run. Default 500.
+	Actions int
+	// Concurrency of callers. Default 32.
+	Concurrency int
+	// ReloadEvery is the interval between graceful haproxy reloads.
+	// Default 2s.
+	ReloadEvery time.Duration
+	// Timeout bounds the whole run. Default 10m.
+	Timeout time.Duration
+	// HAProxy is the haproxy binary. Default "haproxy" on PATH.
+	HAProxy string
+	// Dir holds the embedded server's data and haproxy's files; default a
+	// fresh temporary directory, removed afterwards.
+	Dir string
+	// Progress receives one line per phase and a periodic count.
+	Progress io.Writer
+}
+
+// Report is what a run found.
+type Report struct {
+	Actions     int
+	Reloads     int
+	States      map[workflows.State]int
+	Classes     map[recovery.Class]int
+	Attempts    int
+	Violations  []string
+	ProviderRun int // requests the provider executed
+	// GoAways counts GOAWAY frames the engine received, by code; Conns the
+	// connections it opened (one per drain, when recovery works).
+	GoAways map[string]int64
+	Conns   int64
+	Elapsed time.Duration
+}
+
+// Run starts the embedded server, the testsuite provider, haproxy in front
+// of it and a durallm worker whose route goes through haproxy; runs the
+// actions while reloading haproxy; then checks the invariants.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Actions <= 0 {
+		o.Actions = 500
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 32
+	}
+	if o.ReloadEvery <= 0 {
+		o.ReloadEvery = 2 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.HAProxy == "" {
+		o.HAProxy = "haproxy"
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(o.Progress, format+"\n", a...) }
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if o.Dir == "" {
+		dir, err := os.MkdirTemp("", "durallm-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		o.Dir = dir
+	}
+	start := time.Now()
+
+	say("· starting the embedded Temporal server")
+	srv, err := devserver.Start(ctx, devserver.Options{
+		DataDir: filepath.Join(o.Dir, "data"), FrontendPort: devserver.FreePort, DisableUI: true,
+		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: server: %w", err)
+	}
+	defer srv.Stop()
+
+	p, err := testsuite.NewProvider()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: provider: %w", err)
+	}
+	defer p.Close()
+	// A little generation time keeps streams in flight across reloads.
+	p.SetDefault(testsuite.Answer("ok").After(20 * time.Millisecond))
+
+	say("· starting haproxy (HTTP/2 both sides) in front of the provider")
+	hp, err := startHAProxy(ctx, o.HAProxy, o.Dir, strings.TrimPrefix(p.H2CURL(), "http://"))
+	if err != nil {
+		return nil, err
+	}
+	defer hp.stop()
+
+	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: client: %w", err)
+	}
+	defer tc.Close()
+	w, err := worker.New(tc, worker.Options{
+		TaskQueue: "durallm-chaos", AllowH2C: true, SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
+		MaxConcurrentAttempts: o.Concurrency * 2,
+		Config: providers.Config{Routes: []providers.Route{{
+			Name: "via-haproxy", Kind: providers.KindOpenAI, BaseURL: "http://" + hp.addr + "/v1", Model: "m",
+		}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(); err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	c := durallm.NewClient(tc, "durallm-chaos")
+
+	say("· running %d actions at concurrency %d, reloading haproxy every %s", o.Actions, o.Concurrency, o.ReloadEvery)
+	rep := &Report{Actions: o.Actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}}
+	results := make([]workflows.ActionResult, o.Actions)
+	errs := make([]error, o.Actions)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i], errs[i] = runAction(ctx, c, i)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(o.ReloadEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := hp.reload(); err != nil {
+					say("  reload failed: %v", err)
+					continue
+				}
+				rep.Reloads++
+			}
+		}
+	}()
+	for i := range o.Actions {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+		if (i+1)%100 == 0 {
+			say("  %d actions started", i+1)
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(done)
+	rep.Elapsed = time.Since(start)
+	rep.ProviderRun = len(p.Processed())
+
+	for i, res := range results {
+		id := actionID(i)
+		if errs[i] != nil {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("%s: %v", id, errs[i]))
+			continue
+		}
+		rep.States[res.State]++
+		rep.Violations = append(rep.Violations, check(p, id, res)...)
+		for _, a := range res.Attempts {
+			rep.Attempts++
+			rep.Classes[a.Classification.Class]++
+		}
+	}
+	st := w.Engine().Stats()
+	rep.GoAways, rep.Conns = st.GoAways, st.ConnsOpened
+	if n := st.TransportReplays; n > 0 {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d hidden transport replays", n))
+	}
+	return rep, nil
+}
+
+func actionID(i int) string { return "chaos-" + strconv.Itoa(i) }
+
+// runAction starts one action and waits until it is terminal or awaits a
+// verdict (the run reconciles nothing: an ambiguous action must stay put).
+func runAction(ctx context.Context, c *durallm.Client, i int) (workflows.ActionResult, error) {
+	id := actionID(i)
+	a, err := c.Start(ctx, id, workflows.ActionInput{
+		Request:  providers.Request{Messages: []providers.Message{providers.TextMessage("user", "chaos "+strconv.Itoa(i))}},
+		Routes:   []string{"via-haproxy"},
+		Deadline: 2 * time.Minute, MaxAttempts: 6,
+	})
+	if err != nil {
+		return workflows.ActionResult{}, err
+	}
+	for {
+		st, err := c.Status(ctx, id)
+		if err == nil && (st.State.Terminal() || st.State == workflows.StateAwaitingReconciliation) {
+			if st.State == workflows.StateAwaitingReconciliation {
+				return workflows.ActionResult{Status: st}, nil
+			}
+			res, err := a.Result(ctx)
+			var ae *durallm.ActionError
+			if errors.As(err, &ae) {
+				err = nil
+			}
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return workflows.ActionResult{Status: st}, fmt.Errorf("still %s when the run ended: %w", st.State, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// check applies the invariants to one action.
+func check(p *testsuite.Provider, id string, res workflows.ActionResult) []string {
+	var v []string
+	for i, a := range res.Attempts {
+		ev, cl := a.Evidence, a.Classification
+		switch cl.Class {
+		case recovery.Refused, recovery.Unsent:
+			if n := p.AttemptExecutions(ev.AttemptID); n > 0 {
+				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s)", id, a.N, cl.Class, cl.Reason, n))
+			}
+		case recovery.Ambiguous:
+			if i != len(res.Attempts)-1 {
+				v = append(v, fmt.Sprintf("%s attempt %d was ambiguous and another attempt followed without a verdict", id, a.N))
+			}
+		}
+		if ev.SentAfterGoAway {
+			v = append(v, fmt.Sprintf("%s attempt %d was sent on a connection that had received GOAWAY", id, a.N))
+		}
+		if ev.TransportReplays > 0 {
+			v = append(v, fmt.Sprintf("%s attempt %d was replayed by the transport", id, a.N))
+		}
+	}
+	if res.State == workflows.StateCompleted {
+		if n := p.ExecutedCount(id); n != 1 {
+			v = append(v, fmt.Sprintf("%s completed but the provider executed it %d times", id, n))
+		}
+	}
+	if !res.State.Terminal() && res.State != workflows.StateAwaitingReconciliation {
+		v = append(v, fmt.Sprintf("%s stuck in %s", id, res.State))
+	}
+	return v
+}
+
+// Print writes the report as tables.
+func (r *Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "actions\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened\t%d\nelapsed\t%s\n", r.Actions, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
+	for _, k := range sortedKeys(r.GoAways) {
+		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "final state\tactions")
+	for _, k := range sortedKeys(r.States) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.States[workflows.State(k)])
+	}
+	fmt.Fprintln(tw, "\nattempt classification\tattempts")
+	for _, k := range sortedKeys(r.Classes) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.Classes[recovery.Class(k)])
+	}
+	tw.Flush()
+	if len(r.Violations) == 0 {
+		fmt.Fprintln(w, "\ninvariants: all held")
+		return
+	}
+	fmt.Fprintf(w, "\ninvariants: %d VIOLATED\n", len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintln(w, "  "+v)
+	}
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, string(k))
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// haproxy is a master-worker haproxy process.
+type haproxy struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func startHAProxy(ctx context.Context, bin, dir, backend string) (*haproxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	// HTTP/2 without TLS on both sides (prior knowledge). hard-stop-after
+	// bounds how long an old process may drain after a reload.
+	conf := fmt.Sprintf(`global
+  hard-stop-after 30s
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind %s proto h2
+  default_backend be
+backend be
+  server provider %s proto h2
+`, addr, backend)
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "-W", "-f", cfg)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("chaos: start haproxy (install it: apt-get install haproxy): %w", err)
+	}
+	h := &haproxy{cmd: cmd, addr: addr}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return h, nil
+		}
+		if time.Now().After(deadline) {
+			h.stop()
+			return nil, fmt.Errorf("chaos: haproxy did not listen on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// reload asks the master for a graceful reload: new workers take new
+// connections; old ones send GOAWAY and drain.
+func (h *haproxy) reload() error { return h.cmd.Process.Signal(syscall.SIGUSR2) }
+
+func (h *haproxy) stop() {
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = h.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-done
+	}
+}
