@@ -39,6 +39,7 @@ type Client struct {
 	tc        client.Client
 	taskQueue string
 	results   resultstore.Store
+	eager     bool
 }
 
 // NewClient wraps a Temporal client. An empty taskQueue means
@@ -55,6 +56,15 @@ func NewClient(tc client.Client, taskQueue string) *Client {
 // workers write to. It returns c.
 func (c *Client) WithResults(s resultstore.Store) *Client {
 	c.results = s
+	return c
+}
+
+// WithEagerStart asks the server to hand each new action's first workflow
+// task straight back to a worker in this process (eager workflow start),
+// saving a round trip; it only helps when the client and a worker share
+// one Temporal client. It returns c.
+func (c *Client) WithEagerStart() *Client {
+	c.eager = true
 	return c
 }
 
@@ -116,6 +126,7 @@ func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput)
 		TaskQueue:                c.taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		EnableEagerStart:         c.eager,
 	}, workflows.WorkflowName, in)
 	if err != nil {
 		return nil, fmt.Errorf("durallm: start action %s: %w", id, err)

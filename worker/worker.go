@@ -77,6 +77,13 @@ type Options struct {
 	MetricsAddr string
 	// StreamToken, when set, is the bearer token /v1/streams/ requires.
 	StreamToken string
+	// WorkflowPollers and ActivityPollers set the Temporal SDK's poller
+	// counts. Zero means the SDK's defaults (2 each).
+	WorkflowPollers, ActivityPollers int
+	// DisableEagerActivities turns off eager activity dispatch (the
+	// server handing a just-scheduled activity back to this worker with
+	// the workflow task's answer). Default false: eager on.
+	DisableEagerActivities bool
 }
 
 // Worker is a running durallm worker.
@@ -150,8 +157,11 @@ func New(c client.Client, o Options) (*Worker, error) {
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentAttempts,
 		// Cancellation reaches a running attempt with its next heartbeat
 		// response; a short throttle keeps that within about a second.
-		MaxHeartbeatThrottleInterval: 500 * time.Millisecond,
-		WorkerStopTimeout:            o.StopTimeout,
+		MaxHeartbeatThrottleInterval:     500 * time.Millisecond,
+		WorkerStopTimeout:                o.StopTimeout,
+		MaxConcurrentWorkflowTaskPollers: o.WorkflowPollers,
+		MaxConcurrentActivityTaskPollers: o.ActivityPollers,
+		DisableEagerActivities:           o.DisableEagerActivities,
 	})
 	Register(tw, acts)
 	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamToken: o.StreamToken}, nil

@@ -137,7 +137,10 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	results := resultstore.Dir{Path: filepath.Join(*dataDir, "results")}
 	// dev is a local tool: an http:// route (a local model server, the
 	// standalone demo provider) may speak cleartext HTTP/2.
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, Results: results, AllowH2C: true}
+	// Pollers and eager start as measured best for the embedded server
+	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, Results: results, AllowH2C: true,
+		WorkflowPollers: 8, ActivityPollers: 8}
 	var demo *testsuite.Provider
 	if *routesFile != "" {
 		cfg, err := providers.LoadConfig(*routesFile, os.Getenv)
@@ -178,7 +181,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 
 	code := exitOK
 	if demo != nil && !*noDemo {
-		if err := demonstrate(ctx, stdout, srv, durallm.NewClient(tc, *taskQueue).WithResults(results), demo); err != nil {
+		if err := demonstrate(ctx, stdout, srv, durallm.NewClient(tc, *taskQueue).WithResults(results).WithEagerStart(), demo); err != nil {
 			fmt.Fprintf(stderr, "durallm dev: demonstration: %v\n", err)
 			code = exitError
 		}

@@ -77,15 +77,19 @@ func (r *resolved) reservePorts(res *portReservation) (ports, error) {
 // server feel as quick as an in-memory one; a power cut can lose the last
 // transactions but never corrupts the file, a fair trade for a dev box.
 func (r *resolved) sqlConfig() *config.SQL {
-	return &config.SQL{
-		PluginName:   sqliteplugin.PluginName,
-		DatabaseName: r.dbPath,
-		ConnectAttributes: map[string]string{
-			"mode":         "rwc",
-			"journal_mode": "wal",
-			"synchronous":  "normal",
-		},
+	attrs := map[string]string{
+		"mode":         "rwc",
+		"journal_mode": "wal",
+		"synchronous":  "normal",
 	}
+	for k, v := range r.SQLitePragmas {
+		if v == "" {
+			delete(attrs, k)
+			continue
+		}
+		attrs[k] = v
+	}
+	return &config.SQL{PluginName: sqliteplugin.PluginName, DatabaseName: r.dbPath, ConnectAttributes: attrs}
 }
 
 // prepareDatabase creates DataDir and the schema (first start only) and

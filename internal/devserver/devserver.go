@@ -94,6 +94,11 @@ type Options struct {
 	// decode payloads (see package codec). Default none.
 	CodecEndpoint string
 
+	// SQLitePragmas override the SQLite connection attributes (default
+	// journal_mode=wal, synchronous=normal); a value "" removes one. For
+	// benchmarks that compare settings.
+	SQLitePragmas map[string]string
+
 	// Namespace is created if it does not exist yet (idempotent across
 	// restarts). Default DefaultNamespace ("default").
 	Namespace string
