@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -368,4 +373,95 @@ func BenchmarkHistoryCost(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkWorkerMemory measures the resident memory of a durallm worker
+// process (a subprocess, so the embedded server's memory is not counted)
+// with 100 and then 1,000 actions in flight, each attempt held open by
+// the provider, and the increment per action between the two.
+//
+//	go test -run '^$' -bench BenchmarkWorkerMemory -benchtime 1x .
+func BenchmarkWorkerMemory(b *testing.B) {
+	for range b.N {
+		ts := temporaltest.NewServer()
+		tc := ts.GetDefaultClient()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		if _, err := tc.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+			Namespace: ts.GetDefaultNamespace(), SearchAttributes: workflows.SearchAttributes,
+		}); err != nil {
+			b.Fatal(err)
+		}
+		p, err := testsuite.NewProvider(testsuite.WithMaxConcurrentStreams(400))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.SetDefault(testsuite.Hold())
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
+		cmd.Env = append(os.Environ(), "DURALLM_HELPER_WORKER=1",
+			"DURALLM_HELPER_TEMPORAL="+ts.GetFrontendHostPort(), "DURALLM_HELPER_NAMESPACE="+ts.GetDefaultNamespace(),
+			"DURALLM_HELPER_QUEUE=mem", "DURALLM_HELPER_PROVIDER="+p.H2CURL(), "DURALLM_HELPER_MAX_ATTEMPTS=1100")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		c := durallm.NewClient(tc, "mem")
+		started := 0
+		var rss [2]float64
+		for i, level := range []int{100, 1000} {
+			var wg sync.WaitGroup
+			ids := make(chan int)
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := range ids {
+						if _, err := c.Start(ctx, fmt.Sprintf("mem-%d", n), workflows.ActionInput{
+							Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hold")}},
+							Routes:  []string{"primary"}, AttemptTimeout: 4 * time.Minute,
+						}); err != nil {
+							b.Error(err)
+						}
+					}
+				}()
+			}
+			for ; started < level; started++ {
+				ids <- started
+			}
+			close(ids)
+			wg.Wait()
+			for len(p.Processed()) < level {
+				if ctx.Err() != nil {
+					b.Fatalf("only %d of %d attempts in flight", len(p.Processed()), level)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			time.Sleep(2 * time.Second) // let the worker settle before reading
+			rss[i] = residentMiB(b, cmd.Process.Pid)
+		}
+		b.ReportMetric(rss[0], "rss-MiB@100")
+		b.ReportMetric(rss[1], "rss-MiB@1000")
+		b.ReportMetric((rss[1]-rss[0])*1024/900, "KiB/action")
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		cancel()
+		p.Close()
+		ts.Stop()
+	}
+}
+
+func residentMiB(b *testing.B, pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
 }

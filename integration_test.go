@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
+	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/temporaltest"
 	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -625,13 +627,14 @@ func TestHelperWorkerProcess(t *testing.T) {
 	if os.Getenv("DURALLM_HELPER_WORKER") != "1" {
 		t.Skip("helper process for TestE2EWorkerKilledMidAttemptIsAmbiguous")
 	}
-	tc, err := client.Dial(client.Options{HostPort: os.Getenv("DURALLM_HELPER_TEMPORAL"), Namespace: os.Getenv("DURALLM_HELPER_NAMESPACE"), Logger: nil})
+	tc, err := client.Dial(client.Options{HostPort: os.Getenv("DURALLM_HELPER_TEMPORAL"), Namespace: os.Getenv("DURALLM_HELPER_NAMESPACE"), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	maxAttempts, _ := strconv.Atoi(os.Getenv("DURALLM_HELPER_MAX_ATTEMPTS")) // 0: the default
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: os.Getenv("DURALLM_HELPER_QUEUE"), AllowH2C: true, SearchAttributes: true,
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), MaxConcurrentAttempts: maxAttempts,
 		Config: providers.Config{Routes: []providers.Route{
 			{Name: "primary", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
 			{Name: "fallback", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
