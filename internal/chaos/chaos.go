@@ -53,6 +53,11 @@ type Options struct {
 	Dir string
 	// Progress receives one line per phase and a periodic count.
 	Progress io.Writer
+	// KillWorker runs a second worker as a separate process ('durallm
+	// worker', from this executable), SIGKILLs it when half the actions
+	// have started and starts it again a second later. Its in-flight
+	// attempts must end ambiguous, never silently retried.
+	KillWorker bool
 }
 
 // Report is what a run found.
@@ -64,6 +69,7 @@ type Report struct {
 	Attempts    int
 	Violations  []string
 	ProviderRun int // requests the provider executed
+	Kills       int // worker processes SIGKILLed
 	// GoAways counts GOAWAY frames the engine received, by code; Conns the
 	// connections it opened (one per drain, when recovery works).
 	GoAways map[string]int64
@@ -121,8 +127,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("chaos: provider: %w", err)
 	}
 	defer p.Close()
-	// A little generation time keeps streams in flight across reloads.
-	p.SetDefault(testsuite.Answer("ok").After(20 * time.Millisecond))
+	// A little generation time keeps streams in flight across reloads (and,
+	// with KillWorker, on the worker when it is killed).
+	gen := 20 * time.Millisecond
+	if o.KillWorker {
+		gen = 300 * time.Millisecond
+	}
+	p.SetDefault(testsuite.Answer("ok").After(gen))
 
 	say("· starting haproxy (HTTP/2 both sides) in front of the provider")
 	hp, err := startHAProxy(ctx, o.HAProxy, o.Dir, strings.TrimPrefix(p.H2CURL(), "http://"))
@@ -151,6 +162,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer w.Stop()
 	c := durallm.NewClient(tc, "durallm-chaos")
+
+	var killer *workerProc
+	if o.KillWorker {
+		killer, err = startWorkerProc(o.Dir, srv.FrontendHostPort(), "http://"+hp.addr+"/v1", o.Concurrency*2)
+		if err != nil {
+			return nil, err
+		}
+		defer killer.kill()
+		say("· a second worker runs as process %d; it will be SIGKILLed halfway", killer.cmd.Process.Pid)
+	}
 
 	say("· running %d actions at concurrency %d, reloading haproxy every %s", o.Actions, o.Concurrency, o.ReloadEvery)
 	rep := &Report{Actions: o.Actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}}
@@ -193,6 +214,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		if (i+1)%100 == 0 {
 			say("  %d actions started", i+1)
+		}
+		if killer != nil && i+1 == o.Actions/2 {
+			say("  SIGKILL worker process %d", killer.cmd.Process.Pid)
+			killer.kill()
+			rep.Kills++
+			time.Sleep(time.Second)
+			if killer, err = startWorkerProc(o.Dir, srv.FrontendHostPort(), "http://"+hp.addr+"/v1", o.Concurrency*2); err != nil {
+				return nil, err
+			}
+			defer killer.kill()
 		}
 	}
 	close(next)
@@ -293,7 +324,7 @@ func check(p *testsuite.Provider, id string, res workflows.ActionResult) []strin
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "actions\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened\t%d\nelapsed\t%s\n", r.Actions, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(tw, "actions\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
 	for _, k := range sortedKeys(r.GoAways) {
 		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
 	}
@@ -324,6 +355,37 @@ func sortedKeys[K ~string, V any](m map[K]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// workerProc is a 'durallm worker' process on the chaos task queue.
+type workerProc struct{ cmd *exec.Cmd }
+
+func startWorkerProc(dir, temporal, baseURL string, maxAttempts int) (*workerProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	routes := filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: via-haproxy\n    kind: openai\n    base_url: "+baseURL+"\n    model: m\n"), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "worker", "--address", temporal, "--task-queue", "durallm-chaos", "--routes", routes,
+		"--allow-h2c", "--metrics-addr", "", "--result-dir", filepath.Join(dir, "results"),
+		"--max-concurrent-attempts", strconv.Itoa(maxAttempts))
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("chaos: start worker process: %w", err)
+	}
+	return &workerProc{cmd: cmd}, nil
+}
+
+// kill SIGKILLs the process (once) and reaps it.
+func (w *workerProc) kill() {
+	if w.cmd.ProcessState != nil {
+		return
+	}
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
 }
 
 // haproxy is a master-worker haproxy process.
