@@ -20,12 +20,13 @@ func runChaos(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
 	bin := fs.String("haproxy", "haproxy", "haproxy binary (Debian: apt-get install haproxy)")
 	kill := fs.Bool("kill-worker", false, "also run a worker process and SIGKILL it halfway (then restart it)")
+	restart := fs.Bool("restart-server", false, "restart the embedded Temporal server three quarters of the way through")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := chaos.Run(ctx, chaos.Options{Actions: *actions, Concurrency: *conc, ReloadEvery: *every, Timeout: *timeout, HAProxy: *bin, Progress: stderr, KillWorker: *kill})
+	rep, err := chaos.Run(ctx, chaos.Options{Actions: *actions, Concurrency: *conc, ReloadEvery: *every, Timeout: *timeout, HAProxy: *bin, Progress: stderr, KillWorker: *kill, RestartServer: *restart})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm chaos: %v\n", err)
 		return exitError

@@ -58,6 +58,10 @@ type Options struct {
 	// have started and starts it again a second later. Its in-flight
 	// attempts must end ambiguous, never silently retried.
 	KillWorker bool
+	// RestartServer stops the embedded Temporal server when three
+	// quarters of the actions have started and starts it again over the
+	// same data directory and port; actions must resume and finish.
+	RestartServer bool
 }
 
 // Report is what a run found.
@@ -70,6 +74,7 @@ type Report struct {
 	Violations  []string
 	ProviderRun int // requests the provider executed
 	Kills       int // worker processes SIGKILLed
+	Restarts    int // embedded server restarts
 	// GoAways counts GOAWAY frames the engine received, by code; Conns the
 	// connections it opened (one per drain, when recovery works).
 	GoAways map[string]int64
@@ -113,14 +118,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
 
 	say("· starting the embedded Temporal server")
-	srv, err := devserver.Start(ctx, devserver.Options{
+	srvOpts := devserver.Options{
 		DataDir: filepath.Join(o.Dir, "data"), FrontendPort: devserver.FreePort, DisableUI: true,
 		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	srv, err := devserver.Start(ctx, srvOpts)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: server: %w", err)
 	}
-	defer srv.Stop()
+	defer func() { srv.Stop() }()
+	// A restart must come back on the same port: clients and workers keep
+	// their address and reconnect.
+	_, portText, _ := net.SplitHostPort(srv.FrontendHostPort())
+	srvOpts.FrontendPort, _ = strconv.Atoi(portText)
 
 	p, err := testsuite.NewProvider()
 	if err != nil {
@@ -214,6 +224,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		if (i+1)%100 == 0 {
 			say("  %d actions started", i+1)
+		}
+		if o.RestartServer && i+1 == o.Actions*3/4 {
+			say("  restarting the Temporal server over the same data directory")
+			if err := srv.Stop(); err != nil {
+				return nil, fmt.Errorf("chaos: stop server: %w", err)
+			}
+			if srv, err = devserver.Start(ctx, srvOpts); err != nil {
+				return nil, fmt.Errorf("chaos: restart server: %w", err)
+			}
+			rep.Restarts++
 		}
 		if killer != nil && i+1 == o.Actions/2 {
 			say("  SIGKILL worker process %d", killer.cmd.Process.Pid)
@@ -324,7 +344,7 @@ func check(p *testsuite.Provider, id string, res workflows.ActionResult) []strin
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "actions\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
 	for _, k := range sortedKeys(r.GoAways) {
 		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
 	}
