@@ -45,6 +45,15 @@ func (c Config) RouteMap() map[string]Route {
 	return m
 }
 
+// Names returns the route names in the file's order.
+func (c Config) Names() []string {
+	names := make([]string, len(c.Routes))
+	for i, r := range c.Routes {
+		names[i] = r.Name
+	}
+	return names
+}
+
 // ErrInvalidConfig is wrapped by every FieldError.
 var ErrInvalidConfig = errors.New("providers: invalid config")
 

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +98,7 @@ type Worker struct {
 	http   *http.Server
 	// streamToken guards /v1/streams/.
 	streamToken string
+	names       []string // the configured routes, for the start log
 	started     atomic.Bool
 }
 
@@ -126,10 +126,9 @@ func New(c client.Client, o Options) (*Worker, error) {
 	if o.Sinks == nil {
 		o.Sinks = activities.NewSinks()
 	}
-	routes := make(map[string]providers.Route, len(o.Config.Routes))
+	routes := o.Config.RouteMap()
 	insecure := false
 	for _, r := range o.Config.Routes {
-		routes[r.Name] = r
 		if r.InsecureSkipVerify {
 			insecure = true
 			o.Logger.Warn("TLS verification is OFF for a route: its provider's identity is not checked", "route", r.Name)
@@ -164,7 +163,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		DisableEagerActivities:           o.DisableEagerActivities,
 	})
 	Register(tw, acts)
-	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamToken: o.StreamToken}, nil
+	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamToken: o.StreamToken, names: o.Config.Names()}, nil
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
@@ -218,7 +217,7 @@ func (w *Worker) Start() error {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}
 	w.started.Store(true)
-	w.log.Info("durallm worker started", "routes", routeNames(w.acts.Routes))
+	w.log.Info("durallm worker started", "routes", w.names)
 	return nil
 }
 
@@ -253,13 +252,4 @@ func (w *Worker) Run(ctx context.Context) error {
 		return nil
 	}
 	return context.Cause(ctx)
-}
-
-func routeNames(routes map[string]providers.Route) []string {
-	names := make([]string, 0, len(routes))
-	for n := range routes {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }

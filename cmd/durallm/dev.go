@@ -149,7 +149,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		opts.Config = cfg
-		say("  · routes from %s: %s", *routesFile, routeList(cfg))
+		say("  · routes from %s: %s", *routesFile, strings.Join(cfg.Names(), ", "))
 	} else {
 		demo, err = testsuite.NewProvider(testsuite.WithModel("demo-model"))
 		if err != nil {
@@ -193,14 +193,6 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	say("\ndurallm dev: shutting down (in-flight attempts get a bounded grace)")
 	return code
-}
-
-func routeList(cfg providers.Config) string {
-	names := make([]string, len(cfg.Routes))
-	for i, r := range cfg.Routes {
-		names[i] = r.Name
-	}
-	return strings.Join(names, ", ")
 }
 
 func demoRoutes(base string) providers.Config {
