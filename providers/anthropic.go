@@ -73,13 +73,12 @@ func CallAnthropic(ctx context.Context, rt http.RoundTripper, c Call) (Result, e
 var anthropicDialect = dialect{
 	kind: KindAnthropic,
 	path: []string{"messages"},
-	body: anthropicRequestBody,
-	auth: func(h http.Header, key string) {
+	send: postJSON(anthropicRequestBody, func(h http.Header, key string) {
 		h.Set("anthropic-version", AnthropicVersion)
 		if key != "" {
 			h.Set("x-api-key", key)
 		}
-	},
+	}),
 	whole:     parseAnthropicMessage,
 	errorBody: parseAnthropicError,
 	newStream: newAnthropicStreamAcc,

@@ -3,6 +3,11 @@
 // make one attempt against a provider's API: CallOpenAI for an
 // OpenAI-compatible chat-completions API, CallAnthropic for Anthropic's
 // Messages API, and CallRoute, which picks one by the route's Kind.
+// CallOpenAI sends through the official client
+// (github.com/openai/openai-go/v3) with its retries off, redirects off and
+// the recovery engine as its transport; the adapters read every response
+// body themselves, because the timers, the commit boundary and the bounded
+// parsers need each byte (docs/providers.md says how).
 //
 // The CallModel activity uses it for exactly one HTTP exchange per
 // attempt. It imports nothing from Temporal, never retries (the workflow

@@ -121,11 +121,11 @@ type dialect struct {
 	kind string
 	// path is appended to the route's base URL.
 	path []string
-	// body encodes the request for the route's model.
-	body func(model string, r Request) ([]byte, error)
-	// auth sets the key (and any other per-dialect header) on h. key is
-	// "" when the route has no key source.
-	auth func(h http.Header, key string)
+	// send makes the request through rt and returns the provider's
+	// response with its body unread: the exchange reads every body, so
+	// the timers, the bounds and the commit boundary see each byte. It is
+	// called once and must not retry.
+	send func(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error)
 	// whole reads a complete 2xx JSON body.
 	whole func(data []byte) (Response, recovery.Signal, error)
 	// errorBody reads the body of an HTTP error status.
@@ -134,6 +134,43 @@ type dialect struct {
 	newStream func() *streamAcc
 	// signal maps an error object to a signal.
 	signal func(*APIError) recovery.Signal
+}
+
+// outgoing is what a dialect's send needs: the route (base URL, model),
+// the resolved key ("" to send none), the endpoint URL and the envelope.
+type outgoing struct {
+	route   Route
+	key     string
+	url     string
+	request Request
+}
+
+// postJSON is a send for a dialect whose request the adapter encodes
+// itself: one POST of body(model, request) to the endpoint URL with
+// rt.RoundTrip, the headers set by auth.
+func postJSON(body func(model string, r Request) ([]byte, error), auth func(h http.Header, key string)) func(context.Context, http.RoundTripper, outgoing) (*http.Response, error) {
+	return func(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error) {
+		b, err := body(o.route.Model, o.request)
+		if err != nil {
+			return nil, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.url, bytes.NewReader(b))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", acceptFor(o.request))
+		auth(req.Header, o.key)
+		return rt.RoundTrip(req)
+	}
+}
+
+// acceptFor is the Accept header for r: an event stream or JSON.
+func acceptFor(r Request) string {
+	if r.Stream {
+		return "text/event-stream"
+	}
+	return "application/json"
 }
 
 // call makes one attempt in dialect d; see CallOpenAI for the contract.
@@ -160,9 +197,8 @@ func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result
 	if err != nil {
 		return fail(err)
 	}
-	body, err := d.body(route.Model, c.Request)
-	if err != nil {
-		return fail(err)
+	if !route.HasKeySource() {
+		key = ""
 	}
 
 	actx, cancelAttempt := context.WithTimeoutCause(ctx, route.AttemptTimeout, ErrAttemptTimeout)
@@ -173,26 +209,11 @@ func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result
 	// then would record a clean end as canceled.
 	defer cancel(nil)
 
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return fail(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.Request.Stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if !route.HasKeySource() {
-		key = ""
-	}
-	d.auth(req.Header, key)
-
 	x := &exchange{route: route, call: c, d: d, ctx: rctx, cancel: cancel, attempt: recovery.AttemptFrom(ctx)}
 	if c.Request.Stream {
 		x.timers = newStreamTimers(route, cancel)
 	}
-	resp, err := rt.RoundTrip(req)
+	resp, err := d.send(rctx, rt, outgoing{route: route, key: key, url: url, request: c.Request})
 	if err != nil {
 		x.timers.stop()
 		return fail(x.causeOf(err))

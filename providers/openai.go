@@ -3,13 +3,22 @@ package providers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"sort"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
 )
 
 // CallOpenAI makes one attempt against an OpenAI-compatible
-// chat-completions endpoint: one POST to {BaseURL}/chat/completions with
-// rt.RoundTrip, never retried.
+// chat-completions endpoint: one POST to {BaseURL}/chat/completions, sent
+// by the official client (github.com/openai/openai-go/v3) with its retries
+// off and rt as its transport, never retried and never redirected.
 //
 // ctx should carry the attempt (recovery.WithAttempt), created with
 // Spec.ManualCommit: CallOpenAI commits it exactly when the first content
@@ -43,64 +52,237 @@ func CallOpenAI(ctx context.Context, rt http.RoundTripper, c Call) (Result, erro
 	return call(ctx, rt, c, &openaiDialect)
 }
 
-// openaiDialect is the chat-completions API.
+// openaiDialect is the chat-completions API, sent by the official client.
 var openaiDialect = dialect{
-	kind: KindOpenAI,
-	path: []string{"chat", "completions"},
-	body: requestBody,
-	auth: func(h http.Header, key string) {
-		if key != "" {
-			h.Set("Authorization", "Bearer "+key)
-		}
-	},
+	kind:      KindOpenAI,
+	path:      []string{"chat", "completions"},
+	send:      sendChatCompletion,
 	whole:     parseCompletion,
 	errorBody: parseErrorBody,
 	newStream: newStreamAcc,
 	signal:    errorSignal,
 }
 
-// requestBody flattens the envelope into OpenAI's request shape: the
-// params at top level, then the envelope's own members over them.
-func requestBody(model string, r Request) ([]byte, error) {
-	m := make(map[string]json.RawMessage, len(r.Params)+7)
-	for k, v := range r.Params {
-		m[k] = v
+// sendChatCompletion sends the request with the official OpenAI client
+// (github.com/openai/openai-go/v3): it builds and encodes the typed
+// ChatCompletionNewParams, sets the URL, the key and its headers, and
+// guards the credential's origin. It is configured so that it can never
+// send twice or send anywhere else:
+//   - retries off (option.WithMaxRetries(0)): the workflow owns the
+//     attempt budget (CONTRACT.md section 4);
+//   - the recovery engine as its transport, in an http.Client that does
+//     not follow redirects (a redirect would be a second request);
+//   - a service built from explicit options only, never from the
+//     OPENAI_* environment, so the key is the route's and nothing else.
+//
+// The client does not read the response. A middleware takes the
+// provider's response as it arrives and hands the client an empty body,
+// so every byte goes through the exchange: the first-byte and idle timers
+// need to see keep-alives, the commit boundary needs the first content
+// delta, and the parsers need their bounds and their tolerance of drifted
+// shapes. The client's own error value is therefore not used either: the
+// exchange reads the status and the (bounded) error body, which also
+// covers the non-standard error shapes of OpenAI-compatible servers.
+func sendChatCompletion(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error) {
+	params, err := chatParams(o.route.Model, o.request)
+	if err != nil {
+		return nil, err
 	}
-	put := func(k string, v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", k, err)
+	var answered *http.Response
+	var sendErr error
+	take := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		resp, err := next(req)
+		if resp == nil {
+			// Kept because the client reports only ctx.Err() when the
+			// context is done, and the transport's error (the engine's
+			// AttemptError) says more.
+			sendErr = err
+			return resp, err
 		}
-		m[k] = b
+		answered = resp
+		empty := *resp
+		empty.Body = http.NoBody
+		return &empty, err
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(o.route.BaseURL),
+		option.WithAPIKey(o.key),
+		option.WithHTTPClient(&http.Client{Transport: rt, CheckRedirect: noRedirects}),
+		option.WithMaxRetries(0),
+		option.WithMiddleware(take),
+		option.WithHeader("Accept", acceptFor(o.request)),
+		// The body stays with the exchange: with **http.Response as the
+		// destination the client returns the response unread.
+		option.WithResponseBodyInto(new(*http.Response)),
+	}
+	opts = append(opts, baseQuery(o.route.BaseURL)...)
+	if o.request.Stream {
+		// As the client's own NewStreaming does.
+		opts = append(opts, option.WithJSONSet("stream", true))
+	}
+	svc := openai.NewChatCompletionService(opts...)
+	_, err = svc.New(ctx, params)
+	if answered != nil {
+		// The provider answered. Whatever the client made of the empty
+		// body it was given (an error status becomes an *openai.Error),
+		// the exchange reads the real one.
+		return answered, nil
+	}
+	if sendErr != nil {
+		return nil, sendErr
+	}
+	if err == nil {
+		// Unreachable: with no response the client reports an error.
+		err = errors.New("openai client: no response and no error")
+	}
+	return nil, err
+}
+
+// noRedirects keeps a 3xx as the answer: following it would send the
+// request a second time, to a URL the route does not name.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// baseQuery carries a base URL's query (Azure's api-version, say) over to
+// the request: the client resolves the path against the base URL, and a
+// relative reference drops the base's query.
+func baseQuery(base string) []option.RequestOption {
+	u, err := url.Parse(base)
+	if err != nil {
+		// endpointURL has validated it already.
 		return nil
 	}
-	if err := put("model", model); err != nil {
-		return nil, err
+	var opts []option.RequestOption
+	q := u.Query()
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
 	}
-	if err := put("messages", r.Messages); err != nil {
-		return nil, err
-	}
-	if len(r.Tools) > 0 {
-		if err := put("tools", r.Tools); err != nil {
-			return nil, err
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range q[k] {
+			opts = append(opts, option.WithQueryAdd(k, v))
 		}
+	}
+	return opts
+}
+
+// chatParams builds the client's typed request from the envelope. The
+// envelope keeps messages, tools, tool_choice and response_format as the
+// caller wrote them, unknown members included (a gateway's cache_control
+// on a content part, say), so each is given to the client with
+// param.Override, which the client sends verbatim; decoding them into the
+// typed fields would drop what the SDK does not model. The variant is
+// chosen by role or type, so the request reads as the SDK's own. Params
+// go in as extra fields, verbatim.
+func chatParams(model string, r Request) (openai.ChatCompletionNewParams, error) {
+	p := openai.ChatCompletionNewParams{Model: model}
+	p.Messages = make([]openai.ChatCompletionMessageParamUnion, 0, len(r.Messages))
+	for i, m := range r.Messages {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return p, fmt.Errorf("encode messages[%d]: %w", i, err)
+		}
+		p.Messages = append(p.Messages, messageParam(m.Role, raw))
+	}
+	for _, t := range r.Tools {
+		p.Tools = append(p.Tools, toolParam(t))
 	}
 	if len(r.ToolChoice) > 0 {
-		m["tool_choice"] = r.ToolChoice
+		p.ToolChoice = toolChoiceParam(r.ToolChoice)
 	}
 	if len(r.ResponseFormat) > 0 {
-		m["response_format"] = r.ResponseFormat
+		p.ResponseFormat = responseFormatParam(r.ResponseFormat)
 	}
-	if r.Stream {
-		m["stream"] = json.RawMessage("true")
-		if _, ok := m["stream_options"]; !ok {
-			// Without it OpenAI sends no usage on a stream.
-			m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	if _, ok := r.Params["stream_options"]; r.Stream && !ok {
+		// Without it OpenAI sends no usage on a stream.
+		p.StreamOptions.IncludeUsage = openai.Bool(true)
+	}
+	if len(r.Params) > 0 {
+		extra := make(map[string]any, len(r.Params))
+		for k, v := range r.Params {
+			extra[k] = v
 		}
+		p.SetExtraFields(extra)
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode request: %w", err)
+	return p, nil
+}
+
+// messageParam is one message, verbatim, in the variant its role names. A
+// role the SDK does not model is sent verbatim too (as a user-message
+// variant, which only decides the Go type): the provider judges it.
+func messageParam(role string, raw json.RawMessage) openai.ChatCompletionMessageParamUnion {
+	switch role {
+	case "developer":
+		v := param.Override[openai.ChatCompletionDeveloperMessageParam](raw)
+		return openai.ChatCompletionMessageParamUnion{OfDeveloper: &v}
+	case "system":
+		v := param.Override[openai.ChatCompletionSystemMessageParam](raw)
+		return openai.ChatCompletionMessageParamUnion{OfSystem: &v}
+	case "assistant":
+		v := param.Override[openai.ChatCompletionAssistantMessageParam](raw)
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &v}
+	case "tool":
+		v := param.Override[openai.ChatCompletionToolMessageParam](raw)
+		return openai.ChatCompletionMessageParamUnion{OfTool: &v}
+	case "function":
+		v := param.Override[openai.ChatCompletionFunctionMessageParam](raw)
+		return openai.ChatCompletionMessageParamUnion{OfFunction: &v}
+	default:
+		v := param.Override[openai.ChatCompletionUserMessageParam](raw)
+		return openai.ChatCompletionMessageParamUnion{OfUser: &v}
 	}
-	return b, nil
+}
+
+// toolParam is one tool definition, verbatim.
+func toolParam(raw json.RawMessage) openai.ChatCompletionToolUnionParam {
+	if typeOf(raw) == "custom" {
+		v := param.Override[openai.ChatCompletionCustomToolParam](raw)
+		return openai.ChatCompletionToolUnionParam{OfCustom: &v}
+	}
+	v := param.Override[openai.ChatCompletionFunctionToolParam](raw)
+	return openai.ChatCompletionToolUnionParam{OfFunction: &v}
+}
+
+// toolChoiceParam is tool_choice, verbatim: a string ("auto", "none",
+// "required") or an object.
+func toolChoiceParam(raw json.RawMessage) openai.ChatCompletionToolChoiceOptionUnionParam {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(s)}
+	}
+	switch typeOf(raw) {
+	case "allowed_tools":
+		v := param.Override[openai.ChatCompletionAllowedToolChoiceParam](raw)
+		return openai.ChatCompletionToolChoiceOptionUnionParam{OfAllowedTools: &v}
+	case "custom":
+		v := param.Override[openai.ChatCompletionNamedToolChoiceCustomParam](raw)
+		return openai.ChatCompletionToolChoiceOptionUnionParam{OfCustomToolChoice: &v}
+	default:
+		v := param.Override[openai.ChatCompletionNamedToolChoiceParam](raw)
+		return openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &v}
+	}
+}
+
+// responseFormatParam is response_format, verbatim.
+func responseFormatParam(raw json.RawMessage) openai.ChatCompletionNewParamsResponseFormatUnion {
+	switch typeOf(raw) {
+	case "text":
+		v := param.Override[shared.ResponseFormatTextParam](raw)
+		return openai.ChatCompletionNewParamsResponseFormatUnion{OfText: &v}
+	case "json_object":
+		v := param.Override[shared.ResponseFormatJSONObjectParam](raw)
+		return openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &v}
+	default:
+		v := param.Override[shared.ResponseFormatJSONSchemaParam](raw)
+		return openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &v}
+	}
+}
+
+// typeOf is an object's "type" member, "" when it has none.
+func typeOf(raw json.RawMessage) string {
+	var v struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(raw, &v)
+	return v.Type
 }
