@@ -3,6 +3,7 @@ module github.com/durallm/durallm
 go 1.26.8
 
 require (
+	github.com/openai/openai-go/v3 v3.99.0
 	github.com/prometheus/client_golang v1.21.0
 	github.com/stretchr/testify v1.11.1
 	github.com/temporalio/ui-server/v2 v2.54.1
@@ -147,7 +148,6 @@ require (
 	github.com/nexus-rpc/nexus-proto-annotations v0.1.0 // indirect
 	github.com/nexus-rpc/sdk-go v0.7.0 // indirect
 	github.com/olivere/elastic/v7 v7.0.32 // indirect
-	github.com/openai/openai-go/v3 v3.99.0 // indirect
 	github.com/opentracing/opentracing-go v1.2.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
