@@ -9,8 +9,10 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +24,12 @@ import (
 
 // BenchmarkTransport compares the engine with a bare x/net http2.Transport
 // against the same loopback TLS HTTP/2 server (net/http's), in the same
-// run, sequentially and with 64 concurrent streams. Besides ns/op and
+// run, sequentially and with 64 concurrent streams. "bare" sends the
+// request as it is; "bare+headers" also sends what the engine adds to every
+// request and the contract requires (CONTRACT.md section 5: the action's
+// Idempotency-Key and a unique per-attempt id), so engine vs bare+headers
+// is the engine's own mechanics (observer, pool, attempt record) and
+// bare+headers vs bare is the cost of those two unique header values. Besides ns/op and
 // allocs/op it reports req/s, p50/p99 latency and cpu-ns/op (user+system
 // CPU of the whole process, client and server, per request): the engine's
 // added CPU is its cpu-ns/op minus the bare transport's.
@@ -48,9 +55,17 @@ func BenchmarkTransport(b *testing.B) {
 			t := &http2.Transport{TLSClientConfig: tlsConfig}
 			return t, t.CloseIdleConnections
 		}},
+		{"bare+headers", func() (http.RoundTripper, func()) {
+			t := &http2.Transport{TLSClientConfig: tlsConfig}
+			return withContractHeaders{rt: t}, t.CloseIdleConnections
+		}},
 		{"engine", func() (http.RoundTripper, func()) {
 			e := recovery.New(recovery.Config{TLSClientConfig: tlsConfig, Logger: slog.New(slog.DiscardHandler)})
 			return e, func() { e.Close() }
+		}},
+		{"engine+key", func() (http.RoundTripper, func()) {
+			e := recovery.New(recovery.Config{TLSClientConfig: tlsConfig, Logger: slog.New(slog.DiscardHandler)})
+			return withContractHeaders{rt: e, keyOnly: true}, func() { e.Close() }
 		}},
 	}
 	for _, mode := range []struct {
@@ -107,6 +122,26 @@ func BenchmarkTransport(b *testing.B) {
 			})
 		}
 	}
+}
+
+// withContractHeaders adds a unique Idempotency-Key and attempt id to each
+// request, as the engine does for a workflow's attempt, so the bare
+// transport pays the same HPACK cost for them. With keyOnly it adds the
+// key alone, for the engine, which adds the attempt id itself.
+type withContractHeaders struct {
+	rt      http.RoundTripper
+	keyOnly bool
+}
+
+var benchSeq atomic.Uint64
+
+func (w withContractHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
+	n := strconv.FormatUint(benchSeq.Add(1), 36)
+	req.Header.Set(recovery.HeaderIdempotencyKey, "action-"+n)
+	if !w.keyOnly {
+		req.Header.Set(recovery.HeaderAttemptID, "0123456789abcdef-"+n)
+	}
+	return w.rt.RoundTrip(req)
 }
 
 func cpuTime() time.Duration {
