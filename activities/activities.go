@@ -130,6 +130,7 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID,
 		IdempotencyKey: in.IdempotencyKey, Route: in.Route, Provider: route.Kind, Model: route.Model,
 		Avoid: in.Avoid, FreshConnection: in.FreshConnection, AfterMisdirected: in.AfterMisdirected,
+		Intermediary: route.Intermediary,
 		// The provider layer commits when content reaches the caller: for
 		// a stream, the first content delta; for JSON, a usable body.
 		ManualCommit: true,

@@ -50,6 +50,30 @@ func TestCallModelCompletes(t *testing.T) {
 	}
 }
 
+// REFUSED_STREAM is proof of non-processing from the provider itself, not
+// from a proxy in front of it (haproxy sends it when the origin failed
+// after the request was forwarded): on a route marked Intermediary the
+// same frame is ambiguous.
+func TestCallModelRefusedStreamThroughAnIntermediaryIsAmbiguous(t *testing.T) {
+	for _, tc := range []struct {
+		intermediary bool
+		want         recovery.Class
+	}{{false, recovery.Refused}, {true, recovery.Ambiguous}} {
+		a, p := newActs(t)
+		r := a.Routes["openai"]
+		r.Intermediary = tc.intermediary
+		a.Routes["openai"] = r
+		p.Push(testsuite.RefuseStream())
+		out, err := a.CallModel(context.Background(), attempt("openai", hello()))
+		if err != nil || out.Classification.Class != tc.want || !out.Evidence.RequestSent {
+			t.Fatalf("intermediary=%v: outcome %+v evidence %+v err %v", tc.intermediary, out.Classification, out.Evidence, err)
+		}
+		if out.Evidence.Intermediary != tc.intermediary {
+			t.Fatalf("evidence does not record the route's intermediary setting: %+v", out.Evidence)
+		}
+	}
+}
+
 func TestCallModelUnknownRouteFallsBack(t *testing.T) {
 	a, _ := newActs(t)
 	out, err := a.CallModel(context.Background(), attempt("nope", hello()))

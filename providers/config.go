@@ -231,6 +231,7 @@ type rawRoute struct {
 	HonoursIdempotencyKey string  `yaml:"honours_idempotency_key"`
 	IdempotencyWindow     string  `yaml:"idempotency_window"`
 	InsecureSkipVerify    string  `yaml:"insecure_skip_verify"`
+	Intermediary          string  `yaml:"intermediary"`
 }
 
 type rawCaps struct {
@@ -336,6 +337,7 @@ func (rr rawRoute) route(i int) (Route, []error) {
 	r.IdempotencyWindow = dur("idempotency_window", rr.IdempotencyWindow)
 	r.HonoursIdempotencyKey = boolean("honours_idempotency_key", rr.HonoursIdempotencyKey)
 	r.InsecureSkipVerify = boolean("insecure_skip_verify", rr.InsecureSkipVerify)
+	r.Intermediary = boolean("intermediary", rr.Intermediary)
 	c := rr.Capabilities
 	r.Capabilities.Tools = boolean("capabilities.tools", c.Tools)
 	r.Capabilities.StructuredOutput = boolean("capabilities.structured_output", c.StructuredOutput)

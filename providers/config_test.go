@@ -66,6 +66,7 @@ routes:
     attempt_timeout: 2m
     honours_idempotency_key: true
     idempotency_window: 1h
+    intermediary: true
 `)
 	cfg, err := LoadConfig(path, noEnv)
 	if err != nil {
@@ -94,7 +95,7 @@ routes:
 			Name: "filed", Kind: "openai", BaseURL: "https://gateway.example/v1", Model: "m",
 			APIKeyFile:     filepath.Join(filepath.Dir(path), "secrets", "key"),
 			AttemptTimeout: 2 * time.Minute, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
-			HonoursIdempotencyKey: true, IdempotencyWindow: time.Hour,
+			HonoursIdempotencyKey: true, IdempotencyWindow: time.Hour, Intermediary: true,
 		},
 	}}
 	// DataTags of routes without tags: nil either way.
@@ -232,6 +233,7 @@ routes:
     attempt_timeout: 60
     idle_timeout: soon
     honours_idempotency_key: maybe
+    intermediary: perhaps
     capabilities:
       context_tokens: lots
   - name: ""
@@ -245,6 +247,7 @@ routes:
 		`route "bad": attempt_timeout: not a Go duration`,
 		`route "bad": idle_timeout: not a Go duration`,
 		`route "bad": honours_idempotency_key: not true or false`,
+		`route "bad": intermediary: not true or false`,
 		`route "bad": capabilities.context_tokens: not an integer`,
 		`routes[1]: name: required`,
 		`routes[1]: base_url: required`,

@@ -86,6 +86,7 @@
 //	    idle_timeout: 30s
 //	    honours_idempotency_key: false
 //	    idempotency_window: 24h       # required (positive) when the above is true
+//	    intermediary: false           # true when base_url is a proxy/gateway
 //	    insecure_skip_verify: false   # never in production; the caller warns
 //	  - name: anthropic-fallback
 //	    kind: anthropic               # CallAnthropic: x-api-key, anthropic-version

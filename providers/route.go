@@ -133,6 +133,13 @@ type Route struct {
 	// IdempotencyWindow is how long the provider remembers a key. Must be
 	// positive when HonoursIdempotencyKey is set.
 	IdempotencyWindow time.Duration
+	// Intermediary declares that BaseURL is an HTTP/2 proxy or gateway in
+	// front of the provider (haproxy, an LLM gateway), not the provider
+	// itself. Such a proxy may answer RST_STREAM(REFUSED_STREAM) after it
+	// forwarded the request and the origin failed, so on this route that
+	// code is ambiguous instead of refused (recovery.Spec.Intermediary).
+	// Default false.
+	Intermediary bool
 	// InsecureSkipVerify turns TLS certificate verification off for this
 	// route. Explicit and off by default; the caller logs a warning when
 	// it builds the transport.

@@ -73,6 +73,10 @@ func classifyNoResponse(ev Evidence) Classification {
 			return Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
 		}
 		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
+	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream && ev.Intermediary:
+		// A proxy's REFUSED_STREAM speaks for the proxy, and haproxy sends
+		// it when the origin failed after the request was forwarded to it.
+		return ambiguous("rst_refused_stream_via_intermediary", true)
 	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream:
 		return Classification{Class: Refused, Reason: "rst_refused_stream", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: true}
 	case ev.GoAway != nil && ev.StreamID > ev.GoAway.LastStreamID:

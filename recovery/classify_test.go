@@ -38,6 +38,11 @@ func TestClassify(t *testing.T) {
 			}
 		}},
 		{"refused: RST_STREAM REFUSED_STREAM", with(sent(3), func(e *Evidence) { e.RSTStream = code(CodeRefusedStream) }), Refused, "rst_refused_stream", replaySafe},
+		{"ambiguous: RST_STREAM REFUSED_STREAM from an intermediary", with(sent(3), func(e *Evidence) { e.RSTStream = code(CodeRefusedStream); e.Intermediary = true }), Ambiguous, "rst_refused_stream_via_intermediary", nil},
+		{"refused: an intermediary's GOAWAY above last-stream id still proves it", with(sent(5), func(e *Evidence) {
+			e.GoAway = &GoAway{LastStreamID: 3, Code: CodeNoError}
+			e.Intermediary = true
+		}), Refused, "goaway_above_boundary", replaySafe},
 		{"refused: GOAWAY PROTOCOL_ERROR marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeProtocolError} }), Refused, "goaway_PROTOCOL_ERROR", misconfigured},
 		{"refused: GOAWAY INADEQUATE_SECURITY marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeInadequateSecurity} }), Refused, "goaway_INADEQUATE_SECURITY", misconfigured},
 		{"refused: GOAWAY HTTP_1_1_REQUIRED marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeHTTP11Required} }), Refused, "goaway_HTTP_1_1_REQUIRED", misconfigured},

@@ -342,6 +342,14 @@ type Spec struct {
 	// AfterMisdirected marks the retry of a 421, so a second 421 is
 	// classified misdirected_repeated.
 	AfterMisdirected bool
+	// Intermediary says the route reaches the provider through an HTTP/2
+	// proxy or gateway whose RST_STREAM(REFUSED_STREAM) does not prove
+	// the origin never ran the request (haproxy sends it when the origin
+	// fails after the request was forwarded), so Classify treats it as
+	// ambiguous. A GOAWAY's last-stream id still proves non-processing:
+	// it is the intermediary's own promise about streams it never
+	// forwarded.
+	Intermediary bool
 	// ManualCommit says the caller decides when content has started
 	// (Attempt.Commit), for bodies whose first bytes are not content, such
 	// as server-sent-event keep-alives. False means the first body byte of
@@ -376,7 +384,7 @@ func NewAttempt(spec Spec) *Attempt {
 	spec.Avoid = append([]string(nil), spec.Avoid...)
 	return &Attempt{spec: spec, ev: Evidence{
 		ActionRef: spec.ActionRef, Attempt: spec.Attempt, AttemptID: spec.AttemptID,
-		Route: spec.Route, Provider: spec.Provider, Model: spec.Model, AfterMisdirected: spec.AfterMisdirected,
+		Route: spec.Route, Provider: spec.Provider, Model: spec.Model, AfterMisdirected: spec.AfterMisdirected, Intermediary: spec.Intermediary,
 	}}
 }
 

@@ -92,6 +92,9 @@ type Evidence struct {
 	TimedOut bool `json:"timed_out,omitempty"`
 	// AfterMisdirected reports that this attempt was the retry of a 421.
 	AfterMisdirected bool `json:"after_misdirected,omitempty"`
+	// Intermediary reports that the route goes through a proxy whose
+	// REFUSED_STREAM is not proof of non-processing (Spec.Intermediary).
+	Intermediary bool `json:"intermediary,omitempty"`
 	// Signal is what the provider layer read from the body (empty
 	// response, model not found, ...), empty when nothing.
 	Signal Signal `json:"signal,omitempty"`
