@@ -21,12 +21,17 @@ func runChaos(args []string, stdout, stderr io.Writer) int {
 	bin := fs.String("haproxy", "haproxy", "haproxy binary (Debian: apt-get install haproxy)")
 	kill := fs.Bool("kill-worker", false, "also run a worker process and SIGKILL it halfway (then restart it)")
 	restart := fs.Bool("restart-server", false, "restart the embedded Temporal server three quarters of the way through")
+	faults := fs.Float64("faults", 0, "fraction of requests (0 to 1) the provider behind haproxy answers with a fault (429, 503, 500, 400, 421, 504, empty 2xx, REFUSED_STREAM, reset, closed connection)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	if *faults < 0 || *faults > 1 {
+		fmt.Fprintf(stderr, "durallm chaos: --faults must be between 0 and 1, got %g\n", *faults)
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := chaos.Run(ctx, chaos.Options{Actions: *actions, Concurrency: *conc, ReloadEvery: *every, Timeout: *timeout, HAProxy: *bin, Progress: stderr, KillWorker: *kill, RestartServer: *restart})
+	rep, err := chaos.Run(ctx, chaos.Options{Actions: *actions, Concurrency: *conc, ReloadEvery: *every, Timeout: *timeout, HAProxy: *bin, Progress: stderr, KillWorker: *kill, RestartServer: *restart, Faults: *faults})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm chaos: %v\n", err)
 		return exitError

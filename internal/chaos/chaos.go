@@ -1,17 +1,21 @@
 // Package chaos runs LLM actions through a real HTTP/2 proxy (haproxy,
 // HTTP/2 on both sides) that is gracefully reloaded while they run, and
 // checks the contract's invariants from the provider's records and the
-// actions' results. 'durallm chaos' is its command; scripts/chaos installs
-// haproxy and runs it.
+// actions' results, optionally with a worker process killed, the server
+// restarted or faults injected by the provider behind the proxy.
+// 'durallm chaos' is its command; scripts/chaos installs haproxy and runs
+// it.
 package chaos
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +29,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
@@ -62,6 +67,13 @@ type Options struct {
 	// quarters of the actions have started and starts it again over the
 	// same data directory and port; actions must resume and finish.
 	RestartServer bool
+	// Faults is the fraction of requests (0 to 1) the provider behind the
+	// proxy answers with a fault instead of an answer: 429, 503, 500, 400,
+	// 421, 504, a 2xx with no choices, REFUSED_STREAM, a reset after
+	// executing, or a connection closed after reading (see faultMix). The
+	// choice is a hash of the attempt id, so a run is reproducible in
+	// kind if not in timing. Default 0: no faults.
+	Faults float64
 }
 
 // Report is what a run found.
@@ -75,6 +87,15 @@ type Report struct {
 	ProviderRun int // requests the provider executed
 	Kills       int // worker processes SIGKILLed
 	Restarts    int // embedded server restarts
+	// Faults counts the faults the provider injected, by behaviour.
+	Faults map[string]int
+	// ExtraExecutions counts provider executions beyond one per completed
+	// action: requests the provider ran whose answer never became the
+	// action's (a 500, a reset or an empty 2xx after executing, or an
+	// answer lost when its origin connection closed and the proxy said
+	// 502). The contract allows each (upstream_error and empty_response
+	// may be retried); it is reported, not a violation.
+	ExtraExecutions int
 	// GoAways counts GOAWAY frames the engine received, by code; Conns the
 	// connections it opened (one per drain, when recovery works).
 	GoAways map[string]int64
@@ -144,6 +165,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		gen = 300 * time.Millisecond
 	}
 	p.SetDefault(testsuite.Answer("ok").After(gen))
+	if o.Faults > 0 {
+		p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
+			return faultFor(r.AttemptID, o.Faults)
+		})
+	}
 
 	say("· starting haproxy (HTTP/2 both sides) in front of the provider")
 	hp, err := startHAProxy(ctx, o.HAProxy, o.Dir, strings.TrimPrefix(p.H2CURL(), "http://"))
@@ -162,6 +188,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		MaxConcurrentAttempts: o.Concurrency * 2,
 		Config: providers.Config{Routes: []providers.Route{{
 			Name: "via-haproxy", Kind: providers.KindOpenAI, BaseURL: "http://" + hp.addr + "/v1", Model: "m",
+			// haproxy answers REFUSED_STREAM when its origin fails after
+			// the request was forwarded; see Route.Intermediary.
+			Intermediary: true,
 		}}},
 	})
 	if err != nil {
@@ -184,7 +213,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	say("· running %d actions at concurrency %d, reloading haproxy every %s", o.Actions, o.Concurrency, o.ReloadEvery)
-	rep := &Report{Actions: o.Actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}}
+	if o.Faults > 0 {
+		say("· the provider answers %.0f%% of requests with a fault", o.Faults*100)
+	}
+	rep := &Report{Actions: o.Actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}, Faults: map[string]int{}}
 	results := make([]workflows.ActionResult, o.Actions)
 	errs := make([]error, o.Actions)
 	var wg sync.WaitGroup
@@ -259,10 +291,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		rep.States[res.State]++
-		rep.Violations = append(rep.Violations, check(p, id, res)...)
+		rep.Violations = append(rep.Violations, check(p, id, res, o.Faults > 0)...)
+		if res.State == workflows.StateCompleted {
+			rep.ExtraExecutions += p.ExecutedCount(id) - 1
+		}
 		for _, a := range res.Attempts {
 			rep.Attempts++
 			rep.Classes[a.Classification.Class]++
+		}
+	}
+	for _, r := range p.Received() {
+		if r.Behavior != "" && r.Behavior != defaultBehavior {
+			rep.Faults[r.Behavior]++
 		}
 	}
 	st := w.Engine().Stats()
@@ -308,18 +348,30 @@ func runAction(ctx context.Context, c *durallm.Client, i int) (workflows.ActionR
 	}
 }
 
-// check applies the invariants to one action.
-func check(p *testsuite.Provider, id string, res workflows.ActionResult) []string {
+// check applies the invariants to one action. With faults, a completed
+// action may have been executed more than once (an upstream_error or an
+// empty_response is retried, and a proxy's 502 may hide an origin that
+// ran); what must still hold is that its completing attempt ran exactly
+// once and that nothing was sent after an outcome that forbids it.
+func check(p *testsuite.Provider, id string, res workflows.ActionResult, faults bool) []string {
 	var v []string
 	for i, a := range res.Attempts {
 		ev, cl := a.Evidence, a.Classification
+		last := i == len(res.Attempts)-1
 		switch cl.Class {
+		case recovery.Completed, recovery.CommittedPartial:
+			if !last {
+				v = append(v, fmt.Sprintf("%s attempt %d was %s and another attempt followed", id, a.N, cl.Class))
+			}
+			if n := p.AttemptExecutions(ev.AttemptID); cl.Class == recovery.Completed && n != 1 {
+				v = append(v, fmt.Sprintf("%s attempt %d completed but the provider executed it %d time(s)", id, a.N, n))
+			}
 		case recovery.Refused, recovery.Unsent:
 			if n := p.AttemptExecutions(ev.AttemptID); n > 0 {
-				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s)", id, a.N, cl.Class, cl.Reason, n))
+				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s) (%s)", id, a.N, cl.Class, cl.Reason, n, behaviorOf(p, ev.AttemptID)))
 			}
 		case recovery.Ambiguous:
-			if i != len(res.Attempts)-1 {
+			if !last {
 				v = append(v, fmt.Sprintf("%s attempt %d was ambiguous and another attempt followed without a verdict", id, a.N))
 			}
 		}
@@ -330,7 +382,7 @@ func check(p *testsuite.Provider, id string, res workflows.ActionResult) []strin
 			v = append(v, fmt.Sprintf("%s attempt %d was replayed by the transport", id, a.N))
 		}
 	}
-	if res.State == workflows.StateCompleted {
+	if res.State == workflows.StateCompleted && !faults {
 		if n := p.ExecutedCount(id); n != 1 {
 			v = append(v, fmt.Sprintf("%s completed but the provider executed it %d times", id, n))
 		}
@@ -341,12 +393,62 @@ func check(p *testsuite.Provider, id string, res workflows.ActionResult) []strin
 	return v
 }
 
+// behaviorOf names what the provider did with an attempt's request(s).
+func behaviorOf(p *testsuite.Provider, attemptID string) string {
+	var names []string
+	for _, r := range p.Received() {
+		if r.AttemptID == attemptID {
+			names = append(names, r.Behavior)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// defaultBehavior is the name the provider records for its default answer.
+var defaultBehavior = testsuite.Answer("ok").String()
+
+// faultMix is what a faulty provider does instead of answering, each as
+// likely as the others. Each is a row of the classification table seen
+// through the proxy, which may translate it (a reset or a closed origin
+// connection reaches the client as a 502).
+var faultMix = []testsuite.Behavior{
+	testsuite.TooManyRequests(testsuite.RetryAfterMS(50)),
+	testsuite.Unavailable(nil),
+	testsuite.ServerError(http.StatusInternalServerError),
+	testsuite.Status(http.StatusBadRequest, nil, ""),
+	testsuite.Misdirected(),
+	testsuite.ServerError(http.StatusGatewayTimeout),
+	testsuite.NoChoices(),
+	testsuite.RefuseStream(),
+	testsuite.ResetStream(http2.ErrCodeInternal),
+	testsuite.CloseAfterRead(),
+}
+
+// faultFor decides by a hash of the attempt id whether the request gets a
+// fault (with probability rate) and which.
+func faultFor(attemptID string, rate float64) (testsuite.Behavior, bool) {
+	h := fnv.New64a()
+	h.Write([]byte(attemptID))
+	x := h.Sum64()
+	if float64(x%10000) >= rate*10000 {
+		return testsuite.Behavior{}, false
+	}
+	return faultMix[(x/10000)%uint64(len(faultMix))], true
+}
+
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
 	for _, k := range sortedKeys(r.GoAways) {
 		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
+	}
+	if len(r.Faults) > 0 {
+		fmt.Fprintf(tw, "extra executions (allowed; see Report)\t%d\n", r.ExtraExecutions)
+		fmt.Fprintln(tw, "\nfault injected\trequests")
+		for _, k := range sortedKeys(r.Faults) {
+			fmt.Fprintf(tw, "%s\t%d\n", k, r.Faults[k])
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "final state\tactions")
@@ -386,7 +488,7 @@ func startWorkerProc(dir, temporal, baseURL string, maxAttempts int) (*workerPro
 		return nil, err
 	}
 	routes := filepath.Join(dir, "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - name: via-haproxy\n    kind: openai\n    base_url: "+baseURL+"\n    model: m\n"), 0o600); err != nil {
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: via-haproxy\n    kind: openai\n    base_url: "+baseURL+"\n    model: m\n    intermediary: true\n"), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self, "worker", "--address", temporal, "--task-queue", "durallm-chaos", "--routes", routes,
