@@ -251,9 +251,9 @@ type rawCaps struct {
 // *FieldError, or the read/YAML error) and a zero Config.
 //
 // The overrides, for a route called NAME (see EnvPrefix):
-// DURALLM_ROUTE_<NAME>_BASE_URL, DURALLM_ROUTE_<NAME>_MODEL and
-// DURALLM_ROUTE_<NAME>_API_KEY_ENV. The last replaces the key source, so
-// it also clears api_key_file.
+// DURALLM_ROUTE_<NAME>_BASE_URL, DURALLM_ROUTE_<NAME>_MODEL,
+// DURALLM_ROUTE_<NAME>_API_KEY_ENV and DURALLM_ROUTE_<NAME>_INTERMEDIARY.
+// API_KEY_ENV replaces the key source, so it also clears api_key_file.
 func LoadConfig(path string, env func(string) string) (Config, error) {
 	if env == nil {
 		env = os.Getenv
@@ -286,6 +286,14 @@ func LoadConfig(path string, env func(string) string) (Config, error) {
 			}
 			if v := env(p + "API_KEY_ENV"); v != "" {
 				r.APIKeyEnv, r.APIKeyFile = v, ""
+			}
+			// Whoever points BASE_URL at a gateway must be able to say so.
+			if v := env(p + "INTERMEDIARY"); v != "" {
+				b, err := strconv.ParseBool(strings.TrimSpace(v))
+				if err != nil {
+					errs = append(errs, &FieldError{Route: r.Name, Index: i, Field: "intermediary", Problem: p + "INTERMEDIARY is not true or false"})
+				}
+				r.Intermediary = b
 			}
 		}
 		if r.APIKeyFile != "" && !filepath.IsAbs(r.APIKeyFile) {

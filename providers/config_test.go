@@ -134,6 +134,7 @@ routes:
 		"DURALLM_ROUTE_OPENAI_PRIMARY_MODEL":       "gpt-4o",
 		"DURALLM_ROUTE_OPENAI_PRIMARY_API_KEY_ENV": "EU_OPENAI_KEY",
 		"DURALLM_ROUTE_OTHER_ROUTE_MODEL":          "b2",
+		"DURALLM_ROUTE_OTHER_ROUTE_INTERMEDIARY":   "true",
 	}
 	cfg, err := LoadConfig(path, func(k string) string { return env[k] })
 	if err != nil {
@@ -143,11 +144,16 @@ routes:
 	if a.BaseURL != "https://eu.api.openai.com/v1" || a.Model != "gpt-4o" || a.APIKeyEnv != "EU_OPENAI_KEY" || a.APIKeyFile != "" {
 		t.Fatalf("overrides not applied (the key env must replace the key file): %+v", a)
 	}
-	if b.Model != "b2" || b.BaseURL != "https://b.example/v1" {
+	if b.Model != "b2" || b.BaseURL != "https://b.example/v1" || !b.Intermediary || a.Intermediary {
 		t.Fatalf("other route: %+v", b)
 	}
 	if got := EnvPrefix("other.route"); got != "DURALLM_ROUTE_OTHER_ROUTE_" {
 		t.Fatalf("EnvPrefix = %q", got)
+	}
+	env["DURALLM_ROUTE_OTHER_ROUTE_INTERMEDIARY"] = "proxy"
+	_, err = LoadConfig(path, func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), `route "other.route": intermediary: DURALLM_ROUTE_OTHER_ROUTE_INTERMEDIARY is not true or false`) {
+		t.Fatalf("a bad INTERMEDIARY override: %v", err)
 	}
 }
 

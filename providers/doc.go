@@ -104,11 +104,12 @@
 //	    model: llama3                 # (http:// is h2c: the engine speaks HTTP/2 only)
 //
 // Unknown keys are errors, so a misspelt timeout cannot pass silently.
-// Three environment variables override a route, NAME being the route's
+// Four environment variables override a route, NAME being the route's
 // name upper-cased with every character other than A-Z and 0-9 replaced
 // by "_" (see EnvPrefix): DURALLM_ROUTE_<NAME>_BASE_URL,
-// DURALLM_ROUTE_<NAME>_MODEL and DURALLM_ROUTE_<NAME>_API_KEY_ENV (which
-// replaces the key source, clearing api_key_file). For the route
+// DURALLM_ROUTE_<NAME>_MODEL, DURALLM_ROUTE_<NAME>_API_KEY_ENV (which
+// replaces the key source, clearing api_key_file) and
+// DURALLM_ROUTE_<NAME>_INTERMEDIARY (true or false). For the route
 // "openai-primary" the first is DURALLM_ROUTE_OPENAI_PRIMARY_BASE_URL.
 //
 // Config.Validate reports every problem at once, each naming the route and
