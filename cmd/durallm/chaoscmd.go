@@ -21,7 +21,7 @@ func runChaos(args []string, stdout, stderr io.Writer) int {
 	bin := fs.String("haproxy", "haproxy", "haproxy binary (Debian: apt-get install haproxy)")
 	kill := fs.Bool("kill-worker", false, "also run a worker process and SIGKILL it halfway (then restart it)")
 	restart := fs.Bool("restart-server", false, "restart the embedded Temporal server three quarters of the way through")
-	faults := fs.Float64("faults", 0, "fraction of requests (0 to 1) the provider behind haproxy answers with a fault (429, 503, 500, 400, 421, 504, empty 2xx, REFUSED_STREAM, reset, closed connection)")
+	faults := fs.Float64("faults", 0, "fraction of requests (0 to 1) the provider behind haproxy answers with a fault (429, 503, 500, 400, 421, 504, empty 2xx, REFUSED_STREAM, reset, closed connection, GOAWAY above or after processing)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}

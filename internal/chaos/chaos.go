@@ -70,7 +70,8 @@ type Options struct {
 	// Faults is the fraction of requests (0 to 1) the provider behind the
 	// proxy answers with a fault instead of an answer: 429, 503, 500, 400,
 	// 421, 504, a 2xx with no choices, REFUSED_STREAM, a reset after
-	// executing, or a connection closed after reading (see faultMix). The
+	// executing, a connection closed after reading, or a GOAWAY above the
+	// request's stream or right after running it (see faultMix). The
 	// choice is a hash of the attempt id, so a run is reproducible in
 	// kind if not in timing. Default 0: no faults.
 	Faults float64
@@ -381,6 +382,12 @@ func check(p *testsuite.Provider, id string, res workflows.ActionResult, faults 
 		if ev.TransportReplays > 0 {
 			v = append(v, fmt.Sprintf("%s attempt %d was replayed by the transport", id, a.N))
 		}
+		// The provider records the attempt id of every request it runs: two
+		// runs of one attempt are a replay by some layer below the workflow
+		// (the engine, or a proxy retrying on its own).
+		if n := p.AttemptExecutions(ev.AttemptID); n > 1 {
+			v = append(v, fmt.Sprintf("%s attempt %d was executed %d times by the provider (%s)", id, a.N, n, behaviorOf(p, ev.AttemptID)))
+		}
 	}
 	if res.State == workflows.StateCompleted && !faults {
 		if n := p.ExecutedCount(id); n != 1 {
@@ -422,6 +429,8 @@ var faultMix = []testsuite.Behavior{
 	testsuite.RefuseStream(),
 	testsuite.ResetStream(http2.ErrCodeInternal),
 	testsuite.CloseAfterRead(),
+	testsuite.GoAwayAbove(http2.ErrCodeNo),
+	testsuite.GoAwayAfterProcessing(http2.ErrCodeNo),
 }
 
 // faultFor decides by a hash of the attempt id whether the request gets a
