@@ -329,10 +329,18 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 	x.timers.stop()
 	r := acc.response()
 	switch {
-	case err == nil && (acc.complete() || !acc.content):
-		// [DONE], a finish_reason, or an end with no content at all
-		// (which the signal reports as empty).
+	case err == nil && acc.complete():
+		// [DONE] or a finish_reason (with no content, the signal reports
+		// it empty).
 		return Result{Response: r, Signal: completionSignalWith(r, x.d.signal)}, nil
+	case err == nil && !acc.content:
+		// A clean end with no content and no end marker: the stream was
+		// cut before its first content, which is what a proxy makes of
+		// an origin's reset after the headers. The provider ran the
+		// request and may have an answer, so this is not an empty
+		// response (which may fall back) but a body that failed before
+		// content (ambiguous).
+		return Result{Response: r, Signal: recovery.SignalStreamIncomplete}, nil
 	case err == nil:
 		return x.partial(r, IncompleteTruncated, nil)
 	case errors.Is(err, errProviderError):

@@ -470,6 +470,38 @@ func TestKeepAlivesAndRoleChunksDoNotCommit(t *testing.T) {
 	o.want(t, recovery.EmptyResponse)
 }
 
+// A stream that ends cleanly with no content and no end marker was cut
+// before its first content: a proxy turns an origin's reset after the
+// headers into exactly this (haproxy does). The provider ran the request,
+// so it is ambiguous, not an empty response that may fall back. With the
+// end marker, the same stream is an honest empty response (above).
+func TestStreamCutBeforeContentIsAmbiguous(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		h     func(*testing.T) *harness
+		route func(*harness) providers.Route
+		body  string
+	}{
+		{"openai", newHarness, (*harness).route, sse(": keep-alive", roleChunk)},
+		{"openai, nothing at all", newHarness, (*harness).route, ""},
+		{"anthropic", newAnthropicHarness, (*harness).claude, events(evMessageStart, evPing)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h(t)
+			h.p.Push(testsuite.Status(200, sseHeader, tc.body))
+			sink := &recSink{}
+			o := h.call(context.Background(), tc.route(h), chat(true), sink)
+			if o.err != nil || o.res.Signal != recovery.SignalStreamIncomplete {
+				t.Fatalf("signal %q err %v", o.res.Signal, o.err)
+			}
+			o.want(t, recovery.Ambiguous)
+			if o.ev.ContentStarted || len(sink.deltas) != 0 || len(sink.incomplete) != 0 || o.res.Response.Partial {
+				t.Fatalf("a stream with no content committed or reported partial: %+v %+v", o.ev, o.res.Response)
+			}
+		})
+	}
+}
+
 func TestTruncatedStream(t *testing.T) {
 	// Content, then a clean end of the body with neither [DONE] nor a
 	// finish_reason. The recovery engine saw a clean END_STREAM, so its
