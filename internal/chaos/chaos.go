@@ -75,6 +75,13 @@ type Options struct {
 	// choice is a hash of the attempt id, so a run is reproducible in
 	// kind if not in timing. Default 0: no faults.
 	Faults float64
+	// Stream makes every action a streamed one (server-sent events), with
+	// a 1s idle timeout on the route; with Faults, stream faults join the
+	// mix: a stall and a reset after two chunks of content, a connection
+	// closed after two chunks, and a reset after the headers before any
+	// content. A stream that showed content must end completed_partial
+	// with its text, never restarted. Default false.
+	Stream bool
 }
 
 // Report is what a run found.
@@ -167,8 +174,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	p.SetDefault(testsuite.Answer("ok").After(gen))
 	if o.Faults > 0 {
+		mix := faultMix
+		if o.Stream {
+			mix = append(append([]testsuite.Behavior(nil), faultMix...), streamFaults...)
+		}
 		p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
-			return faultFor(r.AttemptID, o.Faults)
+			return faultFor(r.AttemptID, o.Faults, mix)
 		})
 	}
 
@@ -192,6 +203,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			// haproxy answers REFUSED_STREAM when its origin fails after
 			// the request was forwarded; see Route.Intermediary.
 			Intermediary: true,
+			Capabilities: providers.Capabilities{Streaming: true},
+			IdleTimeout:  streamIdle,
 		}}},
 	})
 	if err != nil {
@@ -227,7 +240,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				results[i], errs[i] = runAction(ctx, c, i)
+				results[i], errs[i] = runAction(ctx, c, i, o.Stream)
 			}
 		}()
 	}
@@ -318,10 +331,10 @@ func actionID(i int) string { return "chaos-" + strconv.Itoa(i) }
 
 // runAction starts one action and waits until it is terminal or awaits a
 // verdict (the run reconciles nothing: an ambiguous action must stay put).
-func runAction(ctx context.Context, c *durallm.Client, i int) (workflows.ActionResult, error) {
+func runAction(ctx context.Context, c *durallm.Client, i int, stream bool) (workflows.ActionResult, error) {
 	id := actionID(i)
 	a, err := c.Start(ctx, id, workflows.ActionInput{
-		Request:  providers.Request{Messages: []providers.Message{providers.TextMessage("user", "chaos "+strconv.Itoa(i))}},
+		Request:  providers.Request{Messages: []providers.Message{providers.TextMessage("user", "chaos "+strconv.Itoa(i))}, Stream: stream},
 		Routes:   []string{"via-haproxy"},
 		Deadline: 2 * time.Minute, MaxAttempts: 6,
 	})
@@ -389,6 +402,9 @@ func check(p *testsuite.Provider, id string, res workflows.ActionResult, faults 
 			v = append(v, fmt.Sprintf("%s attempt %d was executed %d times by the provider (%s)", id, a.N, n, behaviorOf(p, ev.AttemptID)))
 		}
 	}
+	if res.State == workflows.StateCompletedPartial && (res.Response == nil || !res.Response.Partial || res.Response.Text == "" || res.Response.Incomplete == "") {
+		v = append(v, fmt.Sprintf("%s ended completed_partial without its partial text and reason", id))
+	}
 	if res.State == workflows.StateCompleted && !faults {
 		if n := p.ExecutedCount(id); n != 1 {
 			v = append(v, fmt.Sprintf("%s completed but the provider executed it %d times", id, n))
@@ -433,16 +449,28 @@ var faultMix = []testsuite.Behavior{
 	testsuite.GoAwayAfterProcessing(http2.ErrCodeNo),
 }
 
+// streamFaults join faultMix when the actions stream.
+var streamFaults = []testsuite.Behavior{
+	testsuite.StreamStall(2),
+	testsuite.StreamCut(2, testsuite.CutReset),
+	testsuite.StreamCut(2, testsuite.CutClose),
+	testsuite.StreamCut(0, testsuite.CutReset),
+}
+
+// streamIdle is the chaos route's idle timeout: a stalled stream ends
+// within it.
+const streamIdle = time.Second
+
 // faultFor decides by a hash of the attempt id whether the request gets a
-// fault (with probability rate) and which.
-func faultFor(attemptID string, rate float64) (testsuite.Behavior, bool) {
+// fault (with probability rate) and which, from mix.
+func faultFor(attemptID string, rate float64, mix []testsuite.Behavior) (testsuite.Behavior, bool) {
 	h := fnv.New64a()
 	h.Write([]byte(attemptID))
 	x := h.Sum64()
 	if float64(x%10000) >= rate*10000 {
 		return testsuite.Behavior{}, false
 	}
-	return faultMix[(x/10000)%uint64(len(faultMix))], true
+	return mix[(x/10000)%uint64(len(mix))], true
 }
 
 // Print writes the report as tables.
@@ -497,7 +525,7 @@ func startWorkerProc(dir, temporal, baseURL string, maxAttempts int) (*workerPro
 		return nil, err
 	}
 	routes := filepath.Join(dir, "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - name: via-haproxy\n    kind: openai\n    base_url: "+baseURL+"\n    model: m\n    intermediary: true\n"), 0o600); err != nil {
+	if err := os.WriteFile(routes, []byte("routes:\n  - name: via-haproxy\n    kind: openai\n    base_url: "+baseURL+"\n    model: m\n    intermediary: true\n    idle_timeout: "+streamIdle.String()+"\n    capabilities:\n      streaming: true\n"), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self, "worker", "--address", temporal, "--task-queue", "durallm-chaos", "--routes", routes,
