@@ -8,8 +8,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-
-	"golang.org/x/net/http2/hpack"
 )
 
 // HTTP/2 frame types and flags the observer reads (RFC 9113 section 6).
@@ -190,8 +188,8 @@ func (o *Observer) wrap(c net.Conn, ref string, hooks ConnHooks) (*ObservedConn,
 		streams: make(map[uint32]*tracker),
 		out:     parser{preface: len(clientPreface)},
 	}
-	oc.dec = hpack.NewDecoder(4096, oc.emit)
-	oc.dec.SetAllowedMaxDynamicTableSize(maxDecoderTable)
+	// 4096 is the table size HTTP/2 starts with (SETTINGS_HEADER_TABLE_SIZE).
+	oc.dec = newAttemptDecoder(attemptHeaderLower, 4096, maxDecoderTable)
 	if tc, ok := c.(*tls.Conn); ok {
 		return oc, &observedTLSConn{ObservedConn: oc, tls: tc}
 	}
@@ -212,10 +210,10 @@ type ObservedConn struct {
 	mu      sync.Mutex
 	out     parser // client → server
 	in      parser // server → client
-	dec     *hpack.Decoder
-	block   []byte // outgoing header block being collected
+	dec     *attemptDecoder
+	inBlock bool   // a header block is being collected
+	block   []byte // the block so far; its array is reused
 	blockOn uint32 // its stream id
-	found   string // attempt id decoded from the current block
 	streams map[uint32]*tracker
 	goAway  *GoAway
 	closed  bool
@@ -275,7 +273,7 @@ func (c *ObservedConn) loseLocked() {
 		return
 	}
 	c.lost = true
-	c.block = nil
+	c.inBlock, c.block = false, nil
 	if c.hooks.Lost != nil {
 		c.hooks.Lost()
 	}
@@ -285,7 +283,11 @@ func (c *ObservedConn) loseLocked() {
 func (c *ObservedConn) outKeep(h frameHeader) (uint32, error) {
 	switch h.typ {
 	case frameHeaders, frameContinuation:
-		if uint32(len(c.block))+h.length > maxHeaderBlock {
+		cur := 0
+		if c.inBlock && h.typ == frameContinuation {
+			cur = len(c.block)
+		}
+		if uint32(cur)+h.length > maxHeaderBlock {
 			return 0, fmt.Errorf("%w: header block above %d bytes", errObserverLost, maxHeaderBlock)
 		}
 		return h.length, nil
@@ -296,17 +298,17 @@ func (c *ObservedConn) outKeep(h frameHeader) (uint32, error) {
 func (c *ObservedConn) outFrame(h frameHeader, p []byte) error {
 	switch h.typ {
 	case frameHeaders:
-		if c.block != nil {
+		if c.inBlock {
 			return fmt.Errorf("%w: HEADERS inside a header block", errObserverLost)
 		}
 		frag, err := headersFragment(h, p)
 		if err != nil {
 			return err
 		}
-		c.block, c.blockOn = append(make([]byte, 0, len(frag)), frag...), h.stream
+		c.inBlock, c.block, c.blockOn = true, append(c.block[:0], frag...), h.stream
 		c.addReqBytes(h.stream, int64(h.length))
 	case frameContinuation:
-		if c.block == nil || h.stream != c.blockOn {
+		if !c.inBlock || h.stream != c.blockOn {
 			return fmt.Errorf("%w: stray CONTINUATION", errObserverLost)
 		}
 		c.block = append(c.block, p...)
@@ -321,26 +323,21 @@ func (c *ObservedConn) outFrame(h frameHeader, p []byte) error {
 		return nil
 	}
 	block, stream := c.block, c.blockOn
-	c.block, c.found = nil, ""
-	if _, err := c.dec.Write(block); err != nil {
-		return fmt.Errorf("%w: hpack: %w", errObserverLost, err)
+	c.inBlock = false
+	// Only the attempt header's value is kept; every other value
+	// (authorization included) is never even made a string.
+	found, err := c.dec.decode(block)
+	if cap(c.block) > 1<<16 {
+		// Keep a small buffer for the next block, not a rare huge one.
+		c.block = nil
 	}
-	if err := c.dec.Close(); err != nil {
-		return fmt.Errorf("%w: hpack: %w", errObserverLost, err)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errObserverLost, err)
 	}
-	if c.found != "" {
-		c.bind(c.found, stream, int64(len(block)))
+	if found != "" {
+		c.bind(found, stream, int64(len(block)))
 	}
 	return nil
-}
-
-// emit receives each decoded outgoing header field. Only the attempt
-// header is kept; every other value (authorization included) is dropped
-// as soon as it is decoded.
-func (c *ObservedConn) emit(f hpack.HeaderField) {
-	if f.Name == attemptHeaderLower {
-		c.found = f.Value
-	}
 }
 
 // bind attaches a stream to its attempt; a second stream for the same

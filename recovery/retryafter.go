@@ -22,7 +22,8 @@ const MaxRetryAfter = 24 * time.Hour
 // spirit of grpc-go's pushback parsing: what cannot be read strictly is not
 // trusted. A date in the past means "now" (0, true).
 func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
-	if v := strings.TrimSpace(h.Get("retry-after-ms")); v != "" {
+	// Canonical spelling, so Get does not allocate to canonicalize it.
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && !math.IsInf(ms, 0) && !math.IsNaN(ms) {
 			return clampRetryAfter(ms * float64(time.Millisecond)), true
 		}
