@@ -97,6 +97,11 @@ type Report struct {
 	Restarts    int // embedded server restarts
 	// Faults counts the faults the provider injected, by behaviour.
 	Faults map[string]int
+	// Seen maps what the provider did with an attempt's request (its
+	// behaviour, "Answer" for the default) to how the client classified
+	// the attempt through the proxy, with counts: how haproxy relays each
+	// origin fault. Attempts the provider never received are under "".
+	Seen map[string]map[recovery.Class]int
 	// ExtraExecutions counts provider executions beyond one per completed
 	// action: requests the provider ran whose answer never became the
 	// action's (a 500, a reset or an empty 2xx after executing, or an
@@ -230,7 +235,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Faults > 0 {
 		say("· the provider answers %.0f%% of requests with a fault", o.Faults*100)
 	}
-	rep := &Report{Actions: o.Actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}, Faults: map[string]int{}}
+	rep := &Report{Actions: o.Actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}, Faults: map[string]int{}, Seen: map[string]map[recovery.Class]int{}}
 	results := make([]workflows.ActionResult, o.Actions)
 	errs := make([]error, o.Actions)
 	var wg sync.WaitGroup
@@ -312,6 +317,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		for _, a := range res.Attempts {
 			rep.Attempts++
 			rep.Classes[a.Classification.Class]++
+			if o.Faults > 0 {
+				b := behaviorOf(p, a.Evidence.AttemptID)
+				if rep.Seen[b] == nil {
+					rep.Seen[b] = map[recovery.Class]int{}
+				}
+				rep.Seen[b][a.Classification.Class]++
+			}
 		}
 	}
 	for _, r := range p.Received() {
@@ -495,6 +507,20 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "\nattempt classification\tattempts")
 	for _, k := range sortedKeys(r.Classes) {
 		fmt.Fprintf(tw, "%s\t%d\n", k, r.Classes[recovery.Class(k)])
+	}
+	if len(r.Seen) > 0 {
+		fmt.Fprintln(tw, "\nthe provider did\tthe client classified (through haproxy)")
+		for _, b := range sortedKeys(r.Seen) {
+			var parts []string
+			for _, c := range sortedKeys(r.Seen[b]) {
+				parts = append(parts, fmt.Sprintf("%s %d", c, r.Seen[b][recovery.Class(c)]))
+			}
+			name := b
+			if name == "" {
+				name = "(never received)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", name, strings.Join(parts, ", "))
+		}
 	}
 	tw.Flush()
 	if len(r.Violations) == 0 {
