@@ -16,9 +16,10 @@
 // used. The engine stamps every request with a per-attempt header
 // (HeaderAttemptID), wraps each connection's plaintext side (between TLS and
 // the HTTP/2 framer) and parses frame headers passively in both directions.
-// Outgoing header blocks are hpack-decoded with a decoder that tracks the
-// client's dynamic table, so the attempt header binds the attempt to its
-// stream id. Incoming frames (HEADERS, DATA, RST_STREAM, GOAWAY) are
+// Outgoing header blocks are hpack-decoded with a decoder of its own that
+// tracks the client's dynamic table by entry size, keeping only the attempt
+// header's value, so the attempt header binds the attempt to its stream id
+// and no other header value is ever materialized. Incoming frames (HEADERS, DATA, RST_STREAM, GOAWAY) are
 // attributed to that stream. The observer sees each incoming frame before
 // the HTTP/2 client does, so by the time a caller learns of a failure, its
 // evidence is already recorded.
