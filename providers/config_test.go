@@ -375,13 +375,13 @@ func TestEndpointJoin(t *testing.T) {
 		"https://gw.example/openai/v1?api-ver=2": "https://gw.example/openai/v1/chat/completions?api-ver=2",
 	}
 	for base, want := range cases {
-		got, err := endpoint(base)
+		got, err := endpointURL(base, "chat", "completions")
 		if err != nil || got != want {
 			t.Errorf("endpoint(%q) = %q, %v; want %q", base, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "ftp://x/v1", "https://", "https://u:p@x/v1", "://"} {
-		if _, err := endpoint(bad); err == nil {
+		if _, err := endpointURL(bad, "chat", "completions"); err == nil {
 			t.Errorf("endpoint(%q) accepted", bad)
 		}
 	}

@@ -138,6 +138,8 @@ type dialect struct {
 
 // outgoing is what a dialect's send needs: the route (base URL, model),
 // the resolved key ("" to send none), the endpoint URL and the envelope.
+// The OpenAI send ignores url: the official client joins the route's base
+// URL with its own path (the same base URL endpointURL has validated).
 type outgoing struct {
 	route   Route
 	key     string

@@ -229,9 +229,6 @@ func isLoopbackURL(u *url.URL) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// endpoint returns the chat-completions URL under base.
-func endpoint(base string) (string, error) { return endpointURL(base, "chat", "completions") }
-
 // endpointURL returns the URL of path under base, keeping base's query
 // (some gateways carry an api-version there).
 func endpointURL(base string, path ...string) (string, error) {

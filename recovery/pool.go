@@ -182,14 +182,3 @@ func (p *pool) released(authority string) {
 		p.notify(ap)
 	}
 }
-
-// conns reports the connections currently pooled for authority, for tests
-// and stats.
-func (p *pool) conns(authority string) []*pooledConn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if ap := p.byAuth[authority]; ap != nil {
-		return slices.Clone(ap.conns)
-	}
-	return nil
-}
