@@ -2,9 +2,13 @@
 // Temporal: one CallModel execution is one attempt (CONTRACT.md section 1).
 //
 // CallModel returns the attempt's classified outcome as data. The only
-// error it returns is a cancellation (the action's scope ended), wrapped
-// with %w around ctx.Err() so Temporal records a cancellation rather than a
-// failure. Temporal must never retry it: the workflow schedules it with
+// error it returns is a cancellation when the action's own scope ended: it
+// wraps ctx.Err() with %w, and a temporal.CanceledError whose details are
+// the outcome, so Temporal records a cancellation rather than a failure
+// and the timeline keeps the attempt's evidence. A worker shutdown or an
+// activity pause is not the action's scope: the attempt's outcome (a
+// committed partial, an ambiguous or unsent attempt) is returned as data.
+// Temporal must never retry it: the workflow schedules it with
 // RetryPolicy.MaximumAttempts = 1 and owns the only budget.
 package activities
 
@@ -17,6 +21,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
@@ -116,35 +122,36 @@ type Progress struct {
 }
 
 // CallModel makes one attempt. See the package doc for its error contract.
+//
+// It never decides a class: everything it knows that the wire cannot show
+// (the body's signal, why its context ended, a request refused before
+// sending) goes to recovery as evidence, and the class Classify returns is
+// final. The attempt's "llm.attempt" event is left to the workflow, which
+// emits it once it has decided what comes next (Spec.DeferEvent).
 func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, error) {
-	route, ok := a.Routes[in.Route]
-	if !ok {
-		// A route the workflow names but this worker does not know cannot
-		// serve the action; falling back is the only sensible move.
-		ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route}
-		return Outcome{Evidence: ev, Classification: recovery.Classification{
-			Class: recovery.IncompatibleRoute, Reason: "route_not_configured", Fallback: true,
-		}}, nil
-	}
+	route, known := a.Routes[in.Route]
 	att := recovery.NewAttempt(recovery.Spec{
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID,
 		IdempotencyKey: in.IdempotencyKey, Route: in.Route, Provider: route.Kind, Model: route.Model,
 		Avoid: in.Avoid, FreshConnection: in.FreshConnection, AfterMisdirected: in.AfterMisdirected,
-		Intermediary: route.Intermediary,
+		Intermediary: route.Intermediary, DeferEvent: true,
 		// The provider layer commits when content reaches the caller: for
 		// a stream, the first content delta; for JSON, a usable body.
 		ManualCommit: true,
 	})
-
-	timeout := in.Timeout
-	if timeout <= 0 {
-		timeout = route.AttemptTimeout
+	if !known {
+		// A route the workflow names but this worker does not know cannot
+		// serve the action; another route may.
+		ev, class := att.FinishWith(recovery.Facts{Unsendable: recovery.UnsendableNoRoute})
+		return a.finish(ctx, in, route, Outcome{Evidence: ev, Classification: class}, providers.Usage{})
 	}
-	callCtx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+
+	// One rule for the attempt's timeout (docs/workflow.md): the action's
+	// attempt_timeout when it sets one, else the route's, never past the
+	// deadline. The workflow has applied it; the exchange's own timer is
+	// set from it, so a route default cannot cut a longer attempt short.
+	if in.Timeout > 0 {
+		route.AttemptTimeout = in.Timeout
 	}
 
 	stop := a.heartbeat(ctx, att)
@@ -156,44 +163,74 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
 		engine = a.InsecureEngine
 	}
-	res, err := providers.CallRoute(recovery.WithAttempt(callCtx, att), engine, providers.Call{Route: route, Request: in.Request, Sink: sink})
+	res, err := providers.CallRoute(recovery.WithAttempt(ctx, att), engine, providers.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
-	sig := res.Signal
-	if res.Response.Partial && sig == recovery.SignalNone {
-		// The wire ended cleanly but the stream was cut: the provider
-		// layer knows, the engine cannot.
-		sig = recovery.SignalStreamIncomplete
-	}
-	ev, class := att.Finish(sig)
-	if !ev.RequestSent && !ev.DialFailed {
-		// The provider layer refused before sending: that is not an
-		// unsent attempt worth retrying on the same route.
-		switch {
-		case errors.Is(err, providers.ErrUnsupported), errors.Is(err, providers.ErrUnknownKind):
-			class = recovery.Classification{Class: recovery.IncompatibleRoute, Reason: "route_cannot_express_request", Fallback: true}
-		case errors.Is(err, providers.ErrInvalidRequest):
-			class = recovery.Classification{Class: recovery.Rejected, Reason: "invalid_request", Terminal: true}
-		}
-	}
-	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
-		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: ev, Class: class,
-		InputTokens: res.Response.Usage.PromptTokens, OutputTokens: res.Response.Usage.CompletionTokens,
-	})
+	ev, class := att.FinishWith(facts(ctx, res, err))
 	out := Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
-	case recovery.Canceled:
-		if ctx.Err() != nil {
-			return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w", in.Attempt, in.ActionRef, ctx.Err())
-		}
 	case recovery.Completed, recovery.CommittedPartial:
 		r := res.Response
 		out.Response = &r
 	}
-	if err != nil && class.Class == recovery.Completed {
-		// The evidence says complete but the provider layer could not read
-		// the body: an executed request with no usable answer.
-		out.Response = nil
-		out.Classification = recovery.Classify(withSignal(ev, recovery.SignalEmptyResponse))
+	return a.finish(ctx, in, route, out, res.Response.Usage)
+}
+
+// facts gathers what the activity knows of an attempt that the wire
+// cannot show.
+func facts(ctx context.Context, res providers.Result, err error) recovery.Facts {
+	f := recovery.Facts{Signal: res.Signal, Stop: stopCause(ctx)}
+	switch {
+	case errors.Is(err, providers.ErrUnsupported), errors.Is(err, providers.ErrUnknownKind):
+		f.Unsendable = recovery.UnsendableRoute
+	case errors.Is(err, providers.ErrInvalidRequest):
+		f.Unsendable = recovery.UnsendableInvalid
+	}
+	switch {
+	case f.Signal != recovery.SignalNone:
+	case res.Response.Partial:
+		// The wire ended cleanly but the stream was cut: the provider
+		// layer knows, the engine cannot.
+		f.Signal = recovery.SignalStreamIncomplete
+	case err != nil:
+		// The adapter failed without saying why: whatever the wire says,
+		// the body was not usable (for a clean 2xx, an executed request
+		// with no answer).
+		f.Signal = recovery.SignalEmptyResponse
+	}
+	return f
+}
+
+// stopCause says why the activity's context ended, from its cause: the
+// Temporal SDK cancels with worker.ErrWorkerShutdown when the worker
+// stops, with activity.ErrActivityPaused or ErrActivityReset when an
+// operator intervenes, and with a canceled error when the workflow asked.
+func stopCause(ctx context.Context) recovery.StopCause {
+	if ctx.Err() == nil {
+		return ""
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, worker.ErrWorkerShutdown):
+		return recovery.StopWorkerShutdown
+	case errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):
+		return recovery.StopPaused
+	default:
+		return recovery.StopScope
+	}
+}
+
+// finish records the attempt's metrics, keeps a large response out of
+// history, and returns the outcome. A canceled attempt returns an error
+// that Temporal records as a cancellation (it wraps ctx.Err() and a
+// temporal.CanceledError) carrying the outcome as its details, so the
+// workflow's timeline keeps the connection, the stream and whether content
+// had been delivered.
+func (a *Activities) finish(ctx context.Context, in AttemptInput, route providers.Route, out Outcome, usage providers.Usage) (Outcome, error) {
+	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
+		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: out.Evidence, Class: out.Classification,
+		InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens,
+	})
+	if out.Classification.Class == recovery.Canceled && ctx.Err() != nil {
+		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
 	}
 	a.storeLarge(ctx, &out)
 	return out, nil
@@ -227,11 +264,6 @@ func (a *Activities) logger() *slog.Logger {
 		return a.Logger
 	}
 	return slog.Default()
-}
-
-func withSignal(ev recovery.Evidence, s recovery.Signal) recovery.Evidence {
-	ev.Signal = s
-	return ev
 }
 
 // heartbeat records progress until stop is called. The heartbeat is also

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -146,5 +149,128 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 	out, err = a.CallModel(context.Background(), AttemptInput{ActionRef: "act2", Attempt: 1, AttemptID: "act2-1", Route: "openai", Request: hello()})
 	if err != nil || out.Response == nil || out.ResponseRef != "" {
 		t.Fatalf("small answer: %+v ref %q", out.Response, out.ResponseRef)
+	}
+}
+
+// waitExecuted waits until the provider has executed the attempt, failing
+// if CallModel returns first.
+func waitExecuted(t *testing.T, p *testsuite.Provider, id string, done <-chan error) {
+	t.Helper()
+	for p.AttemptExecutions(id) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("returned before the provider held it: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Worker shutdown mid-stream loses a committed partial: during a graceful
+// stop the SDK cancels the activity with worker.ErrWorkerShutdown as the
+// cause. Content had reached subscribers, so the attempt is committed: it
+// must come back as data, committed_partial with the text, not as
+// ctx.Err() (which Temporal records as a failure, and the workflow then
+// saw as an ambiguous attempt with no evidence).
+func TestWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
+	a, p := newActs(t)
+	a.Sinks = NewSinks()
+	events, unsubscribe := a.Sinks.Subscribe("act", 16)
+	defer unsubscribe()
+	p.Push(testsuite.StreamStall(2))
+	req := hello()
+	req.Stream = true
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	var out Outcome
+	go func() {
+		var err error
+		out, err = a.CallModel(ctx, attempt("openai", req))
+		done <- err
+	}()
+	for got := 0; got < 2; got++ {
+		if ev := <-events; ev.Delta == "" {
+			t.Fatalf("event %+v before two deltas", ev)
+		}
+	}
+	cancel(worker.ErrWorkerShutdown)
+	err := <-done
+	if err != nil {
+		t.Fatalf("a worker shutdown returned an error, so the outcome is lost: %v", err)
+	}
+	if out.Classification.Class != recovery.CommittedPartial || out.Classification.Reason != "worker_stopped_after_content" {
+		t.Fatalf("classified %s/%s", out.Classification.Class, out.Classification.Reason)
+	}
+	if out.Response == nil || !out.Response.Partial || out.Response.Text != "chunk1 chunk2" {
+		t.Fatalf("response %+v", out.Response)
+	}
+	if !out.Evidence.ContentStarted || out.Evidence.StreamID == 0 || out.Evidence.Stop != recovery.StopWorkerShutdown {
+		t.Fatalf("evidence %+v", out.Evidence)
+	}
+}
+
+// The same stop before any content: the request left and the provider
+// may have run it, so the action waits for a verdict; it is not canceled.
+func TestWorkerShutdownBeforeContentIsAmbiguous(t *testing.T) {
+	a, p := newActs(t)
+	p.Push(testsuite.Hold())
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	var out Outcome
+	go func() {
+		var err error
+		out, err = a.CallModel(ctx, attempt("openai", hello()))
+		done <- err
+	}()
+	waitExecuted(t, p, "act-1-openai", done)
+	cancel(worker.ErrWorkerShutdown)
+	if err := <-done; err != nil || out.Classification.Class != recovery.Ambiguous || out.Classification.Reason != "worker_stopped_mid_attempt" {
+		t.Fatalf("err %v outcome %+v", err, out.Classification)
+	}
+}
+
+// A canceled attempt's wire evidence never reached history: the activity
+// returned ctx.Err() alone. The cancellation now carries the outcome as
+// its details, and is still a cancellation (context.Canceled, and a
+// temporal.CanceledError for the SDK to report as one).
+func TestCanceledAttemptKeepsItsWireEvidence(t *testing.T) {
+	a, p := newActs(t)
+	p.Push(testsuite.Hold())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.CallModel(ctx, attempt("openai", hello()))
+		done <- err
+	}()
+	waitExecuted(t, p, "act-1-openai", done)
+	cancel()
+	err := <-done
+	var ce *temporal.CanceledError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &ce) || !ce.HasDetails() {
+		t.Fatalf("err %v: want context.Canceled and a CanceledError with details", err)
+	}
+	var out Outcome
+	if err := ce.Details(&out); err != nil {
+		t.Fatal(err)
+	}
+	ev := out.Evidence
+	if out.Classification.Class != recovery.Canceled || !ev.RequestSent || ev.StreamID == 0 || ev.ConnRef == "" || ev.Stop != recovery.StopScope {
+		t.Fatalf("details %+v", out)
+	}
+}
+
+// An action's attempt_timeout cannot go past the route's 60 s default:
+// the exchange's own timer used the route's timeout whatever the workflow
+// asked. The action's timeout governs (docs/workflow.md states the rule).
+func TestAttemptTimeoutCanGoPastTheRouteDefault(t *testing.T) {
+	a, p := newActs(t)
+	r := a.Routes["openai"]
+	r.AttemptTimeout = 50 * time.Millisecond // the route's default, shortened for the test
+	a.Routes["openai"] = r
+	p.Push(testsuite.Answer("late but fine").After(300 * time.Millisecond))
+	in := attempt("openai", hello())
+	in.Timeout = 10 * time.Second
+	out, err := a.CallModel(context.Background(), in)
+	if err != nil || out.Classification.Class != recovery.Completed {
+		t.Fatalf("err %v outcome %+v", err, out.Classification)
 	}
 }

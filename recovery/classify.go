@@ -8,20 +8,104 @@ import "strconv"
 // by an SDK, or a GOAWAY wearing a gRPC status, classifies the same as the
 // bare event.
 //
+// It is the one place a class is decided (CONTRACT.md section 1). Facts
+// only a higher layer knows (why the context ended, how the activity
+// ended, a request that can never be sent) arrive as Evidence fields, and
+// no layer rewrites the result.
+//
 // The order of the checks is the contract's precedence: a canceled scope
-// first (a cancellation is never a provider failure), then anything the
-// response itself proves, then what the frames prove about a request that
-// got no response, and, when nothing proves the request unprocessed,
-// ambiguous.
+// first (a cancellation is never a provider failure), then how the
+// activity ended when it returned nothing, then a request refused before
+// sending, then anything the response itself proves, then what the frames
+// prove about a request that got no response, and, when nothing proves the
+// request unprocessed, ambiguous. A transport replay overrides all but a
+// completed last stream: an earlier stream may have been processed.
 func Classify(ev Evidence) Classification {
-	switch {
-	case ev.Canceled:
-		return Classification{Class: Canceled, Reason: "scope_canceled", Terminal: true}
-	case ev.Status != 0:
-		return classifyResponse(ev)
-	default:
-		return classifyNoResponse(ev)
+	c := classify(ev)
+	if ev.TransportReplays > 0 && c.Class != Completed && c.Class != CommittedPartial && c.Class != Canceled {
+		// A lower layer sent the request again: whatever the last stream
+		// says, an earlier one may have been processed.
+		return ambiguous("transport_replayed", c.ProviderHealth)
 	}
+	return c
+}
+
+func classify(ev Evidence) Classification {
+	switch {
+	case ev.Canceled && (ev.Stop == StopScope || ev.Stop == ""):
+		return Classification{Class: Canceled, Reason: "scope_canceled", Terminal: true}
+	case ev.Activity != "":
+		return classifyActivityEnd(ev)
+	case ev.Unsendable != "" && !ev.RequestSent:
+		return classifyUnsendable(ev.Unsendable)
+	case ev.Canceled:
+		// The worker is stopping or the activity was paused: the action
+		// goes on, so what the attempt had done decides, as for a timer
+		// that ended it.
+		ev.TimedOut = true
+		if ev.ContentStarted {
+			return Classification{Class: CommittedPartial, Reason: stopReason(ev.Stop, "after_content"), Terminal: true}
+		}
+		c := classifyEnded(ev)
+		switch c.Reason {
+		case "timeout_before_send":
+			c.Reason = stopReason(ev.Stop, "before_send")
+		case "timeout_after_send":
+			c.Reason = stopReason(ev.Stop, "mid_attempt")
+		}
+		return c
+	default:
+		return classifyEnded(ev)
+	}
+}
+
+func classifyEnded(ev Evidence) Classification {
+	if ev.Status != 0 {
+		return classifyResponse(ev)
+	}
+	return classifyNoResponse(ev)
+}
+
+// stopReason names a worker-side stop: "worker_stopped_after_content",
+// "paused_mid_attempt", ...
+func stopReason(s StopCause, what string) string {
+	if s == StopPaused {
+		return "paused_" + what
+	}
+	return "worker_stopped_" + what
+}
+
+// classifyActivityEnd classifies an attempt whose activity returned no
+// outcome, from what the workflow saw of it. The last heartbeat can prove
+// that content started (the attempt committed); it can never prove that
+// the request was not sent.
+func classifyActivityEnd(ev Evidence) Classification {
+	switch ev.Activity {
+	case ActivityQueueTimeout:
+		return Classification{Class: Unsent, Reason: "no_worker_took_the_attempt", ReplaySafe: true, SameRoute: true, Fallback: true}
+	case ActivityWorkerLost:
+		if ev.ContentStarted {
+			return Classification{Class: CommittedPartial, Reason: "worker_lost_after_content", Terminal: true}
+		}
+		return ambiguous("worker_lost_mid_attempt", false)
+	case ActivityTimedOut:
+		if ev.ContentStarted {
+			return Classification{Class: CommittedPartial, Reason: "attempt_timeout_after_content", Terminal: true}
+		}
+		return ambiguous("attempt_timeout", false)
+	default:
+		if ev.ContentStarted {
+			return Classification{Class: CommittedPartial, Reason: "activity_failed_after_content", Terminal: true}
+		}
+		return ambiguous("activity_failed", false)
+	}
+}
+
+func classifyUnsendable(u Unsendable) Classification {
+	if u == UnsendableInvalid {
+		return Classification{Class: Rejected, Reason: string(u), Terminal: true}
+	}
+	return Classification{Class: IncompatibleRoute, Reason: string(u), Fallback: true}
 }
 
 func classifyResponse(ev Evidence) Classification {
@@ -73,13 +157,17 @@ func classifyNoResponse(ev Evidence) Classification {
 			return Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
 		}
 		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
+	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream && ev.ResponseHeaders:
+		// The server sent response HEADERS (a 1xx) on the stream: it acted
+		// on it, so its REFUSED_STREAM no longer proves non-processing.
+		return ambiguous("rst_refused_stream_after_response_headers", true)
 	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream && ev.Intermediary:
 		// A proxy's REFUSED_STREAM speaks for the proxy, and haproxy sends
 		// it when the origin failed after the request was forwarded to it.
 		return ambiguous("rst_refused_stream_via_intermediary", true)
 	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream:
 		return Classification{Class: Refused, Reason: "rst_refused_stream", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: true}
-	case ev.GoAway != nil && ev.StreamID > ev.GoAway.LastStreamID:
+	case ev.GoAway != nil && ev.StreamID > ev.GoAway.LastStreamID && !ev.ResponseHeaders:
 		return classifyGoAwayRefusal(ev)
 	case ev.GoAway != nil:
 		return ambiguous("goaway_at_or_below_boundary", true)

@@ -191,3 +191,59 @@ func TestClassifyNeverPermitsReplayOfAnExecutedRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyEdgeRows are the rows whose evidence only a layer above the
+// engine knows (why the context ended, how the activity ended, a request
+// that can never be sent) and the edge cases issue 10 found. Each row is
+// named after the defect it pins.
+func TestClassifyEdgeRows(t *testing.T) {
+	sent := Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
+	with := func(ev Evidence, f func(*Evidence)) Evidence { f(&ev); return ev }
+	streaming := with(sent, func(e *Evidence) { e.Status = 200; e.ContentStarted = true })
+	tests := []struct {
+		name   string
+		ev     Evidence
+		class  Class
+		reason string
+		check  func(t *testing.T, c Classification)
+	}{
+		{"canceled: the action's scope ended", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopScope }), Canceled, "scope_canceled", nil},
+		{"committed_partial: worker shutdown mid-stream keeps the committed partial", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopWorkerShutdown }), CommittedPartial, "worker_stopped_after_content", terminal},
+		{"committed_partial: activity paused mid-stream keeps the committed partial", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopPaused }), CommittedPartial, "paused_after_content", terminal},
+		{"ambiguous: worker shutdown after the request left, before content", with(sent, func(e *Evidence) { e.Canceled, e.Stop = true, StopWorkerShutdown }), Ambiguous, "worker_stopped_mid_attempt", needsVerdict},
+		{"ambiguous: worker shutdown after 200 headers, before content", with(sent, func(e *Evidence) { e.Status = 200; e.Canceled, e.Stop = true, StopWorkerShutdown }), Ambiguous, "body_failed_before_content", needsVerdict},
+		{"unsent: worker shutdown before the request left", Evidence{ConnRef: "p-c1", Canceled: true, Stop: StopWorkerShutdown}, Unsent, "worker_stopped_before_send", replaySafe},
+		{"throttled: worker shutdown cannot hide a 429 already read", with(sent, func(e *Evidence) { e.Status = 429; e.Canceled, e.Stop = true, StopWorkerShutdown }), Throttled, "status_429", nil},
+
+		{"unsent: ScheduleToStart timed out", Evidence{Activity: ActivityQueueTimeout}, Unsent, "no_worker_took_the_attempt", replaySafe},
+		{"ambiguous: worker lost mid-attempt", Evidence{Activity: ActivityWorkerLost, ConnRef: "p-c1"}, Ambiguous, "worker_lost_mid_attempt", needsVerdict},
+		{"committed_partial: automatic replay ignores the commit boundary (worker lost after content_started)", Evidence{Activity: ActivityWorkerLost, ConnRef: "p-c1", ContentStarted: true}, CommittedPartial, "worker_lost_after_content", terminal},
+		{"ambiguous: Temporal timed the attempt out", Evidence{Activity: ActivityTimedOut}, Ambiguous, "attempt_timeout", needsVerdict},
+		{"committed_partial: Temporal timed the attempt out after content", Evidence{Activity: ActivityTimedOut, ContentStarted: true}, CommittedPartial, "attempt_timeout_after_content", terminal},
+		{"ambiguous: the activity failed without an outcome", Evidence{Activity: ActivityFailed}, Ambiguous, "activity_failed", needsVerdict},
+
+		{"rejected: an idempotency key the client cannot encode", Evidence{Unsendable: UnsendableInvalid}, Rejected, "invalid_request", terminal},
+		{"incompatible_route: the route cannot express the request", Evidence{Unsendable: UnsendableRoute}, IncompatibleRoute, "route_cannot_express_request", fallbackOnly},
+		{"incompatible_route: the route is not configured on the worker", Evidence{Unsendable: UnsendableNoRoute}, IncompatibleRoute, "route_not_configured", fallbackOnly},
+
+		{"ambiguous: response HEADERS (a 103) then REFUSED_STREAM", with(sent, func(e *Evidence) { e.ResponseHeaders = true; e.RSTStream = code(CodeRefusedStream) }), Ambiguous, "rst_refused_stream_after_response_headers", needsVerdict},
+		{"ambiguous: TransportReplays counted but never used in Classify (a replay whose last stream was refused)", with(sent, func(e *Evidence) {
+			e.TransportReplays = 1
+			e.StreamID = 5
+			e.GoAway = &GoAway{LastStreamID: 3}
+		}), Ambiguous, "transport_replayed", needsVerdict},
+		{"ambiguous: a transport replay whose last stream was throttled", with(sent, func(e *Evidence) { e.TransportReplays = 1; e.Status = 429 }), Ambiguous, "transport_replayed", needsVerdict},
+		{"completed: a transport replay whose last stream completed", with(streaming, func(e *Evidence) { e.TransportReplays = 1 }), Completed, "response_complete", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Classify(tt.ev)
+			if c.Class != tt.class || c.Reason != tt.reason {
+				t.Fatalf("Classify = %s/%s, want %s/%s", c.Class, c.Reason, tt.class, tt.reason)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 )
 
@@ -57,6 +58,23 @@ var ErrNoHTTP2 = errors.New("recovery: server did not negotiate HTTP/2 (ALPN h2)
 // (context.WithCancelCause); a deadline counts as a timeout by itself. Any
 // other cancellation is recorded as Evidence.Canceled.
 var ErrTimedOut = errors.New("recovery: attempt timed out")
+
+// ErrUnsendable is returned, before anything is sent, for a request the
+// engine can never send as it is (an idempotency key or attempt id that is
+// not a valid header value). Its evidence says Unsendable.
+var ErrUnsendable = errors.New("recovery: request cannot be sent")
+
+// validIdentity checks the two header values the engine adds, naming the
+// first bad one (never its value, which may be anything).
+func validIdentity(s Spec) (field string, ok bool) {
+	switch {
+	case !httpguts.ValidHeaderFieldValue(s.AttemptID):
+		return "the attempt id", false
+	case !httpguts.ValidHeaderFieldValue(s.IdempotencyKey):
+		return "the idempotency key", false
+	}
+	return "", true
+}
 
 // ErrUnsupportedScheme is returned for a URL the engine cannot speak.
 var ErrUnsupportedScheme = errors.New("recovery: unsupported URL scheme")
@@ -147,8 +165,16 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if scheme != "https" && !(scheme == "http" && e.cfg.AllowH2C) {
-		a.settle(ctx, nil, false)
+		a.unsendable(UnsendableRoute)
+		a.settle(ctx, nil, auto)
 		return nil, fmt.Errorf("%w %q", ErrUnsupportedScheme, scheme)
+	}
+	if field, ok := validIdentity(a.spec); !ok {
+		// x/net would refuse the header on every attempt, so retrying can
+		// never help: the request is wrong.
+		a.unsendable(UnsendableInvalid)
+		a.settle(ctx, nil, auto)
+		return nil, fmt.Errorf("%w: %s is not a valid HTTP header value", ErrUnsendable, field)
 	}
 
 	out := new(http.Request)
@@ -350,6 +376,11 @@ type Spec struct {
 	// it is the intermediary's own promise about streams it never
 	// forwarded.
 	Intermediary bool
+	// DeferEvent says the caller emits the attempt's "llm.attempt" event
+	// itself (with LogAttempt), once the attempt's record is final. The
+	// workflow does, after it has decided what comes next, so the event
+	// says exactly what history says. False means Finish emits it.
+	DeferEvent bool
 	// ManualCommit says the caller decides when content has started
 	// (Attempt.Commit), for bodies whose first bytes are not content, such
 	// as server-sent-event keep-alives. False means the first body byte of
@@ -428,6 +459,12 @@ func (a *Attempt) begin(e *Engine, authority string) error {
 	a.engine, a.start = e, time.Now()
 	a.ev.Authority = authority
 	return nil
+}
+
+func (a *Attempt) unsendable(u Unsendable) {
+	a.mu.Lock()
+	a.ev.Unsendable = u
+	a.mu.Unlock()
 }
 
 func (a *Attempt) useConn(pc *pooledConn, dialed bool) {
@@ -559,13 +596,20 @@ func (a *Attempt) Evidence() Evidence {
 	return a.ev
 }
 
-// Finish ends the attempt: it adds the provider layer's signal (what the
-// body said that the wire could not), classifies the evidence, emits the
-// attempt's one "llm.attempt" log event and returns both. Only the first
-// call classifies and logs; later calls return the same result. Finish
-// settles the exchange if that has not happened, so call it after the body
-// is consumed.
+// Finish ends the attempt with only the provider layer's signal (what the
+// body said that the wire could not); see FinishWith.
 func (a *Attempt) Finish(sig Signal) (Evidence, Classification) {
+	return a.FinishWith(Facts{Signal: sig})
+}
+
+// FinishWith ends the attempt: it adds the facts the layers above know
+// (the body's signal, why the context ended, a request refused before
+// sending), classifies the evidence, emits the attempt's one
+// "llm.attempt" log event (unless Spec.DeferEvent) and returns both. Only
+// the first call classifies and logs; later calls return the same result.
+// FinishWith settles the exchange if that has not happened, so call it
+// after the body is consumed.
+func (a *Attempt) FinishWith(f Facts) (Evidence, Classification) {
 	a.mu.Lock()
 	settled := a.settled
 	a.mu.Unlock()
@@ -578,7 +622,15 @@ func (a *Attempt) Finish(sig Signal) (Evidence, Classification) {
 		return a.ev, a.class
 	}
 	a.finished = true
-	a.ev.Signal = sig
+	a.ev.Signal, a.ev.Stop = f.Signal, f.Stop
+	if f.Unsendable != "" && !a.ev.RequestSent {
+		a.ev.Unsendable = f.Unsendable
+	}
+	if !a.ev.Canceled {
+		// A stop cause says why the context ended; it means nothing for an
+		// exchange that ended first.
+		a.ev.Stop = ""
+	}
 	a.class = Classify(a.ev)
 	ev, c, e := a.ev, a.class, a.engine
 	a.mu.Unlock()
@@ -587,7 +639,9 @@ func (a *Attempt) Finish(sig Signal) (Evidence, Classification) {
 		logger = e.logger
 		e.stats.classified(c.Class)
 	}
-	LogAttempt(context.Background(), logger, ev, c)
+	if !a.spec.DeferEvent {
+		LogAttempt(context.Background(), logger, ev, c)
+	}
 	return ev, c
 }
 

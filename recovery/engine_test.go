@@ -624,3 +624,21 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// An idempotency key the client cannot encode (CR/LF in it) made every
+// attempt unsent until the budget ran out. The engine refuses it before
+// sending, and the request is rejected: retrying can never help.
+func TestIdempotencyKeyTheClientCannotEncodeIsRejected(t *testing.T) {
+	h := newHarness(t)
+	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "order-42\r\nX-Injected: 1", Attempt: 1}, h.p.URL(), false, nil)
+	h.want(r, recovery.Rejected)
+	if !errors.Is(r.err, recovery.ErrUnsendable) || r.c.Reason != "invalid_request" {
+		t.Fatalf("err %v, reason %s", r.err, r.c.Reason)
+	}
+	if strings.Contains(r.err.Error(), "order-42") {
+		t.Fatalf("the error quotes the key: %v", r.err)
+	}
+	if got := len(h.p.Received()); got != 0 {
+		t.Fatalf("the provider received %d requests", got)
+	}
+}

@@ -10,10 +10,11 @@ import (
 const AttemptEvent = "llm.attempt"
 
 // LogAttempt emits the attempt's one structured event. It writes only the
-// contract's evidence fields: never content, headers, keys or GOAWAY debug
-// data (Evidence holds none of them). Outcomes that need a person
-// (ambiguous, committed_partial) log at Warn, the rest at Info.
-func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classification) {
+// contract's evidence fields, and extra (the workflow adds its decision):
+// never content, headers, keys or GOAWAY debug data (Evidence holds none
+// of them). Outcomes that need a person (ambiguous, committed_partial) log
+// at Warn, the rest at Info.
+func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classification, extra ...slog.Attr) {
 	level := slog.LevelInfo
 	if c.Class == Ambiguous || c.Class == CommittedPartial || c.Class == MisdirectedRepeated {
 		level = slog.LevelWarn
@@ -21,7 +22,7 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 	if !logger.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 28)
+	attrs := make([]slog.Attr, 0, 32)
 	attrs = append(attrs,
 		slog.String("action_ref", ev.ActionRef),
 		slog.Int("attempt", ev.Attempt),
@@ -63,6 +64,16 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 	if ev.Signal != SignalNone {
 		attrs = append(attrs, slog.String("signal", string(ev.Signal)))
 	}
+	if ev.Stop != "" {
+		attrs = append(attrs, slog.String("stop", string(ev.Stop)))
+	}
+	if ev.Unsendable != "" {
+		attrs = append(attrs, slog.String("unsendable", string(ev.Unsendable)))
+	}
+	if ev.Activity != "" {
+		attrs = append(attrs, slog.String("activity", string(ev.Activity)))
+	}
+	attrs = append(attrs, extra...)
 	logger.LogAttrs(ctx, level, AttemptEvent, attrs...)
 }
 

@@ -90,7 +90,9 @@ type Evidence struct {
 	// context's deadline, or a cancel whose cause wraps ErrTimedOut (such
 	// as an idle-stream timer).
 	TimedOut bool `json:"timed_out,omitempty"`
-	// AfterMisdirected reports that this attempt was the retry of a 421.
+	// AfterMisdirected reports that an earlier attempt of the same action
+	// got a 421, on any route: the action's second 421, wherever it falls,
+	// is misdirected_repeated.
 	AfterMisdirected bool `json:"after_misdirected,omitempty"`
 	// Intermediary reports that the route goes through a proxy whose
 	// REFUSED_STREAM is not proof of non-processing (Spec.Intermediary).
@@ -99,11 +101,101 @@ type Evidence struct {
 	// response, model not found, ...), empty when nothing.
 	Signal Signal `json:"signal,omitempty"`
 
+	// The facts below are known only to the layers above the engine. They
+	// travel down as evidence (Facts, or the workflow filling them in) so
+	// that Classify, and nothing else, decides the class.
+
+	// Stop says why the attempt's context ended, when it ended other than
+	// by a timer (Canceled): the action's scope, a worker shutdown, or an
+	// operator pausing or resetting the activity. Empty means nobody said,
+	// which Classify reads as the scope (the engine used on its own: its
+	// caller canceled).
+	Stop StopCause `json:"stop,omitempty"`
+	// Unsendable says the request was refused before anything was sent
+	// because it can never be sent as it is: the request is invalid, or
+	// the route cannot express it, or the route is not configured on the
+	// worker.
+	Unsendable Unsendable `json:"unsendable,omitempty"`
+	// Activity says how the attempt's activity ended when it returned no
+	// outcome of its own: no worker took it, its worker was lost, Temporal
+	// timed it out, or it failed. The workflow fills it in, with the last
+	// heartbeat's facts (ConnRef, ContentStarted, ResponseBytes) as
+	// evidence: a heartbeat that says content started proves the commit,
+	// one that does not proves nothing.
+	Activity ActivityEnd `json:"activity,omitempty"`
+
 	// Elapsed is the attempt's wall time until its evidence was taken.
 	Elapsed time.Duration `json:"elapsed,omitempty"`
 	// FirstByte is the time from the start of the attempt to the first
 	// content byte, zero when content never started.
 	FirstByte time.Duration `json:"first_byte,omitempty"`
+}
+
+// StopCause says why an attempt's context ended (Evidence.Stop).
+type StopCause string
+
+// The stop causes.
+const (
+	// StopScope: the action's own scope ended (a cancel, the deadline of
+	// the action, Temporal cancellation). The attempt is canceled.
+	StopScope StopCause = "scope"
+	// StopWorkerShutdown: the worker running the attempt is shutting down;
+	// the action goes on. What the attempt had done decides its class.
+	StopWorkerShutdown StopCause = "worker_shutdown"
+	// StopPaused: an operator paused or reset the attempt's activity; the
+	// action goes on, as for a worker shutdown.
+	StopPaused StopCause = "paused"
+)
+
+// Unsendable says why a request was refused before sending
+// (Evidence.Unsendable).
+type Unsendable string
+
+// The reasons a request cannot be sent.
+const (
+	// UnsendableInvalid: the request can never be sent as it is (an
+	// invalid envelope, a header value the client cannot encode). The
+	// request is wrong: rejected.
+	UnsendableInvalid Unsendable = "invalid_request"
+	// UnsendableRoute: the route's dialect cannot express the request (an
+	// Anthropic route asked for response_format, an unknown route kind).
+	// Another route may: incompatible_route.
+	UnsendableRoute Unsendable = "route_cannot_express_request"
+	// UnsendableNoRoute: the worker has no route of that name.
+	UnsendableNoRoute Unsendable = "route_not_configured"
+)
+
+// ActivityEnd says how an attempt's activity ended when it returned no
+// outcome (Evidence.Activity).
+type ActivityEnd string
+
+// The activity ends the workflow can see.
+const (
+	// ActivityQueueTimeout: ScheduleToStart timed out; no worker took the
+	// attempt, so nothing was sent.
+	ActivityQueueTimeout ActivityEnd = "queue_timeout"
+	// ActivityWorkerLost: the heartbeat timed out; the worker died or
+	// hung mid-attempt.
+	ActivityWorkerLost ActivityEnd = "worker_lost"
+	// ActivityTimedOut: Temporal's StartToClose ran out before the
+	// attempt's own timer ended the exchange.
+	ActivityTimedOut ActivityEnd = "attempt_timeout"
+	// ActivityFailed: the activity failed without an outcome (a panic, a
+	// result too large to record, a worker of another version).
+	ActivityFailed ActivityEnd = "activity_failed"
+)
+
+// Facts are what the layers above the engine know of an attempt that the
+// wire cannot show. Attempt.Finish adds them to the evidence before
+// Classify reads it.
+type Facts struct {
+	// Signal is what the provider layer read from the body.
+	Signal Signal
+	// Stop says why the attempt's context ended, if it did.
+	Stop StopCause
+	// Unsendable says why the request was refused before sending, if it
+	// was.
+	Unsendable Unsendable
 }
 
 // GoAway is what a GOAWAY frame said, without its debug data.
