@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -69,8 +68,9 @@ func (c *Client) WithEagerStart() *Client {
 }
 
 // ErrInvalidInput matches (errors.Is) the error of an action whose input
-// was rejected at start; nothing was dispatched.
-var ErrInvalidInput = errors.New("durallm: invalid action input")
+// was rejected, at start or by the workflow; nothing was dispatched. It is
+// workflows.ErrInvalidInput: one idea, whichever side found the problem.
+var ErrInvalidInput = workflows.ErrInvalidInput
 
 // ErrNotFound matches an action id that does not exist.
 var ErrNotFound = errors.New("durallm: action not found")
@@ -119,7 +119,7 @@ func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput)
 	// The workflow validates too; checking here means a bad input starts
 	// nothing at all.
 	if err := in.WithDefaults(id).Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+		return nil, err // an *workflows.InputError, which is ErrInvalidInput
 	}
 	run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
@@ -146,8 +146,8 @@ func (a *Action) Result(ctx context.Context) (workflows.ActionResult, error) {
 	err := a.c.tc.GetWorkflow(ctx, a.ID, a.RunID).Get(ctx, &res)
 	if err != nil {
 		var app *temporal.ApplicationError
-		if errors.As(err, &app) && app.Type() == workflows.ErrInvalidInput {
-			return res, fmt.Errorf("%w: %s", ErrInvalidInput, app.Message())
+		if errors.As(err, &app) && app.Type() == workflows.InvalidInputType {
+			return res, &workflows.InputError{Problems: []error{errors.New(app.Message())}}
 		}
 		return res, mapNotFound(a.ID, err)
 	}
@@ -198,8 +198,17 @@ func (c *Client) Cancel(ctx context.Context, id string, origin workflows.CancelO
 // (wrong state, stale attempt, unknown verdict). Nothing was written.
 type ReconcileError struct {
 	ActionRef string
-	Message   string
+	// Reason is why, one of workflows.RejectNotAwaiting,
+	// RejectVerdictPending, RejectStaleAttempt, RejectInvalidVerdict, or
+	// RejectEnded when the action had already ended; decide on it, never
+	// on Message.
+	Reason  string
+	Message string
 }
+
+// RejectEnded is the ReconcileError reason for an action that has already
+// ended: its Update handler is gone, so the server answers "not found".
+const RejectEnded = "ActionEnded"
 
 func (e *ReconcileError) Error() string {
 	return "durallm: reconcile " + e.ActionRef + " rejected: " + e.Message
@@ -225,12 +234,12 @@ func (c *Client) Reconcile(ctx context.Context, id string, r workflows.Reconcile
 			// A closed action rejects Updates as "not found"; say what
 			// actually happened if the action exists.
 			if st, serr := c.Status(ctx, id); serr == nil && st.State.Terminal() {
-				return &ReconcileError{ActionRef: id, Message: "the action already ended " + string(st.State)}
+				return &ReconcileError{ActionRef: id, Reason: RejectEnded, Message: "the action already ended " + string(st.State)}
 			}
 			return err
 		}
 		var rerr *ReconcileError
-		if !errors.As(err, &rerr) || !strings.Contains(rerr.Message, "not awaiting reconciliation") {
+		if !errors.As(err, &rerr) || rerr.Reason != workflows.RejectNotAwaiting {
 			return err
 		}
 		st, serr := c.Status(ctx, id)
@@ -313,7 +322,7 @@ func mapNotFound(id string, err error) error {
 func mapUpdateErr(id string, err error) error {
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
-		return &ReconcileError{ActionRef: id, Message: app.Message()}
+		return &ReconcileError{ActionRef: id, Reason: app.Type(), Message: app.Message()}
 	}
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {

@@ -32,6 +32,33 @@ type Request struct {
 	Params map[string]json.RawMessage `json:"params,omitempty"`
 }
 
+// Needs returns the capabilities the request itself uses: tools when it
+// declares any, structured_output for a json_schema response_format,
+// vision for an image content part, streaming when it asks for a stream.
+// A route that lacks one cannot serve the request, so the workflow adds
+// these to what the action declares. It is deterministic, so workflow
+// code may call it.
+func (r Request) Needs() Capabilities {
+	n := Capabilities{Tools: len(r.Tools) > 0, Streaming: r.Stream}
+	var rf struct {
+		Type string `json:"type"`
+	}
+	if obj(r.ResponseFormat, &rf) && rf.Type == "json_schema" {
+		n.StructuredOutput = true
+	}
+	for _, m := range r.Messages {
+		for _, part := range arr(m.Content) {
+			var p struct {
+				Type string `json:"type"`
+			}
+			if obj(part, &p) && (p.Type == "image_url" || p.Type == "image" || p.Type == "input_image") {
+				n.Vision = true
+			}
+		}
+	}
+	return n
+}
+
 // Message is one chat message. Content is kept verbatim so that text,
 // image parts and provider-specific parts all pass through unchanged.
 type Message struct {
@@ -237,4 +264,7 @@ const (
 	// IncompleteTimeout: a timer of the caller's ended the stream (its
 	// context was canceled with a cause wrapping recovery.ErrTimedOut).
 	IncompleteTimeout = "timeout"
+	// IncompleteWorkerLost: the worker running the stream was lost after
+	// content started; the text it delivered is not in the record.
+	IncompleteWorkerLost = "worker_lost"
 )

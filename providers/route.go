@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -29,6 +30,25 @@ type Capabilities struct {
 	// DataTags are data-handling promises such as "eu" or "no-retention".
 	// A need lists tags every route must carry. Compared exactly.
 	DataTags []string `json:"data_tags,omitempty"`
+}
+
+// Union returns the needs of both c and o: every capability either asks
+// for, the larger context, and the tags of both (c's first, no repeats).
+// It is deterministic, so workflow code may call it.
+func (c Capabilities) Union(o Capabilities) Capabilities {
+	u := Capabilities{
+		Tools:            c.Tools || o.Tools,
+		StructuredOutput: c.StructuredOutput || o.StructuredOutput,
+		Streaming:        c.Streaming || o.Streaming,
+		Vision:           c.Vision || o.Vision,
+		ContextTokens:    max(c.ContextTokens, o.ContextTokens),
+	}
+	for _, t := range append(append([]string(nil), c.DataTags...), o.DataTags...) {
+		if !slices.Contains(u.DataTags, t) {
+			u.DataTags = append(u.DataTags, t)
+		}
+	}
+	return u
 }
 
 // Satisfies reports whether have offers everything need asks for, and

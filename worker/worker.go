@@ -167,9 +167,11 @@ func New(c client.Client, o Options) (*Worker, error) {
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
-// Use it to host durallm in a worker of your own.
+// Use it to host durallm in a worker of your own. The workflow emits each
+// attempt's "llm.attempt" event to acts.Logger (slog.Default() when nil),
+// once it has decided what follows the attempt.
 func Register(r sdkworker.Registry, acts *activities.Activities) {
-	r.RegisterWorkflowWithOptions(workflows.LLMAction, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.New(workflows.Options{Events: acts.Logger}), workflow.RegisterOptions{Name: workflows.WorkflowName})
 	r.RegisterActivity(acts)
 }
 

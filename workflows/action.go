@@ -10,9 +10,11 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -45,10 +47,6 @@ var SearchAttributes = map[string]enumspb.IndexedValueType{
 	"DurallmRoute":   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
-// ErrInvalidInput is the type of the non-retryable application error an
-// action fails with when its input is invalid.
-const ErrInvalidInput = "InvalidInput"
-
 const (
 	defaultMaxAttempts      = 4
 	maxMaxAttempts          = 50
@@ -68,10 +66,32 @@ const (
 
 // LLMAction runs one user action to exactly one terminal state. Its result
 // is an ActionResult for every terminal state; it fails (non-retryable,
-// type InvalidInput) only when the input is invalid, before anything is
-// dispatched.
+// type InvalidInputType) only when the input is invalid, before anything
+// is dispatched. It emits attempt events to slog.Default(); a worker binds
+// its own logger with New.
 func LLMAction(ctx workflow.Context, in ActionInput) (ActionResult, error) {
-	w, err := newAction(ctx, in)
+	return runAction(ctx, in, Options{})
+}
+
+// Options are the worker-side settings of LLMAction. They are not part of
+// the workflow's input or history.
+type Options struct {
+	// Events receives each attempt's one "llm.attempt" event, emitted once
+	// the workflow has decided what follows the attempt, so the event says
+	// exactly what the attempt's record in history says. Never during
+	// replay. Nil means slog.Default().
+	Events *slog.Logger
+}
+
+// New returns LLMAction bound to o. Register it under WorkflowName:
+//
+//	r.RegisterWorkflowWithOptions(workflows.New(o), workflow.RegisterOptions{Name: workflows.WorkflowName})
+func New(o Options) func(workflow.Context, ActionInput) (ActionResult, error) {
+	return func(ctx workflow.Context, in ActionInput) (ActionResult, error) { return runAction(ctx, in, o) }
+}
+
+func runAction(ctx workflow.Context, in ActionInput, o Options) (ActionResult, error) {
+	w, err := newAction(ctx, in, o)
 	if err != nil {
 		return ActionResult{}, err
 	}
@@ -81,11 +101,13 @@ func LLMAction(ctx workflow.Context, in ActionInput) (ActionResult, error) {
 // action is one run's state. Fields are touched only by the workflow's
 // coroutines, which Temporal runs one at a time.
 type action struct {
-	ctx  workflow.Context // the workflow's own; canceled by Temporal cancellation
-	actx workflow.Context // disconnected: activities and cleanup outlive a cancel request
-	in   ActionInput
-	info *workflow.Info
-	log  log.Logger
+	ctx    workflow.Context // the workflow's own; canceled by Temporal cancellation
+	actx   workflow.Context // disconnected: activities and cleanup outlive a cancel request
+	in     ActionInput
+	needs  providers.Capabilities // what the action declares plus what its request uses
+	info   *workflow.Info
+	log    log.Logger
+	events *slog.Logger
 
 	status   Status
 	plan     activities.Plan
@@ -93,6 +115,9 @@ type action struct {
 	deadline time.Time
 	response *providers.Response
 	resRef   string
+	// misdirected: an attempt of this action got a 421, so any later 421,
+	// on any route, is misdirected_repeated.
+	misdirected bool
 
 	cancelReq *CancelRequest
 	origin    CancelOrigin // set once the scope has ended
@@ -101,15 +126,25 @@ type action struct {
 	cancelCh, reconcileCh workflow.ReceiveChannel
 }
 
-func newAction(ctx workflow.Context, in ActionInput) (*action, error) {
+func newAction(ctx workflow.Context, in ActionInput, o Options) (*action, error) {
 	in = in.WithDefaults(workflow.GetInfo(ctx).WorkflowExecution.ID)
 	if err := in.Validate(); err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidInput, err)
+		var ie *InputError
+		msg := err.Error()
+		if errors.As(err, &ie) {
+			msg = ie.problems()
+		}
+		return nil, temporal.NewNonRetryableApplicationError(msg, InvalidInputType, err)
+	}
+	events := o.Events
+	if events == nil {
+		events = slog.Default()
 	}
 	actx, _ := workflow.NewDisconnectedContext(ctx)
 	info := workflow.GetInfo(ctx)
 	w := &action{
-		ctx: ctx, actx: actx, in: in, info: info, log: workflow.GetLogger(ctx),
+		ctx: ctx, actx: actx, in: in, info: info, log: workflow.GetLogger(ctx), events: events,
+		needs:    in.Needs.Union(in.Request.Needs()),
 		deadline: workflow.Now(ctx).Add(in.Deadline),
 		status: Status{
 			ActionRef: info.WorkflowExecution.ID, State: StateQueued,
@@ -176,24 +211,29 @@ func (w *action) onCancel(r CancelRequest) {
 }
 
 // checkVerdict is the reconcile Update's validator: it rejects with a clear
-// message and writes nothing.
+// message and writes nothing. The rejection is an application error whose
+// type (RejectNotAwaiting, ...) says why, so a client decides on the type,
+// never on the message.
 func (w *action) checkVerdict(r ReconcileRequest) error {
+	reject := func(typ, format string, args ...any) error {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), typ, nil)
+	}
 	switch {
 	case w.status.State != StateAwaitingReconciliation:
-		return fmt.Errorf("action %s is %s, not awaiting reconciliation", w.status.ActionRef, w.status.State)
+		return reject(RejectNotAwaiting, "action %s is %s, not awaiting reconciliation", w.status.ActionRef, w.status.State)
 	case w.verdict != nil:
-		return fmt.Errorf("a %s verdict for attempt %d is already being applied", w.verdict.Verdict, w.verdict.Attempt)
+		return reject(RejectVerdictPending, "a %s verdict for attempt %d is already being applied", w.verdict.Verdict, w.verdict.Attempt)
 	case r.Attempt != w.status.AwaitingAttempt:
-		return fmt.Errorf("stale attempt %d: action %s awaits reconciliation of attempt %d", r.Attempt, w.status.ActionRef, w.status.AwaitingAttempt)
+		return reject(RejectStaleAttempt, "stale attempt %d: action %s awaits reconciliation of attempt %d", r.Attempt, w.status.ActionRef, w.status.AwaitingAttempt)
 	}
 	switch r.Verdict {
 	case activities.VerdictCompleted:
 		if r.Response == nil && r.ResultRef == "" {
-			return errors.New("verdict completed needs a response or a result_ref")
+			return reject(RejectInvalidVerdict, "verdict completed needs a response or a result_ref")
 		}
 	case activities.VerdictNotExecuted, activities.VerdictAllowReplay, activities.VerdictAbandon:
 	default:
-		return fmt.Errorf("unknown verdict %q: want completed, not_executed, allow_replay or abandon", r.Verdict)
+		return reject(RejectInvalidVerdict, "unknown verdict %q: want completed, not_executed, allow_replay or abandon", r.Verdict)
 	}
 	return nil
 }
@@ -212,7 +252,8 @@ func (w *action) note(what string) {
 }
 
 // run is the state machine. It returns exactly once, with the terminal
-// result.
+// result. After every attempt it records one Decision (what comes next,
+// and why) and emits the attempt's event.
 func (w *action) run() ActionResult {
 	if !w.loadPlan() {
 		return w.end(StateFailed, "no_route", "no route satisfies the action's needs")
@@ -223,112 +264,142 @@ func (w *action) run() ActionResult {
 		triesOnRoute = 0
 		next         = nextAttempt{why: "primary"}
 		retries      = 0 // waits so far, for the backoff window
-		last         recovery.Classification
 	)
 	for {
 		if w.scopeEnded() {
 			return w.endCanceled()
 		}
-		if w.status.Used >= w.in.MaxAttempts {
-			return w.end(StateFailed, string(last.Class), "budget_exhausted")
-		}
 		route := w.routes[ri]
 		rec := w.attempt(route, next)
-		if rec.Classification.Class == recovery.Canceled && w.origin == "" {
-			// The attempt's context ended without the action asking (the
-			// worker is stopping): the request may have left, so it is
-			// ambiguous, never a silent retry.
-			rec.Classification = recovery.Classification{Class: recovery.Ambiguous, Reason: "attempt_abandoned_by_worker", NeedsReconciliation: true}
-			w.status.Attempts[len(w.status.Attempts)-1] = rec
-		}
 		c := rec.Classification
-		last = c
 		if w.origin != "" && c.Class != recovery.Completed && c.Class != recovery.CommittedPartial {
+			w.decide(Decision{Next: DecideStop, Why: "scope_ended_" + string(w.origin)})
 			return w.endCanceled()
+		}
+		if c.Class == recovery.Misdirected {
+			w.misdirected = true
 		}
 		avoid := next.avoid
 		if rec.Evidence.ConnRef != "" && (c.FreshConnection || rec.Evidence.GoAway != nil) {
 			avoid = appendUnique(avoid, rec.Evidence.ConnRef)
 		}
+		fail := func() ActionResult { return w.end(StateFailed, string(c.Class), "budget_exhausted") }
 
 		switch c.Class {
 		case recovery.Completed:
+			w.decide(Decision{Next: DecideFinish, Why: c.Reason})
 			return w.endWith(StateCompleted, c)
 		case recovery.CommittedPartial:
+			w.decide(Decision{Next: DecideFinish, Why: c.Reason})
 			return w.endWith(StateCompletedPartial, c)
-		case recovery.Canceled:
-			return w.endCanceled()
 		case recovery.Rejected, recovery.ContentFiltered:
+			w.decide(Decision{Next: DecideStop, Why: c.Reason})
 			return w.end(StateRejected, string(c.Class), c.Reason)
 		case recovery.MisdirectedRepeated:
+			w.decide(Decision{Next: DecideStop, Why: c.Reason})
 			return w.end(StateFailed, string(c.Class), c.Reason)
 
 		case recovery.Misdirected:
-			next = nextAttempt{why: "421 retry", detail: "fresh connection after 421", avoid: avoid, fresh: true, afterMisdirected: true}
+			if !w.another(Decision{Next: DecideRetry, Why: "fresh connection after 421", Route: route.Name}) {
+				return fail()
+			}
+			next = nextAttempt{why: "421 retry", detail: "fresh connection after 421", avoid: avoid, fresh: true}
 			continue
 		case recovery.Refused:
 			if c.RouteMisconfigured {
-				if ri+1 < len(w.routes) {
-					ri, triesOnRoute = ri+1, 0
-					next = nextAttempt{why: "fallback", detail: "after " + c.Reason + " on " + route.Name}
-					continue
+				j, ok := w.fallbackFrom(ri, c)
+				if !ok {
+					w.decide(Decision{Next: DecideStop, Why: c.Reason + ": no route to fall back to"})
+					return w.end(StateFailed, string(c.Class), c.Reason)
 				}
-				return w.end(StateFailed, string(c.Class), c.Reason)
+				if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
+					return fail()
+				}
+				ri, triesOnRoute = j, 0
+				next = nextAttempt{why: "fallback", detail: "after " + c.Reason + " on " + route.Name}
+				continue
+			}
+			if !w.another(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name}) {
+				return fail()
 			}
 			next = nextAttempt{why: "transport retry", detail: freshDetail(rec.Evidence), avoid: avoid}
 			continue
 
-		case recovery.Ambiguous:
-			if w.mayReplay(route, rec) {
+		case recovery.Ambiguous, recovery.Canceled:
+			// A canceled attempt with the scope still open is never
+			// expected (only the workflow asks Temporal to cancel one);
+			// the request may have left, so it waits for a verdict too.
+			if c.Class == recovery.Ambiguous && w.mayReplay(route, rec) {
+				if !w.another(Decision{Next: DecideReplay, Why: "route honours Idempotency-Key", Route: route.Name}) {
+					return fail()
+				}
 				w.count("durallm.ambiguous_replays", "reason", "idempotency_policy")
 				next = nextAttempt{why: "replay", detail: "route honours Idempotency-Key", avoid: avoid}
 				continue
 			}
-			v, ok := w.reconcile(rec)
-			if !ok {
+			w.decide(Decision{Next: DecideAwait, Why: c.Reason})
+			v, end := w.reconcile(rec)
+			switch end {
+			case scopeEndedWhileWaiting:
 				return w.endCanceled()
+			case waitTimedOut:
+				w.count("durallm.reconciliations", "verdict", "timeout")
+				return w.end(StateIndeterminate, string(recovery.Ambiguous), "reconcile_timeout")
 			}
-			w.count("durallm.reconciliations", "verdict", reconcileLabel(v))
+			w.count("durallm.reconciliations", "verdict", string(v.Verdict))
 			switch v.Verdict {
 			case activities.VerdictCompleted:
 				w.response, w.resRef = v.Response, v.ResultRef
 				return w.end(StateReconciled, string(activities.VerdictCompleted), "reconciled")
 			case activities.VerdictNotExecuted, activities.VerdictAllowReplay:
+				if w.status.Used >= w.in.MaxAttempts {
+					return fail()
+				}
 				w.count("durallm.ambiguous_replays", "reason", "verdict_"+string(v.Verdict))
 				next = nextAttempt{why: "retry after verdict " + string(v.Verdict), avoid: avoid}
 				continue
 			default:
-				return w.end(StateIndeterminate, string(recovery.Ambiguous), reconcileEnd(v))
+				return w.end(StateIndeterminate, string(recovery.Ambiguous), "abandoned")
 			}
 
 		case recovery.EmptyResponse, recovery.IncompatibleRoute:
-			if ri+1 < len(w.routes) {
-				ri, triesOnRoute = ri+1, 0
-				next = nextAttempt{why: "fallback", detail: "after " + string(c.Class) + " on " + route.Name}
-				continue
+			j, ok := w.fallbackFrom(ri, c)
+			if !ok {
+				w.decide(Decision{Next: DecideStop, Why: c.Reason + ": no route to fall back to"})
+				return w.end(StateFailed, string(c.Class), c.Reason)
 			}
-			return w.end(StateFailed, string(c.Class), c.Reason)
+			if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
+				return fail()
+			}
+			ri, triesOnRoute = j, 0
+			next = nextAttempt{why: "fallback", detail: "after " + string(c.Class) + " on " + route.Name}
+			continue
 
 		default: // unsent, throttled, upstream_error
-			if w.status.Used >= w.in.MaxAttempts {
-				// No attempt is left to wait for.
-				return w.end(StateFailed, string(c.Class), "budget_exhausted")
-			}
-			fallback := ri+1 < len(w.routes) && c.Fallback
-			same := c.SameRoute && (triesOnRoute < w.in.RetriesPerRoute || !fallback)
+			j, canFall := w.fallbackFrom(ri, c)
+			canFall = canFall && c.Fallback
+			same := c.SameRoute && (triesOnRoute < w.in.RetriesPerRoute || !canFall)
 			retries++
-			wait, ok := w.in.Backoff.Delay(retries, w.jitter(), c.RetryAfter, w.deadline.Sub(workflow.Now(w.ctx)))
+			wait, waitOK := w.in.Backoff.Delay(retries, w.jitter(), c.RetryAfter, w.deadline.Sub(workflow.Now(w.ctx)))
 			switch {
-			case same && ok:
+			case same && waitOK:
+				if !w.another(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name, Wait: wait}) {
+					return fail()
+				}
 				triesOnRoute++
 				next = nextAttempt{why: "retry", detail: "after " + string(c.Class), avoid: avoid, wait: wait}
-			case fallback:
+			case canFall:
 				// A different provider need not wait out this one's pushback.
-				ri, triesOnRoute = ri+1, 0
+				if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
+					return fail()
+				}
+				ri, triesOnRoute = j, 0
 				next = nextAttempt{why: "fallback", detail: "after " + string(c.Class) + " on " + route.Name}
 			case same:
+				w.decide(Decision{Next: DecideStop, Why: "retry_after_beyond_deadline"})
 				return w.end(StateFailed, string(c.Class), "retry_after_beyond_deadline")
 			default:
+				w.decide(Decision{Next: DecideStop, Why: c.Reason})
 				return w.end(StateFailed, string(c.Class), c.Reason)
 			}
 			if next.wait > 0 {
@@ -343,16 +414,60 @@ func (w *action) run() ActionResult {
 
 // nextAttempt says how the next attempt is made and why.
 type nextAttempt struct {
-	why, detail      string
-	avoid            []string
-	fresh            bool
-	afterMisdirected bool
-	wait             time.Duration
+	why, detail string
+	avoid       []string
+	fresh       bool
+	wait        time.Duration
+}
+
+// another records the decision to make one more attempt, unless the
+// budget is spent: then the decision is to stop, and it reports false.
+func (w *action) another(d Decision) bool {
+	if w.status.Used >= w.in.MaxAttempts {
+		w.decide(Decision{Next: DecideStop, Why: "budget_exhausted"})
+		return false
+	}
+	w.decide(d)
+	return true
+}
+
+// decide records what follows the latest attempt and emits its one
+// "llm.attempt" event, which now says exactly what its record says.
+func (w *action) decide(d Decision) {
+	rec := &w.status.Attempts[len(w.status.Attempts)-1]
+	rec.Decision = d
+	if workflow.IsReplaying(w.ctx) {
+		return
+	}
+	extra := []slog.Attr{slog.String("decision", d.Next), slog.String("decision_why", d.Why)}
+	if d.Route != "" {
+		extra = append(extra, slog.String("next_route", d.Route))
+	}
+	if d.Wait > 0 {
+		extra = append(extra, slog.Duration("wait", d.Wait))
+	}
+	recovery.LogAttempt(context.Background(), w.events, rec.Evidence, rec.Classification, extra...)
+}
+
+// fallbackFrom finds the route to fall back to from route ri after c:
+// the next one in order, and after context_length_exceeded the next one
+// that declares a larger context than ri's (a route that declares none is
+// no evidence of a larger one). Routes passed over are noted.
+func (w *action) fallbackFrom(ri int, c recovery.Classification) (int, bool) {
+	larger := c.Class == recovery.IncompatibleRoute && c.Reason == string(recovery.SignalContextTooLong)
+	for j := ri + 1; j < len(w.routes); j++ {
+		if larger && w.routes[j].Capabilities.ContextTokens <= w.routes[ri].Capabilities.ContextTokens {
+			w.note(fmt.Sprintf("route %s skipped for fallback: context_tokens %d is not larger than %s's %d", w.routes[j].Name, w.routes[j].Capabilities.ContextTokens, w.routes[ri].Name, w.routes[ri].Capabilities.ContextTokens))
+			continue
+		}
+		return j, true
+	}
+	return 0, false
 }
 
 // loadPlan asks the worker for the routes' capabilities and keeps those
-// that satisfy the action's needs, in order, noting why others were
-// skipped.
+// that satisfy the action's needs (declared, and used by the request), in
+// order, noting why others were skipped.
 func (w *action) loadPlan() bool {
 	lctx := workflow.WithLocalActivityOptions(w.actx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
@@ -367,7 +482,7 @@ func (w *action) loadPlan() bool {
 		w.note("route " + name + " skipped: not configured on the worker")
 	}
 	for _, r := range w.plan.Routes {
-		if ok, missing := r.Capabilities.Satisfies(w.in.Needs); !ok {
+		if ok, missing := r.Capabilities.Satisfies(w.needs); !ok {
 			w.note("route " + r.Name + " skipped: lacks " + strings.Join(missing, ", "))
 			continue
 		}
@@ -395,6 +510,21 @@ func (w *action) scopeEnded() bool {
 	return w.origin != ""
 }
 
+// attemptTimeout is the one rule for an attempt's timeout: the action's
+// attempt_timeout when set, else the route's (which defaults to 60s),
+// never past what is left of the deadline. The activity applies it to the
+// exchange itself.
+func (w *action) attemptTimeout(route activities.RouteInfo, remaining time.Duration) time.Duration {
+	timeout := w.in.AttemptTimeout
+	if timeout <= 0 {
+		timeout = route.AttemptTimeout
+	}
+	if timeout <= 0 {
+		timeout = defaultAttemptTimeout
+	}
+	return min(timeout, remaining)
+}
+
 // attempt dispatches one CallModel and waits for it, or for the scope to
 // end, whichever comes first; then it waits for the activity to settle so
 // its evidence is final.
@@ -407,19 +537,12 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 	w.status.Used++
 	n := w.status.Used
 	remaining := w.deadline.Sub(workflow.Now(w.ctx))
-	timeout := w.in.AttemptTimeout
-	if timeout <= 0 {
-		timeout = route.AttemptTimeout
-	}
-	if timeout <= 0 {
-		timeout = defaultAttemptTimeout
-	}
-	timeout = min(timeout, remaining)
+	timeout := w.attemptTimeout(route, remaining)
 	input := activities.AttemptInput{
 		ActionRef: w.status.ActionRef, Attempt: n,
 		AttemptID:      w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n),
 		IdempotencyKey: w.in.IdempotencyKey, Route: route.Name, Request: w.in.Request,
-		Avoid: nx.avoid, FreshConnection: nx.fresh, AfterMisdirected: nx.afterMisdirected,
+		Avoid: nx.avoid, FreshConnection: nx.fresh, AfterMisdirected: w.misdirected,
 		Timeout: timeout,
 	}
 	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: workflow.Now(w.ctx)}
@@ -456,29 +579,47 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 	rec.HealthMoved = out.Classification.ProviderHealth
 	rec.Duration = workflow.Now(w.ctx).Sub(rec.Scheduled)
 	w.status.Attempts[len(w.status.Attempts)-1] = rec
-	if out.Response != nil {
-		w.response, w.resRef = out.Response, ""
+	if replays := out.Evidence.TransportReplays; replays > 0 {
+		// A lower layer sent the request again: each stream counts
+		// against the one budget.
+		w.status.Used += replays
+		w.note(fmt.Sprintf("attempt %d: %d transport replay(s) charged to the budget", n, replays))
 	}
-	if out.ResponseRef != "" {
+	switch {
+	case out.Response != nil:
+		w.response, w.resRef = out.Response, ""
+	case out.ResponseRef != "":
 		// Too large for history: the client resolves the reference.
 		w.response, w.resRef = nil, out.ResponseRef
+	case out.Classification.Class == recovery.CommittedPartial:
+		// Committed on a worker that was lost: its text went to the
+		// subscribers of that worker and is not in history.
+		w.response, w.resRef = &providers.Response{Partial: true, Incomplete: providers.IncompleteWorkerLost}, ""
 	}
 	w.log.Info("attempt finished", "attempt", n, "route", route.Name, "classification", string(rec.Classification.Class), "reason", rec.Classification.Reason)
 	return rec
 }
 
 // outcomeOfError turns an activity that did not return an outcome into
-// one: a cancellation is canceled; no worker ever taking it is unsent; a
-// timeout after it started, or a worker that died, is ambiguous, with the
-// last heartbeat as evidence (never as proof).
+// one. It decides no class: it writes what the workflow saw into the
+// evidence (the cancellation's details are the activity's own outcome;
+// a timeout's last heartbeat is evidence, never proof) and Classify
+// decides.
 func outcomeOfError(err error, in activities.AttemptInput) activities.Outcome {
-	ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route}
 	var canceled *temporal.CanceledError
 	var timeout *temporal.TimeoutError
+	if errors.As(err, &canceled) && canceled.HasDetails() {
+		var out activities.Outcome
+		if canceled.Details(&out) == nil && out.Evidence.AttemptID == in.AttemptID {
+			return out
+		}
+	}
+	ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route, AfterMisdirected: in.AfterMisdirected}
 	switch {
 	case errors.As(err, &canceled):
-		ev.Canceled = true
-		return activities.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
+		// Canceled before a worker ran it, or by a worker that sent no
+		// outcome: the workflow asked, so it is the scope.
+		ev.Canceled, ev.Stop = true, recovery.StopScope
 	case errors.As(err, &timeout):
 		if timeout.HasLastHeartbeatDetails() {
 			var p activities.Progress
@@ -488,45 +629,47 @@ func outcomeOfError(err error, in activities.AttemptInput) activities.Outcome {
 		}
 		switch timeout.TimeoutType() {
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
-			return activities.Outcome{Evidence: ev, Classification: recovery.Classification{
-				Class: recovery.Unsent, Reason: "no_worker_took_the_attempt", ReplaySafe: true, SameRoute: true, Fallback: true,
-			}}
+			ev.Activity = recovery.ActivityQueueTimeout
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
-			return ambiguousOutcome(ev, "worker_lost_mid_attempt")
+			ev.Activity = recovery.ActivityWorkerLost
 		default:
-			return ambiguousOutcome(ev, "attempt_timeout")
+			ev.Activity = recovery.ActivityTimedOut
 		}
 	default:
-		return ambiguousOutcome(ev, "activity_failed")
+		ev.Activity = recovery.ActivityFailed
 	}
-}
-
-func ambiguousOutcome(ev recovery.Evidence, reason string) activities.Outcome {
-	ev.TimedOut = true
-	return activities.Outcome{Evidence: ev, Classification: recovery.Classification{
-		Class: recovery.Ambiguous, Reason: reason, NeedsReconciliation: true,
-	}}
+	return activities.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
 }
 
 // mayReplay applies the replay policy to an ambiguous attempt: only a route
-// that honours Idempotency-Key, within its window.
+// that honours Idempotency-Key, within its window, and never an attempt
+// known to have committed (subscribers would get a second answer).
 func (w *action) mayReplay(route activities.RouteInfo, rec AttemptRecord) bool {
-	if w.in.ReplayPolicy != ReplayIdempotent || !route.HonoursIdempotencyKey || route.IdempotencyWindow <= 0 {
+	if rec.Evidence.ContentStarted || w.in.ReplayPolicy != ReplayIdempotent || !route.HonoursIdempotencyKey || route.IdempotencyWindow <= 0 {
 		return false
 	}
 	return workflow.Now(w.ctx).Sub(rec.Scheduled) < route.IdempotencyWindow
 }
 
-// reconcile waits for a verdict on an ambiguous attempt. ok is false when
-// the scope ended while waiting.
-func (w *action) reconcile(rec AttemptRecord) (ReconcileRequest, bool) {
+// waitEnd says how a wait for a verdict ended.
+type waitEnd int
+
+const (
+	verdictArrived waitEnd = iota
+	waitTimedOut
+	scopeEndedWhileWaiting
+)
+
+// reconcile waits for a verdict on an ambiguous attempt: the reconciler's,
+// or one from a person or program, or the timeout, or the scope ending.
+func (w *action) reconcile(rec AttemptRecord) (ReconcileRequest, waitEnd) {
 	w.status.AwaitingAttempt = rec.N
 	w.verdict = nil
 	w.setState(StateAwaitingReconciliation, string(recovery.Ambiguous), rec.Route)
 	if w.plan.Reconciler {
 		if v, ok := w.runReconciler(rec); ok {
 			w.status.AwaitingAttempt = 0
-			return v, true
+			return v, verdictArrived
 		}
 	}
 	got, err := workflow.AwaitWithTimeout(w.ctx, w.in.ReconcileTimeout, func() bool { return w.verdict != nil || w.cancelReq != nil })
@@ -535,14 +678,14 @@ func (w *action) reconcile(rec AttemptRecord) (ReconcileRequest, bool) {
 	case w.verdict != nil:
 		v := *w.verdict
 		w.verdict = nil
-		return v, true
+		return v, verdictArrived
 	case err != nil || w.cancelReq != nil:
 		w.scopeEnded()
-		return ReconcileRequest{}, false
+		return ReconcileRequest{}, scopeEndedWhileWaiting
 	case !got:
 		w.note("reconciliation timed out after " + w.in.ReconcileTimeout.String())
 	}
-	return ReconcileRequest{Attempt: rec.N, Verdict: activities.VerdictAbandon, By: "timeout"}, true
+	return ReconcileRequest{}, waitTimedOut
 }
 
 func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
@@ -698,20 +841,6 @@ func freshDetail(ev recovery.Evidence) string {
 // records nothing during replay, so a counter counts each event once.
 func (w *action) count(name, tag, value string) {
 	workflow.GetMetricsHandler(w.ctx).WithTags(map[string]string{tag: value}).Counter(name).Inc(1)
-}
-
-func reconcileLabel(v ReconcileRequest) string {
-	if v.By == "timeout" {
-		return "timeout"
-	}
-	return string(v.Verdict)
-}
-
-func reconcileEnd(v ReconcileRequest) string {
-	if v.By == "timeout" {
-		return "reconcile_timeout"
-	}
-	return "abandoned"
 }
 
 func appendUnique(s []string, v string) []string {

@@ -1,9 +1,11 @@
 package workflows
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/providers"
@@ -33,6 +36,9 @@ var testRoutes = map[string]providers.Route{
 	"b":       {Name: "b", Kind: "openai", Model: "model-b", Capabilities: providers.Capabilities{Tools: true, Streaming: true}},
 	"c":       {Name: "c", Kind: "openai", Model: "model-c", Capabilities: providers.Capabilities{Tools: true}},
 	"idem":    {Name: "idem", Kind: "openai", Model: "model-i", HonoursIdempotencyKey: true, IdempotencyWindow: time.Hour},
+	"ctx8k":   {Name: "ctx8k", Kind: "openai", Model: "model-8k", Capabilities: providers.Capabilities{ContextTokens: 8000}},
+	"ctx8k-b": {Name: "ctx8k-b", Kind: "openai", Model: "model-8k-b", Capabilities: providers.Capabilities{ContextTokens: 8000}},
+	"ctx128k": {Name: "ctx128k", Kind: "openai", Model: "model-128k", Capabilities: providers.Capabilities{ContextTokens: 128000}},
 	"no-tool": {Name: "no-tool", Kind: "openai", Model: "model-n"},
 }
 
@@ -43,11 +49,29 @@ type step struct {
 }
 
 type run struct {
-	t     *testing.T
-	env   *testsuite.TestWorkflowEnvironment
-	mu    sync.Mutex
-	calls []activities.AttemptInput
-	times []time.Time
+	t      *testing.T
+	env    *testsuite.TestWorkflowEnvironment
+	mu     sync.Mutex
+	calls  []activities.AttemptInput
+	times  []time.Time
+	events *lockedBuffer // the llm.attempt events, as JSON lines
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func newRun(t *testing.T, steps ...step) *run {
@@ -56,10 +80,11 @@ func newRun(t *testing.T, steps ...step) *run {
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := s.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
-	env.RegisterWorkflow(LLMAction)
+	events := &lockedBuffer{}
+	env.RegisterWorkflowWithOptions(New(Options{Events: slog.New(slog.NewJSONHandler(events, nil))}), workflow.RegisterOptions{Name: WorkflowName})
 	acts := &activities.Activities{Routes: testRoutes}
 	env.RegisterActivity(acts)
-	r := &run{t: t, env: env}
+	r := &run{t: t, env: env, events: events}
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
 		if info.ActivityType.Name != "CallModel" {
 			return
@@ -84,7 +109,7 @@ func newRun(t *testing.T, steps ...step) *run {
 
 func (r *run) exec(in ActionInput) ActionResult {
 	r.t.Helper()
-	r.env.ExecuteWorkflow(LLMAction, in)
+	r.env.ExecuteWorkflow(WorkflowName, in)
 	if !r.env.IsWorkflowCompleted() {
 		r.t.Fatal("workflow did not complete")
 	}
@@ -337,17 +362,19 @@ func TestInvalidInputFailsFastNamingTheField(t *testing.T) {
 		{"attempt timeout past the deadline", func(in *ActionInput) { in.Deadline = time.Second; in.AttemptTimeout = time.Minute }, "attempt_timeout"},
 		{"unknown replay policy", func(in *ActionInput) { in.ReplayPolicy = "sometimes" }, "replay_policy"},
 		{"duplicate route", func(in *ActionInput) { in.Routes = []string{"a", "a"} }, "routes[1]"},
+		{"an idempotency key the client cannot encode", func(in *ActionInput) { in.IdempotencyKey = "order-42\r\nX-Injected: 1" }, "idempotency_key"},
+		{"an idempotency key longer than providers accept", func(in *ActionInput) { in.IdempotencyKey = strings.Repeat("k", 300) }, "idempotency_key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRun(t)
 			in := input("a")
 			tt.in(&in)
-			r.env.ExecuteWorkflow(LLMAction, in)
+			r.env.ExecuteWorkflow(WorkflowName, in)
 			err := r.env.GetWorkflowError()
 			var app *temporal.ApplicationError
-			if !errors.As(err, &app) || app.Type() != ErrInvalidInput || !app.NonRetryable() || !strings.Contains(app.Error(), tt.field) {
-				t.Fatalf("error %v, want non-retryable %s naming %q", err, ErrInvalidInput, tt.field)
+			if !errors.As(err, &app) || app.Type() != InvalidInputType || !app.NonRetryable() || !strings.Contains(app.Error(), tt.field) {
+				t.Fatalf("error %v, want non-retryable %s naming %q", err, InvalidInputType, tt.field)
 			}
 			if r.attemptsStarted() != 0 {
 				t.Fatal("an invalid action dispatched an attempt")
@@ -695,5 +722,203 @@ func TestStatusQueryMatchesTheResult(t *testing.T) {
 	b, _ := json.Marshal(res.Status)
 	if string(a) != string(b) {
 		t.Fatalf("status query differs from the result:\n%s\n%s", a, b)
+	}
+}
+
+// Edge-path defects (issue 10), each test named after its defect.
+
+func fails(err error) step {
+	return step{f: func(context.Context, activities.AttemptInput) (activities.Outcome, error) { return activities.Outcome{}, err }}
+}
+
+func heartbeatLost(p activities.Progress) step {
+	return fails(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, p))
+}
+
+// Automatic replay ignored the commit boundary: a worker that died after
+// its last heartbeat said content_started was replayed on an idempotent
+// route, and subscribers received a second answer.
+func TestAutomaticReplayIgnoresTheCommitBoundary(t *testing.T) {
+	r := newRun(t, heartbeatLost(activities.Progress{ConnRef: "p-c1", Stage: "streaming", ContentStarted: true, ResponseBytes: 120}), ok)
+	in := input("idem")
+	in.ReplayPolicy = ReplayIdempotent
+	res := r.exec(in)
+	if res.State != StateCompletedPartial || r.attemptsStarted() != 1 {
+		t.Fatalf("state %s (%s) after %d attempts; a committed attempt must never be replayed", res.State, res.Reason, r.attemptsStarted())
+	}
+	if res.Response == nil || !res.Response.Partial || res.Response.Incomplete != providers.IncompleteWorkerLost {
+		t.Fatalf("response %+v", res.Response)
+	}
+}
+
+// A canceled attempt's wire evidence never reached history: the workflow
+// rebuilt an empty outcome from the cancellation. The activity now sends
+// its outcome as the cancellation's details and the workflow keeps it.
+// (The SDK's test environment drops the details of a cancellation the
+// workflow requested, so this checks outcomeOfError directly; the
+// end-to-end test TestE2ECanceledAttemptKeepsItsEvidence runs it through a
+// real server.)
+func TestCanceledAttemptWireEvidenceReachesHistory(t *testing.T) {
+	in := activities.AttemptInput{ActionRef: "act", Attempt: 1, AttemptID: "run-1", Route: "a"}
+	sent := classified(in, func(e *recovery.Evidence) {
+		e.Status, e.ContentStarted, e.ResponseBytes = 200, true, 42
+		e.Canceled, e.Stop = true, recovery.StopScope
+	})
+	got := outcomeOfError(fmt.Errorf("attempt canceled: %w (%w)", context.Canceled, temporal.NewCanceledError(sent)), in)
+	if got.Evidence.ConnRef != "p-c1" || got.Evidence.StreamID != 3 || !got.Evidence.ContentStarted || got.Classification.Class != recovery.Canceled {
+		t.Fatalf("outcome %+v", got)
+	}
+	// Canceled before any worker ran it: no details, still the scope.
+	got = outcomeOfError(temporal.NewCanceledError(), in)
+	if got.Classification.Class != recovery.Canceled || got.Evidence.Stop != recovery.StopScope || got.Evidence.AttemptID != "run-1" {
+		t.Fatalf("outcome %+v", got)
+	}
+	// Details of another attempt are not this attempt's evidence.
+	other := sent
+	other.Evidence.AttemptID = "run-9"
+	got = outcomeOfError(temporal.NewCanceledError(other), in)
+	if got.Evidence.ConnRef != "" {
+		t.Fatalf("took another attempt's evidence: %+v", got.Evidence)
+	}
+}
+
+// A second 421 was terminal only right after the 421 retry: 421, fresh
+// retry unsent, ordinary retry, 421 again started another fresh retry.
+// The action's second 421, wherever it falls, is misdirected_repeated.
+func TestSecond421IsTerminalWhereverItFalls(t *testing.T) {
+	got421 := step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+		return classified(in, func(e *recovery.Evidence) { e.Status = 421; e.AfterMisdirected = in.AfterMisdirected }), nil
+	}}
+	r := newRun(t, got421, unsent, got421, ok)
+	in := input("a")
+	in.MaxAttempts = 6
+	in.RetriesPerRoute = 3
+	res := r.exec(in)
+	if res.State != StateFailed || res.Outcome != string(recovery.MisdirectedRepeated) || r.attemptsStarted() != 3 {
+		t.Fatalf("state %s outcome %s after %d attempts", res.State, res.Outcome, r.attemptsStarted())
+	}
+}
+
+// TransportReplays was counted but never charged to the budget: every
+// stream a lower layer sent counts.
+func TestTransportReplaysCountAgainstTheBudget(t *testing.T) {
+	r := newRun(t, step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+		o := done(in)
+		o.Evidence.TransportReplays = 2
+		return o, nil
+	}})
+	res := r.exec(input("a"))
+	if res.State != StateCompleted || res.Used != 3 {
+		t.Fatalf("state %s, budget used %d, want 3 (one attempt, two replays)", res.State, res.Used)
+	}
+}
+
+// Capability-safe fallback: the needs were never derived from the
+// request, and context-too-long fell back without checking for a larger
+// context.
+func TestCapabilitySafeFallback(t *testing.T) {
+	t.Run("a request with tools skips a route without tools", func(t *testing.T) {
+		r := newRun(t, ok)
+		in := input("no-tool", "c")
+		in.Request.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"lookup"}}`)}
+		res := r.exec(in)
+		if res.State != StateCompleted || r.calls[0].Route != "c" || !hasNote(res, "route no-tool skipped: lacks tools") {
+			t.Fatalf("state %s, first route %s, notes %v", res.State, r.calls[0].Route, res.Notes)
+		}
+	})
+	t.Run("a streamed request skips a route without streaming", func(t *testing.T) {
+		r := newRun(t, ok)
+		in := input("c", "a")
+		in.Request.Stream = true
+		res := r.exec(in)
+		if r.calls[0].Route != "a" || !hasNote(res, "route c skipped: lacks streaming") {
+			t.Fatalf("first route %s, notes %v", r.calls[0].Route, res.Notes)
+		}
+	})
+	t.Run("context too long falls back only to a larger context", func(t *testing.T) {
+		tooLong := with(func(e *recovery.Evidence) { e.Status = 400; e.Signal = recovery.SignalContextTooLong })
+		r := newRun(t, tooLong, ok)
+		res := r.exec(input("ctx8k", "ctx8k-b", "ctx128k"))
+		if res.State != StateCompleted || r.calls[1].Route != "ctx128k" {
+			t.Fatalf("state %s, fell back to %s", res.State, r.calls[1].Route)
+		}
+		r = newRun(t, tooLong)
+		res = r.exec(input("ctx8k", "ctx8k-b"))
+		if res.State != StateFailed || r.attemptsStarted() != 1 {
+			t.Fatalf("state %s after %d attempts: no route has a larger context", res.State, r.attemptsStarted())
+		}
+	})
+}
+
+// The reconcile timeout was signalled by By == "timeout": a person who
+// typed --by timeout ended the action as if the wait had timed out.
+func TestAVerdictByTimeoutIsNotTheReconcileTimeout(t *testing.T) {
+	r := newRun(t, connLost)
+	r.afterAwaiting(time.Second, func() {
+		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon, By: "timeout"})
+	})
+	res := r.exec(input("a"))
+	if res.State != StateIndeterminate || res.Reason != "abandoned" {
+		t.Fatalf("state %s reason %s", res.State, res.Reason)
+	}
+}
+
+// The llm.attempt event is emitted once per attempt, after the workflow
+// decided what follows, and says exactly what the record in history says:
+// for every row, including those the workflow sees without an outcome
+// (ScheduleToStart, worker lost), a canceled attempt and a request the
+// route cannot express.
+func TestAttemptEventAgreesWithHistoryForEveryRow(t *testing.T) {
+	unsupported := with(func(e *recovery.Evidence) {
+		e.RequestSent, e.StreamID, e.ConnRef = false, 0, ""
+		e.Unsendable = recovery.UnsendableRoute
+	})
+	tests := []struct {
+		name   string
+		steps  []step
+		cancel time.Duration
+	}{
+		{"completed", []step{ok}, 0},
+		{"refused then completed", []step{goAwayAbove, ok}, 0},
+		{"throttled then fallback", []step{throttled(time.Hour), ok}, 0},
+		{"ScheduleToStart timed out, then completed", []step{fails(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)), ok}, 0},
+		{"worker lost, awaiting a verdict", []step{heartbeatLost(activities.Progress{ConnRef: "p-c1"})}, 0},
+		{"canceled", []step{blockUntilCanceled}, time.Second},
+		{"route cannot express the request, fallback", []step{unsupported, ok}, 0},
+		{"rejected", []step{rejected400}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRun(t, tt.steps...)
+			if tt.cancel > 0 {
+				r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalCancel, cancelSignal(OriginUserStop)) }, tt.cancel)
+			}
+			in := input("a", "b")
+			in.ReconcileTimeout = time.Minute
+			res := r.exec(in)
+			var events []map[string]any
+			for _, line := range strings.Split(strings.TrimSpace(r.events.String()), "\n") {
+				var ev map[string]any
+				if err := json.Unmarshal([]byte(line), &ev); err != nil {
+					t.Fatalf("event %q: %v", line, err)
+				}
+				if ev["msg"] == recovery.AttemptEvent {
+					events = append(events, ev)
+				}
+			}
+			if len(events) != len(res.Attempts) {
+				t.Fatalf("%d events for %d attempts:\n%s", len(events), len(res.Attempts), r.events.String())
+			}
+			for i, rec := range res.Attempts {
+				ev := events[i]
+				if ev["attempt"] != float64(rec.N) || ev["classification"] != string(rec.Classification.Class) || ev["reason"] != rec.Classification.Reason ||
+					ev["decision"] != rec.Decision.Next || ev["decision_why"] != rec.Decision.Why || ev["conn_ref"] != rec.Evidence.ConnRef {
+					t.Fatalf("attempt %d: event %v\nrecord %+v", rec.N, ev, rec)
+				}
+				if rec.Decision.Next == "" {
+					t.Fatalf("attempt %d has no decision", rec.N)
+				}
+			}
+		})
 	}
 }

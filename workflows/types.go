@@ -148,6 +148,58 @@ type ReconcileRequest struct {
 	By string `json:"by,omitempty"`
 }
 
+// Decision is what the workflow did after an attempt, and why: the
+// contract's per-attempt decision (CONTRACT.md section 2). It is recorded
+// on the attempt and carried by the attempt's "llm.attempt" event.
+type Decision struct {
+	// Next is one of the Decide* values.
+	Next string `json:"next"`
+	// Why names what decided it: the classification's reason, or a rule
+	// of the workflow's ("budget_exhausted", "retry_after_beyond_deadline").
+	Why string `json:"why,omitempty"`
+	// Route is the route of the next attempt, for a retry, fallback or
+	// replay.
+	Route string `json:"route,omitempty"`
+	// Wait is the backoff before the next attempt, zero when none.
+	Wait time.Duration `json:"wait,omitempty"`
+}
+
+// What can follow an attempt (Decision.Next).
+const (
+	// DecideFinish: the action ends with the attempt's response.
+	DecideFinish = "finish"
+	// DecideRetry: another attempt on the same route.
+	DecideRetry = "retry"
+	// DecideFallback: another attempt on another route.
+	DecideFallback = "fallback"
+	// DecideReplay: an ambiguous attempt replayed under the replay policy.
+	DecideReplay = "replay"
+	// DecideAwait: the action waits for a reconciliation verdict.
+	DecideAwait = "await_reconciliation"
+	// DecideStop: the action ends without a response.
+	DecideStop = "stop"
+)
+
+// InvalidInputType is the type of the non-retryable application error an
+// action fails with when its input is invalid. The Go client turns it
+// back into an error matching ErrInvalidInput.
+const InvalidInputType = "InvalidInput"
+
+// The types of the application error a rejected reconcile Update carries
+// (CONTRACT.md section 5): a client decides on these, never on the text.
+const (
+	// RejectNotAwaiting: the action is not awaiting reconciliation.
+	RejectNotAwaiting = "NotAwaitingReconciliation"
+	// RejectVerdictPending: a verdict is already being applied.
+	RejectVerdictPending = "VerdictPending"
+	// RejectStaleAttempt: the verdict names another attempt than the one
+	// awaiting reconciliation.
+	RejectStaleAttempt = "StaleAttempt"
+	// RejectInvalidVerdict: an unknown verdict, or completed without a
+	// result.
+	RejectInvalidVerdict = "InvalidVerdict"
+)
+
 // AttemptRecord is one attempt in the action's timeline. It holds evidence
 // and decisions, never content.
 type AttemptRecord struct {
@@ -169,6 +221,9 @@ type AttemptRecord struct {
 	Duration time.Duration `json:"duration"`
 	// BackoffAfter is the wait that followed it, zero when none.
 	BackoffAfter time.Duration `json:"backoff_after,omitempty"`
+	// Decision is what the workflow did next, and why. Empty only while
+	// the attempt runs.
+	Decision Decision `json:"decision"`
 }
 
 // Note is something the workflow recorded that is not an attempt: a route

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // WithDefaults fills the zero values documented on ActionInput, using
@@ -33,7 +35,33 @@ func (in ActionInput) WithDefaults(workflowID string) ActionInput {
 	return in
 }
 
-// Validate reports every problem with the input, each naming its field.
+// ErrInvalidInput matches (errors.Is) the error of an action whose input
+// was rejected: by Validate, by the Go client before starting, or by the
+// workflow itself. Nothing was dispatched.
+var ErrInvalidInput = errors.New("durallm: invalid action input")
+
+// InputError lists every problem with an ActionInput, each naming its
+// field. It matches ErrInvalidInput.
+type InputError struct {
+	Problems []error
+}
+
+func (e *InputError) Error() string { return ErrInvalidInput.Error() + ": " + e.problems() }
+
+func (e *InputError) problems() string { return errors.Join(e.Problems...).Error() }
+
+// Is reports that an InputError is ErrInvalidInput.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// Unwrap returns the problems.
+func (e *InputError) Unwrap() []error { return e.Problems }
+
+// maxIdempotencyKey bounds the key: it is sent on every attempt, and
+// providers cap theirs (OpenAI's idempotency keys are at most 256 bytes).
+const maxIdempotencyKey = 256
+
+// Validate reports every problem with the input, each naming its field,
+// as an *InputError (nil when there is none).
 func (in ActionInput) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -80,5 +108,16 @@ func (in ActionInput) Validate() error {
 	if in.Needs.ContextTokens < 0 {
 		bad("needs.context_tokens", "negative: %d", in.Needs.ContextTokens)
 	}
-	return errors.Join(errs...)
+	switch {
+	case len(in.IdempotencyKey) > maxIdempotencyKey:
+		bad("idempotency_key", "%d bytes, at most %d", len(in.IdempotencyKey), maxIdempotencyKey)
+	case !httpguts.ValidHeaderFieldValue(in.IdempotencyKey):
+		// It is sent as a header on every attempt: a key the client cannot
+		// encode could never be sent. Its value is not quoted.
+		bad("idempotency_key", "not a valid HTTP header value (control characters such as CR or LF)")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &InputError{Problems: errs}
 }
