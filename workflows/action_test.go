@@ -728,7 +728,9 @@ func TestStatusQueryMatchesTheResult(t *testing.T) {
 // Edge-path defects (issue 10), each test named after its defect.
 
 func fails(err error) step {
-	return step{f: func(context.Context, activities.AttemptInput) (activities.Outcome, error) { return activities.Outcome{}, err }}
+	return step{f: func(context.Context, activities.AttemptInput) (activities.Outcome, error) {
+		return activities.Outcome{}, err
+	}}
 }
 
 func heartbeatLost(p activities.Progress) step {
