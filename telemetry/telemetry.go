@@ -230,6 +230,8 @@ func (t *Telemetry) engineCounters() error {
 		o.ObserveInt64(replays, sum.TransportReplays)
 		o.ObserveInt64(lost, sum.ObserverLost)
 		for code, n := range byCode {
+			// Keys are ErrCode.Label values (RFC names or UNKNOWN), never
+			// the peer's raw code, so this attribute stays bounded.
 			o.ObserveInt64(goaways, n, metric.WithAttributes(attribute.String("http2.error_code", code)))
 		}
 		return nil
@@ -273,6 +275,10 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 	t.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.classification", class), attribute.String("durallm.route", a.Route)))
 	switch a.Class.Class {
 	case recovery.Ambiguous:
+		// Ambiguous reasons are constants or carry a peer's code only as
+		// ErrCode.Label, so durallm.reason is bounded. Other classes'
+		// reasons are not exported: "status_N" holds the peer's status,
+		// which x/net parses as any integer.
 		t.ambiguous.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route), attribute.String("durallm.reason", a.Class.Reason)))
 	case recovery.EmptyResponse:
 		t.empty.Add(ctx, 1, metric.WithAttributes(attribute.String("gen_ai.provider.name", a.Provider), attribute.String("gen_ai.request.model", a.Model)))
