@@ -8,8 +8,9 @@
 // with gen_ai.provider.name, gen_ai.request.model, gen_ai.operation.name,
 // error.type) and add the recovery ones under durallm.*. No attribute ever
 // holds content, a header, a key or an id of a user action: only routes,
-// models, providers, classifications, codes and origins, so cardinality
-// stays bounded. docs/operations.md lists every series and the alerts.
+// models, providers, classifications, the provider-health flag, codes
+// (peer-chosen ones bucketed by recovery.ErrCode.Label) and origins, so
+// cardinality stays bounded. docs/operations.md lists every series and the alerts.
 package telemetry
 
 import (
@@ -143,7 +144,7 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 		metric.WithDescription("Tokens used, by gen_ai.token.type (input, output)"),
 		metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576))
 	add(e)
-	t.attempts, e = m.Int64Counter("durallm.attempts", metric.WithDescription("Attempts by classification and route"))
+	t.attempts, e = m.Int64Counter("durallm.attempts", metric.WithDescription("Attempts by classification, route and whether the outcome moves the route's provider health"))
 	add(e)
 	t.ambiguous, e = m.Int64Counter("durallm.ambiguous", metric.WithDescription("Ambiguous attempts by route and reason"))
 	add(e)
@@ -272,7 +273,16 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 	if a.OutputTokens > 0 {
 		t.tokens.Record(ctx, int64(a.OutputTokens), metric.WithAttributes(append(common, attribute.String("gen_ai.token.type", "output"))...))
 	}
-	t.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.classification", class), attribute.String("durallm.route", a.Route)))
+	// durallm.provider_health is the classification's own flag, exported
+	// as classified and never recomputed here, so a dashboard can prove on
+	// this one counter that canceled, misdirected and rejected attempts
+	// are counted yet never move a route's health (CONTRACT.md section 4).
+	// It adds few series: the class decides it except for ambiguous and
+	// refused attempts.
+	t.attempts.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("durallm.classification", class),
+		attribute.String("durallm.route", a.Route),
+		attribute.Bool("durallm.provider_health", a.Class.ProviderHealth)))
 	switch a.Class.Class {
 	case recovery.Ambiguous:
 		// Ambiguous reasons are constants or carry a peer's code only as

@@ -117,3 +117,52 @@ func TestPeerChosenErrorCodesDoNotBecomeMetricLabelValues(t *testing.T) {
 		}
 	}
 }
+
+// Defect 17: provider health was a per-attempt flag that nothing exported.
+// CONTRACT.md section 4: only provider-attributable outcomes move a route's
+// health; canceled, misdirected, rejected and a NO_ERROR drain never do. The
+// flag is exported as it was classified, so a dashboard can prove that.
+func TestProviderHealthIsExported(t *testing.T) {
+	tel := newTelemetry(t)
+	sent := recovery.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
+	status := func(s int) recovery.Evidence { ev := sent; ev.ResponseHeaders, ev.Status = true, s; return ev }
+	drain := sent
+	drain.GoAway = &recovery.GoAway{LastStreamID: 1, Code: recovery.CodeNoError}
+	canceled := sent
+	canceled.Canceled = true
+	attempts := []struct {
+		ev     recovery.Evidence
+		class  recovery.Class
+		health string
+	}{
+		{canceled, recovery.Canceled, "false"},
+		{status(429), recovery.Throttled, "true"},
+		{status(421), recovery.Misdirected, "false"},
+		{status(400), recovery.Rejected, "false"},
+		{drain, recovery.Refused, "false"},
+		{status(500), recovery.UpstreamError, "true"},
+	}
+	for _, a := range attempts {
+		c := recovery.Classify(a.ev)
+		if c.Class != a.class {
+			t.Fatalf("evidence %+v classified %s, want %s", a.ev, c.Class, a.class)
+		}
+		tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: a.ev, Class: c})
+	}
+
+	body := scrape(t, tel)
+	for _, a := range attempts {
+		class := `durallm_classification="` + string(a.class) + `"`
+		if got := testsuite.MetricSum(body, "durallm_attempts_total", class, `durallm_provider_health="`+a.health+`"`); got != 1 {
+			t.Errorf(`durallm_attempts_total{%s,durallm_provider_health=%q} = %v, want 1`, class, a.health, got)
+		}
+	}
+	// The dashboard's proof: attempts counted against health are exactly
+	// the throttled and the upstream_error one, never the canceled one.
+	if got := testsuite.MetricSum(body, "durallm_attempts_total", `durallm_provider_health="true"`); got != 2 {
+		t.Errorf(`sum(durallm_attempts_total{durallm_provider_health="true"}) = %v, want 2`, got)
+	}
+	if got := testsuite.MetricSum(body, "durallm_attempts_total", `durallm_classification="canceled"`, `durallm_provider_health="true"`); got != 0 {
+		t.Errorf("a canceled attempt counted against provider health: %v", got)
+	}
+}
