@@ -10,7 +10,8 @@
 // holds content, a header, a key or an id of a user action: only routes,
 // models, providers, classifications, the provider-health flag, codes
 // (peer-chosen ones bucketed by recovery.ErrCode.Label) and origins, so
-// cardinality stays bounded. docs/operations.md lists every series and the alerts.
+// cardinality stays bounded. docs/operations.md lists every series and
+// the alerts.
 package telemetry
 
 import (
