@@ -69,7 +69,9 @@ type Classification struct {
 	Class Class `json:"class"`
 	// Reason names the evidence that decided it, e.g.
 	// "goaway_above_boundary" or "connection_closed_without_goaway".
-	// It never contains content, headers or GOAWAY debug data.
+	// It never contains content, headers or GOAWAY debug data, and a
+	// peer's HTTP/2 error code appears only as ErrCode.Label, because
+	// ambiguous reasons become the durallm.reason metric attribute.
 	Reason string `json:"reason"`
 	// ReplaySafe reports that the provider did not execute the request,
 	// so sending it again cannot duplicate work.

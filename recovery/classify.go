@@ -172,7 +172,7 @@ func classifyNoResponse(ev Evidence) Classification {
 	case ev.GoAway != nil:
 		return ambiguous("goaway_at_or_below_boundary", true)
 	case ev.RSTStream != nil:
-		return ambiguous("rst_stream_"+ev.RSTStream.String(), true)
+		return ambiguous("rst_stream_"+ev.RSTStream.Label(), true)
 	case ev.ConnClosed:
 		return ambiguous("connection_closed_without_goaway", true)
 	case ev.TimedOut:
@@ -195,7 +195,7 @@ func classifyGoAwayRefusal(ev Evidence) Classification {
 	default:
 		// Reconnecting identically will fail identically; the request was
 		// not processed, so it may still fall back.
-		return Classification{Class: Refused, Reason: "goaway_" + code.String(), ReplaySafe: true, Fallback: true, FreshConnection: true, RouteMisconfigured: true, ProviderHealth: true}
+		return Classification{Class: Refused, Reason: "goaway_" + code.Label(), ReplaySafe: true, Fallback: true, FreshConnection: true, RouteMisconfigured: true, ProviderHealth: true}
 	}
 }
 

@@ -46,7 +46,7 @@ func TestClassify(t *testing.T) {
 		{"refused: GOAWAY PROTOCOL_ERROR marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeProtocolError} }), Refused, "goaway_PROTOCOL_ERROR", misconfigured},
 		{"refused: GOAWAY INADEQUATE_SECURITY marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeInadequateSecurity} }), Refused, "goaway_INADEQUATE_SECURITY", misconfigured},
 		{"refused: GOAWAY HTTP_1_1_REQUIRED marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: CodeHTTP11Required} }), Refused, "goaway_HTTP_1_1_REQUIRED", misconfigured},
-		{"refused: GOAWAY with an unknown code marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: 0x77} }), Refused, "goaway_UNKNOWN_0x77", misconfigured},
+		{"refused: GOAWAY with an unknown code marks the route misconfigured", with(sent(5), func(e *Evidence) { e.GoAway = &GoAway{LastStreamID: 1, Code: 0x77} }), Refused, "goaway_UNKNOWN", misconfigured},
 
 		{"misdirected: 421", with(sent(1), func(e *Evidence) { e.Status = 421 }), Misdirected, "421", func(t *testing.T, c Classification) {
 			replaySafe(t, c)

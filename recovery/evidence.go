@@ -262,6 +262,17 @@ func (c ErrCode) String() string {
 	return fmt.Sprintf("UNKNOWN_0x%x", uint32(c))
 }
 
+// Label returns the RFC name, or "UNKNOWN" for an unassigned code. A peer
+// may send any of 2^32 codes, so whatever becomes a metric attribute (a
+// Classification.Reason, the engine's GOAWAY counter) uses Label; String
+// keeps the exact code for evidence and logs, which are not metrics.
+func (c ErrCode) Label() string {
+	if c < ErrCode(len(errCodeNames)) {
+		return errCodeNames[c]
+	}
+	return "UNKNOWN"
+}
+
 // MarshalText writes the RFC name so history and logs read naturally.
 func (c ErrCode) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 

@@ -10,7 +10,9 @@ import (
 type Stats struct {
 	// ConnsOpened counts connections dialed and set up.
 	ConnsOpened int64
-	// GoAways counts GOAWAY frames received, by error code name.
+	// GoAways counts GOAWAY frames received, by ErrCode.Label: the RFC
+	// name, or UNKNOWN for any unassigned code, because the keys become
+	// the http2.error_code metric attribute and the peer chooses the code.
 	GoAways map[string]int64
 	// Quarantines counts connections quarantined after a 421.
 	Quarantines int64
@@ -39,7 +41,7 @@ func (s *stats) goAway(code ErrCode) {
 	if s.goAways == nil {
 		s.goAways = make(map[string]int64)
 	}
-	s.goAways[code.String()]++
+	s.goAways[code.Label()]++
 	s.mu.Unlock()
 }
 

@@ -8,8 +8,10 @@
 // with gen_ai.provider.name, gen_ai.request.model, gen_ai.operation.name,
 // error.type) and add the recovery ones under durallm.*. No attribute ever
 // holds content, a header, a key or an id of a user action: only routes,
-// models, providers, classifications, codes and origins, so cardinality
-// stays bounded. docs/operations.md lists every series and the alerts.
+// models, providers, classifications, the provider-health flag, codes
+// (peer-chosen ones bucketed by recovery.ErrCode.Label) and origins, so
+// cardinality stays bounded. docs/operations.md lists every series and
+// the alerts.
 package telemetry
 
 import (
@@ -143,7 +145,7 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 		metric.WithDescription("Tokens used, by gen_ai.token.type (input, output)"),
 		metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576))
 	add(e)
-	t.attempts, e = m.Int64Counter("durallm.attempts", metric.WithDescription("Attempts by classification and route"))
+	t.attempts, e = m.Int64Counter("durallm.attempts", metric.WithDescription("Attempts by classification, route and whether the outcome moves the route's provider health"))
 	add(e)
 	t.ambiguous, e = m.Int64Counter("durallm.ambiguous", metric.WithDescription("Ambiguous attempts by route and reason"))
 	add(e)
@@ -230,6 +232,8 @@ func (t *Telemetry) engineCounters() error {
 		o.ObserveInt64(replays, sum.TransportReplays)
 		o.ObserveInt64(lost, sum.ObserverLost)
 		for code, n := range byCode {
+			// Keys are ErrCode.Label values (RFC names or UNKNOWN), never
+			// the peer's raw code, so this attribute stays bounded.
 			o.ObserveInt64(goaways, n, metric.WithAttributes(attribute.String("http2.error_code", code)))
 		}
 		return nil
@@ -270,9 +274,22 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 	if a.OutputTokens > 0 {
 		t.tokens.Record(ctx, int64(a.OutputTokens), metric.WithAttributes(append(common, attribute.String("gen_ai.token.type", "output"))...))
 	}
-	t.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.classification", class), attribute.String("durallm.route", a.Route)))
+	// durallm.provider_health is the classification's own flag, exported
+	// as classified and never recomputed here, so a dashboard can prove on
+	// this one counter that canceled, misdirected and rejected attempts
+	// are counted yet never move a route's health (CONTRACT.md section 4).
+	// It adds few series: the class decides it except for ambiguous and
+	// refused attempts.
+	t.attempts.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("durallm.classification", class),
+		attribute.String("durallm.route", a.Route),
+		attribute.Bool("durallm.provider_health", a.Class.ProviderHealth)))
 	switch a.Class.Class {
 	case recovery.Ambiguous:
+		// Ambiguous reasons are constants or carry a peer's code only as
+		// ErrCode.Label, so durallm.reason is bounded. Other classes'
+		// reasons are not exported: "status_N" holds the peer's status,
+		// which x/net parses as any integer.
 		t.ambiguous.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route), attribute.String("durallm.reason", a.Class.Reason)))
 	case recovery.EmptyResponse:
 		t.empty.Add(ctx, 1, metric.WithAttributes(attribute.String("gen_ai.provider.name", a.Provider), attribute.String("gen_ai.request.model", a.Model)))
