@@ -357,6 +357,87 @@ func TestE2ECancelStopsTheAttempt(t *testing.T) {
 	s.saveHistory("cancel-me", "cancellation")
 }
 
+// A canceled attempt keeps its wire evidence in history: the activity
+// reports the cancellation with its outcome as details (defect 8 of the
+// edge-path review), which the SDK's test environment cannot show.
+func TestE2ECanceledAttemptKeepsItsEvidence(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	s.p.Push(testsuite.Hold())
+	ctx := context.Background()
+	a, err := s.c.Start(ctx, "cancel-evidence", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return s.p.ExecutedCount("cancel-evidence") == 1 })
+	if err := s.c.Cancel(ctx, "cancel-evidence", workflows.OriginUserStop, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Result(ctx)
+	var ae *durallm.ActionError
+	if !errors.As(err, &ae) || ae.State != workflows.StateCanceled {
+		t.Fatalf("err %v", err)
+	}
+	rec := ae.Result.Attempts[0]
+	ev := rec.Evidence
+	if rec.Classification.Class != recovery.Canceled || !ev.RequestSent || ev.StreamID == 0 || ev.ConnRef == "" || ev.Stop != recovery.StopScope {
+		t.Fatalf("the canceled attempt lost its evidence: %+v", rec)
+	}
+}
+
+// Worker shutdown mid-stream kept nothing: the SDK cancels a running
+// activity with worker.ErrWorkerShutdown once the stop timeout passes, and
+// the activity returned ctx.Err(), which Temporal records as a failure.
+// Content had reached subscribers: the attempt is committed, and the
+// action ends completed_partial with the text, on the next worker.
+func TestE2EWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
+	s := newStack(t)
+	w, err := worker.New(s.tc, worker.Options{
+		TaskQueue: s.tq, Config: s.routes(), TLS: s.p.ClientTLSConfig(), SearchAttributes: true,
+		Logger: slog.New(slog.DiscardHandler), StopTimeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.p.Push(testsuite.StreamStall(2))
+	events, unsubscribe := w.Sinks().Subscribe("shutdown-mid-stream", 64)
+	defer unsubscribe()
+	ctx := context.Background()
+	a, err := s.c.Start(ctx, "shutdown-mid-stream", actionInput(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < 2; {
+		if ev := <-events; ev.Delta != "" {
+			got++
+		}
+	}
+	w.Stop()
+	s.startWorker() // takes the workflow over
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := a.Result(rctx)
+	if err != nil {
+		st, _ := s.c.Status(ctx, "shutdown-mid-stream")
+		t.Fatalf("no result (%v); status %+v", err, st)
+	}
+	if err != nil {
+		t.Fatalf("err %v", err)
+	}
+	if res.State != workflows.StateCompletedPartial || res.Response == nil || res.Response.Text != "chunk1 chunk2" || len(res.Attempts) != 1 {
+		t.Fatalf("state %s response %+v attempts %d", res.State, res.Response, len(res.Attempts))
+	}
+	if c := res.Attempts[0].Classification; c.Class != recovery.CommittedPartial || c.Reason != "worker_stopped_after_content" {
+		t.Fatalf("classified %s/%s", c.Class, c.Reason)
+	}
+	if n := s.p.ExecutedCount("shutdown-mid-stream"); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+}
+
 func TestE2EHappyPath(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()

@@ -65,6 +65,14 @@ type Activities struct {
 	// LargeResponseBytes is the JSON size above which a response goes to
 	// Results. Zero means resultstore.DefaultThreshold (256 KiB).
 	LargeResponseBytes int
+	// StopGrace is how long a running attempt may go on once its worker
+	// starts a graceful stop. Past it the activity ends the attempt itself
+	// (its evidence intact) and returns, while the worker can still report
+	// the outcome: the SDK fails any result reported after its stop
+	// timeout has canceled the worker's context. Set it below the worker's
+	// stop timeout. Zero means 8s (the worker's default stop timeout is
+	// 10s); negative means the attempt runs until the SDK cancels it.
+	StopGrace time.Duration
 	// Telemetry records per-attempt metrics. Nil means none.
 	Telemetry *telemetry.Telemetry
 	// Logger receives worker-side events (never content). Nil means
@@ -154,6 +162,8 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 		route.AttemptTimeout = in.Timeout
 	}
 
+	ctx, release := a.endOnWorkerStop(ctx)
+	defer release()
 	stop := a.heartbeat(ctx, att)
 	var sink providers.Sink
 	if a.Sinks != nil {
@@ -173,6 +183,43 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 		out.Response = &r
 	}
 	return a.finish(ctx, in, route, out, res.Response.Usage)
+}
+
+// ErrWorkerStopping is the cause an attempt's context is canceled with
+// when its worker is stopping and StopGrace has passed.
+var ErrWorkerStopping = errors.New("durallm: the worker is stopping")
+
+// endOnWorkerStop returns a context that ends with ErrWorkerStopping once
+// the worker has been stopping for StopGrace, so the attempt returns its
+// outcome while the worker can still report it.
+func (a *Activities) endOnWorkerStop(ctx context.Context) (context.Context, func()) {
+	grace := a.StopGrace
+	if grace == 0 {
+		grace = 8 * time.Second
+	}
+	if grace < 0 || !activity.IsActivity(ctx) {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-activity.GetWorkerStopChannel(ctx):
+		case <-done:
+			return
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(ErrWorkerStopping)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		cancel(nil)
+	}
 }
 
 // facts gathers what the activity knows of an attempt that the wire
@@ -200,16 +247,17 @@ func facts(ctx context.Context, res providers.Result, err error) recovery.Facts 
 	return f
 }
 
-// stopCause says why the activity's context ended, from its cause: the
-// Temporal SDK cancels with worker.ErrWorkerShutdown when the worker
-// stops, with activity.ErrActivityPaused or ErrActivityReset when an
-// operator intervenes, and with a canceled error when the workflow asked.
+// stopCause says why the activity's context ended, from its cause: our
+// own ErrWorkerStopping, or the Temporal SDK's worker.ErrWorkerShutdown
+// when the worker stops, activity.ErrActivityPaused or ErrActivityReset
+// when an operator intervenes, and a canceled error when the workflow
+// asked.
 func stopCause(ctx context.Context) recovery.StopCause {
 	if ctx.Err() == nil {
 		return ""
 	}
 	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, worker.ErrWorkerShutdown):
+	case errors.Is(cause, ErrWorkerStopping), errors.Is(cause, worker.ErrWorkerShutdown):
 		return recovery.StopWorkerShutdown
 	case errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):
 		return recovery.StopPaused

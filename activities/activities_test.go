@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	sdktestsuite "go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/providers"
@@ -272,5 +273,50 @@ func TestAttemptTimeoutCanGoPastTheRouteDefault(t *testing.T) {
 	out, err := a.CallModel(context.Background(), in)
 	if err != nil || out.Classification.Class != recovery.Completed {
 		t.Fatalf("err %v outcome %+v", err, out.Classification)
+	}
+}
+
+// The SDK fails any result reported after the worker's stop timeout has
+// canceled its context, so an attempt still streaming when the worker
+// stops ends itself once StopGrace has passed, with its evidence and its
+// committed text, while the worker can still report it.
+func TestWorkerStoppingEndsTheAttemptWithinItsGrace(t *testing.T) {
+	a, p := newActs(t)
+	a.Sinks = NewSinks()
+	a.StopGrace = 50 * time.Millisecond
+	events, unsubscribe := a.Sinks.Subscribe("act", 16)
+	defer unsubscribe()
+	p.Push(testsuite.StreamStall(1))
+	req := hello()
+	req.Stream = true
+	var s sdktestsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	stopping := make(chan struct{})
+	env.SetWorkerStopChannel(stopping)
+	type result struct {
+		out Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := env.ExecuteActivity(a.CallModel, attempt("openai", req))
+		var r result
+		r.err = err
+		if err == nil {
+			r.err = v.Get(&r.out)
+		}
+		done <- r
+	}()
+	if ev := <-events; ev.Delta == "" {
+		t.Fatalf("event %+v", ev)
+	}
+	close(stopping)
+	r := <-done
+	if r.err != nil || r.out.Classification.Class != recovery.CommittedPartial || r.out.Response == nil || r.out.Response.Text != "chunk1" {
+		t.Fatalf("err %v outcome %+v response %+v", r.err, r.out.Classification, r.out.Response)
+	}
+	if r.out.Evidence.Stop != recovery.StopWorkerShutdown {
+		t.Fatalf("evidence %+v", r.out.Evidence)
 	}
 }

@@ -133,8 +133,9 @@ type Route struct {
 	APIKeyFile string
 	// Capabilities are what the route offers.
 	Capabilities Capabilities
-	// AttemptTimeout bounds one attempt, from send to the end of the body.
-	// Zero means DefaultAttemptTimeout (60s).
+	// AttemptTimeout bounds one attempt, from send to the end of the body,
+	// for an action that sets no attempt_timeout of its own (an action's
+	// replaces it). Zero means DefaultAttemptTimeout (60s).
 	AttemptTimeout time.Duration
 	// FirstByteTimeout bounds a stream's wait from the send until the
 	// first body byte. Zero means DefaultFirstByteTimeout (20s). Not

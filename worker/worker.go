@@ -53,8 +53,11 @@ type Options struct {
 	// MaxConcurrentAttempts bounds CallModel executions in this worker.
 	// Zero means 256.
 	MaxConcurrentAttempts int
-	// StopTimeout bounds a graceful stop: in-flight attempts get this long
-	// to finish before they are canceled. Zero means 10s.
+	// StopTimeout bounds a graceful stop: in-flight attempts get most of
+	// it to finish (all but a quarter, at most 2s); one still running then
+	// ends itself with its evidence and reports its outcome (a committed
+	// partial keeps its text) before the SDK cancels what is left. Zero
+	// means 10s.
 	StopTimeout time.Duration
 	// Logger receives worker events and the per-attempt "llm.attempt"
 	// events. Nil means slog.Default().
@@ -139,6 +142,9 @@ func New(c client.Client, o Options) (*Worker, error) {
 		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Sinks: o.Sinks,
 		SearchAttributes: o.SearchAttributes, Logger: o.Logger, Telemetry: o.Telemetry,
 		Results: o.Results, LargeResponseBytes: o.LargeResponseBytes,
+		// Attempts still running near the end of the stop timeout end
+		// themselves and report while the worker still can.
+		StopGrace: o.StopTimeout - min(o.StopTimeout/4, 2*time.Second),
 	}
 	if o.Telemetry != nil {
 		o.Telemetry.WatchEngine(engine)

@@ -573,6 +573,11 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 	var out activities.Outcome
 	if err := fut.Get(w.actx, &out); err != nil {
 		out = outcomeOfError(err, input)
+		if out.Evidence.Activity == recovery.ActivityFailed {
+			// Our activity's errors never carry content; the message is
+			// what an operator needs to find the cause.
+			w.note(fmt.Sprintf("attempt %d: the activity failed without an outcome: %v", n, err))
+		}
 	}
 	cancel()
 	rec.Evidence, rec.Classification = out.Evidence, out.Classification
