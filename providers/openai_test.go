@@ -281,6 +281,26 @@ func TestEmptyResponses(t *testing.T) {
 	}
 }
 
+// Through the engine: a 200 chat completion that says in_progress or
+// queued and carries nothing is empty_response (fall back), not completed.
+func TestInProgressChatCompletionIsEmptyResponse(t *testing.T) {
+	for _, status := range []string{"in_progress", "queued"} {
+		t.Run(status, func(t *testing.T) {
+			h := newHarness(t)
+			h.manual = true
+			h.p.Push(testsuite.Status(200, nil, `{"id":"chatcmpl-1","object":"chat.completion","status":"`+status+`","choices":[]}`))
+			o := h.call(context.Background(), h.route(), chat(false), nil)
+			if o.err != nil || o.res.Signal != recovery.SignalEmptyResponse || o.res.Response.Status != status {
+				t.Fatalf("err %v signal %q status %q", o.err, o.res.Signal, o.res.Response.Status)
+			}
+			o.want(t, recovery.EmptyResponse)
+			if o.ev.ContentStarted {
+				t.Fatal("an empty answer committed")
+			}
+		})
+	}
+}
+
 func TestErrorStatusMapping(t *testing.T) {
 	errBody := func(typ, code, msg string) string {
 		b, _ := json.Marshal(map[string]any{"error": map[string]any{"type": typ, "code": code, "message": msg, "param": nil}})

@@ -335,13 +335,13 @@ func parseCompletion(data []byte) (Response, recovery.Signal, error) {
 func completionSignal(r Response) recovery.Signal { return completionSignalWith(r, errorSignal) }
 
 // completionSignalWith says whether a parsed 2xx response is usable,
-// mapping an error member with the dialect's errSignal.
+// mapping an error member with the dialect's errSignal. A status
+// (in_progress, queued) exempts nothing: only a background Responses-API
+// call has an answer that comes later, and no adapter makes one, so a
+// chat completion that says so and carries nothing is empty.
 func completionSignalWith(r Response, errSignal func(*APIError) recovery.Signal) recovery.Signal {
 	switch {
 	case r.Text != "" || r.Refusal != "" || r.ToolCalls != nil:
-		return recovery.SignalNone
-	case r.Status == "in_progress" || r.Status == "queued":
-		// A background (Responses-style) result: the answer comes later.
 		return recovery.SignalNone
 	case r.Error != nil:
 		if s := errSignal(r.Error); s != recovery.SignalNone {

@@ -130,17 +130,13 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			wantFinish: "content_filter",
 		},
 		{
-			name:       "responses-style background: in_progress is not empty",
+			// TestInProgressChatCompletionIsEmpty has the rest.
+			name:       "in_progress with nothing is empty",
 			body:       `{"id":"resp_1","object":"response","status":"in_progress","output":[]}`,
 			wantID:     "resp_1",
 			wantStatus: "in_progress",
+			wantSig:    recovery.SignalEmptyResponse,
 			keepRaw:    `"output":[]`,
-		},
-		{
-			name:       "responses-style background: queued is not empty",
-			body:       `{"id":"resp_2","object":"response","status":"queued"}`,
-			wantID:     "resp_2",
-			wantStatus: "queued",
 		},
 		{
 			name:       "responses-style completed with nothing is empty",
@@ -418,5 +414,30 @@ func TestTruncatedJSONBodyIsACut(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A chat completion marked in_progress or queued with no content is an
+// empty response, never a silent completed: no adapter makes the
+// background (Responses-API) calls whose answer comes later, so nothing
+// will ever fetch it.
+func TestInProgressChatCompletionIsEmpty(t *testing.T) {
+	for _, body := range []string{
+		`{"id":"chatcmpl-1","object":"chat.completion","status":"in_progress","choices":[]}`,
+		`{"id":"chatcmpl-2","object":"chat.completion","status":"queued"}`,
+		`{"id":"resp_1","object":"response","status":"in_progress","output":[]}`,
+		`{"id":"chatcmpl-3","status":"queued","choices":[{"index":0,"message":{"role":"assistant","content":null}}]}`,
+	} {
+		r, sig, err := parseCompletion([]byte(body))
+		if err != nil || sig != recovery.SignalEmptyResponse {
+			t.Errorf("%s: signal %q err %v, want %q", body, sig, err, recovery.SignalEmptyResponse)
+		}
+		if r.Status == "" {
+			t.Errorf("%s: status not kept", body)
+		}
+	}
+	// Content still wins, whatever the status says.
+	if _, sig, _ := parseCompletion([]byte(`{"status":"in_progress","choices":[{"message":{"content":"hi"}}]}`)); sig != recovery.SignalNone {
+		t.Errorf("content with a status: signal %q", sig)
 	}
 }
