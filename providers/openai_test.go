@@ -453,6 +453,57 @@ func TestAttemptTimeoutNonStreaming(t *testing.T) {
 	}
 }
 
+// A response cut by a GOAWAY carrying debug data: the server answered,
+// sent part of the body, then GOAWAY and a close. x/net's body-read error
+// prints the debug data; the error an adapter returns must not (CONTRACT.md
+// section 7), on every path that reads a body, in both dialects. The
+// GOAWAY stays reachable with errors.As, as the engine's AttemptError.
+func TestGoAwayDebugDataNeverInBodyReadErrors(t *testing.T) {
+	const debug = "durallm-testsuite" // what every testsuite GOAWAY carries
+	for _, tc := range []struct {
+		name    string
+		h       func(*testing.T) *harness
+		route   func(*harness) providers.Route
+		stream  bool
+		b       testsuite.Behavior
+		partial bool // the cut comes after content: a partial result, no error
+	}{
+		{"openai JSON body", newHarness, (*harness).route, false, testsuite.BodyCut(200, nil, `{"id":"x","choices":[`, testsuite.CutGoAway), false},
+		{"openai error body", newHarness, (*harness).route, false, testsuite.BodyCut(500, nil, `{"error":{"message":"bo`, testsuite.CutGoAway), false},
+		{"openai stream before content", newHarness, (*harness).route, true, testsuite.StreamCut(0, testsuite.CutGoAway), false},
+		{"openai stream after content", newHarness, (*harness).route, true, testsuite.StreamCut(2, testsuite.CutGoAway), true},
+		{"anthropic JSON body", newAnthropicHarness, (*harness).claude, false, testsuite.BodyCut(200, nil, `{"id":"msg_1","content":[`, testsuite.CutGoAway), false},
+		{"anthropic stream before content", newAnthropicHarness, (*harness).claude, true, testsuite.BodyCut(200, sseHeader, events(evMessageStart), testsuite.CutGoAway), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h(t)
+			h.manual = true
+			h.p.Push(tc.b)
+			o := h.call(context.Background(), tc.route(h), chat(tc.stream), &recSink{})
+			if tc.partial {
+				if o.err != nil || !o.res.Response.Partial || o.res.Response.Incomplete != providers.IncompleteGoAway {
+					t.Fatalf("err %v response %+v", o.err, o.res.Response)
+				}
+				return
+			}
+			if o.err == nil {
+				t.Fatalf("a body cut by a GOAWAY read cleanly: %+v", o.res)
+			}
+			if strings.Contains(o.err.Error(), debug) {
+				t.Fatalf("the error carries the GOAWAY debug data: %v", o.err)
+			}
+			var ga http2.GoAwayError
+			var ae *recovery.AttemptError
+			if !errors.As(o.err, &ga) || !errors.As(o.err, &ae) || !strings.Contains(o.err.Error(), "GOAWAY") {
+				t.Fatalf("the GOAWAY is not named, or not reachable through the AttemptError: %v", o.err)
+			}
+			if strings.Contains(h.logText(), debug) {
+				t.Fatalf("the attempt event carries the debug data: %s", h.logText())
+			}
+		})
+	}
+}
+
 func TestResetBeforeContentIsAnError(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(testsuite.StreamCut(0, testsuite.CutReset))
