@@ -117,12 +117,13 @@ func toolArgs(raw json.RawMessage) string {
 }
 
 // parseAnthropicMessage reads a 2xx Messages body generously, with
-// parseCompletion's contract: only a body that is not JSON is an error.
+// parseCompletion's contract: only a body that is not JSON, or is cut
+// mid-value, is an error.
 func parseAnthropicMessage(data []byte) (Response, recovery.Signal, error) {
 	var b wireAnthropicMessage
 	r, ok, err := decodeBody(data, &b)
 	if !ok {
-		return r, recovery.SignalEmptyResponse, err
+		return r, unreadSignal(err), err
 	}
 	r.ID, r.Model = str(b.ID), str(b.Model)
 	r.FinishReason = anthropicFinish(str(b.StopReason))

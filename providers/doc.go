@@ -51,8 +51,8 @@
 //
 // Response.Partial is the authority on a stream's completeness. One case
 // is invisible on the wire: a body that ends cleanly after content but
-// without its end marker ([DONE] or message_stop) or a finish reason
-// (IncompleteTruncated). The engine saw a clean end of stream, so the
+// without its end marker ([DONE] or message_stop) or a finish reason, or
+// inside an event (IncompleteTruncated). The engine saw a clean end of stream, so the
 // caller passes recovery.SignalStreamIncomplete to Finish for a Partial
 // response (the CallModel activity does), and the attempt classifies
 // committed_partial.

@@ -169,9 +169,9 @@ type Response struct {
 	// FinishReason is the first choice's finish_reason ("stop", "length",
 	// "tool_calls", "content_filter", ...), empty when none arrived.
 	FinishReason string `json:"finish_reason,omitempty"`
-	// Status is a Responses-style background status ("queued",
-	// "in_progress", ...) when the body carried one; empty for chat
-	// completions.
+	// Status is the body's status member ("queued", "in_progress", ...)
+	// when it carried one, kept for the operator: it never makes an
+	// answer without content usable.
 	Status string `json:"status,omitempty"`
 	// Text is the first choice's assistant content, concatenated (text
 	// parts of an array content are joined).

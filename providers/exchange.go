@@ -345,6 +345,12 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 		return Result{Response: r, Signal: recovery.SignalStreamIncomplete}, nil
 	case err == nil:
 		return x.partial(r, IncompleteTruncated, nil)
+	case errors.Is(err, ErrTruncatedBody) && !x.committed:
+		// Cut inside an event: as a cut on an event boundary (above), the
+		// provider ran the request and may have an answer.
+		return Result{Response: r, Signal: recovery.SignalStreamIncomplete}, x.wrap(err)
+	case errors.Is(err, ErrTruncatedBody):
+		return x.partial(r, IncompleteTruncated, nil)
 	case errors.Is(err, errProviderError):
 		if !x.committed {
 			sig := x.d.signal(r.Error)

@@ -36,14 +36,23 @@ import (
 //   - A 2xx body that is not JSON, or passes MaxResponseBytes: Result with
 //     SignalEmptyResponse and an error (ErrMalformedResponse,
 //     ErrResponseTooLarge).
-//   - A stream that fails before its first content (timer, reset, cut,
+//   - A 2xx body cut before content and then ended cleanly: a JSON body
+//     that stops mid-value, or a stream that ends inside an event whose
+//     data is not complete: Result with SignalStreamIncomplete
+//     (ambiguous: the provider ran the request) and an error wrapping
+//     ErrTruncatedBody. A stream that ends cleanly on an event boundary
+//     with no content and no end marker gets the same signal and no
+//     error. A final event that is complete without its blank line
+//     ("data: [DONE]" at the end of the body) is read as usual.
+//   - A stream that fails before its first content (timer, reset,
 //     over-long line): an error wrapping the cause (ErrFirstByteTimeout,
 //     ErrIdleTimeout, ErrLineTooLong, the transport's error, ...), and the
 //     Signal when the body said something (an error event, or
 //     SignalEmptyResponse for a malformed stream).
 //   - A stream that fails after its first content: Result with
-//     Response.Partial, Response.Incomplete naming why, the text so far,
-//     and nil error; Sink.Incomplete is called. If the caller's context
+//     Response.Partial, Response.Incomplete naming why (a cut inside an
+//     event is IncompleteTruncated), the text so far, and nil error;
+//     Sink.Incomplete is called. If the caller's context
 //     was canceled, the error wrapping context.Canceled is returned too.
 //   - The send failed: the transport's error, wrapped.
 //

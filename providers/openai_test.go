@@ -39,6 +39,9 @@ type harness struct {
 	log bytes.Buffer // the engine's attempt events
 	// adapter makes the attempts: CallOpenAI unless a test says otherwise.
 	adapter func(context.Context, http.RoundTripper, providers.Call) (providers.Result, error)
+	// manual makes every attempt ManualCommit, as the CallModel activity
+	// does; by default only streams are.
+	manual bool
 }
 
 func newHarness(t *testing.T) *harness {
@@ -124,7 +127,7 @@ func (h *harness) call(ctx context.Context, route providers.Route, req providers
 	h.t.Helper()
 	a := recovery.NewAttempt(recovery.Spec{
 		ActionRef: "act-" + h.t.Name(), Attempt: 1, Route: route.Name,
-		IdempotencyKey: "key-" + h.t.Name(), ManualCommit: req.Stream,
+		IdempotencyKey: "key-" + h.t.Name(), ManualCommit: req.Stream || h.manual,
 	})
 	var o outcome
 	o.res, o.err = h.adapter(recovery.WithAttempt(ctx, a), h.e, providers.Call{Route: route, Request: req, Sink: sink})
@@ -275,6 +278,26 @@ func TestEmptyResponses(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Through the engine: a 200 chat completion that says in_progress or
+// queued and carries nothing is empty_response (fall back), not completed.
+func TestInProgressChatCompletionIsEmptyResponse(t *testing.T) {
+	for _, status := range []string{"in_progress", "queued"} {
+		t.Run(status, func(t *testing.T) {
+			h := newHarness(t)
+			h.manual = true
+			h.p.Push(testsuite.Status(200, nil, `{"id":"chatcmpl-1","object":"chat.completion","status":"`+status+`","choices":[]}`))
+			o := h.call(context.Background(), h.route(), chat(false), nil)
+			if o.err != nil || o.res.Signal != recovery.SignalEmptyResponse || o.res.Response.Status != status {
+				t.Fatalf("err %v signal %q status %q", o.err, o.res.Signal, o.res.Response.Status)
+			}
+			o.want(t, recovery.EmptyResponse)
+			if o.ev.ContentStarted {
+				t.Fatal("an empty answer committed")
+			}
+		})
 	}
 }
 
@@ -430,6 +453,57 @@ func TestAttemptTimeoutNonStreaming(t *testing.T) {
 	}
 }
 
+// A response cut by a GOAWAY carrying debug data: the server answered,
+// sent part of the body, then GOAWAY and a close. x/net's body-read error
+// prints the debug data; the error an adapter returns must not (CONTRACT.md
+// section 7), on every path that reads a body, in both dialects. The
+// GOAWAY stays reachable with errors.As, as the engine's AttemptError.
+func TestGoAwayDebugDataNeverInBodyReadErrors(t *testing.T) {
+	const debug = "durallm-testsuite" // what every testsuite GOAWAY carries
+	for _, tc := range []struct {
+		name    string
+		h       func(*testing.T) *harness
+		route   func(*harness) providers.Route
+		stream  bool
+		b       testsuite.Behavior
+		partial bool // the cut comes after content: a partial result, no error
+	}{
+		{"openai JSON body", newHarness, (*harness).route, false, testsuite.BodyCut(200, nil, `{"id":"x","choices":[`, testsuite.CutGoAway), false},
+		{"openai error body", newHarness, (*harness).route, false, testsuite.BodyCut(500, nil, `{"error":{"message":"bo`, testsuite.CutGoAway), false},
+		{"openai stream before content", newHarness, (*harness).route, true, testsuite.StreamCut(0, testsuite.CutGoAway), false},
+		{"openai stream after content", newHarness, (*harness).route, true, testsuite.StreamCut(2, testsuite.CutGoAway), true},
+		{"anthropic JSON body", newAnthropicHarness, (*harness).claude, false, testsuite.BodyCut(200, nil, `{"id":"msg_1","content":[`, testsuite.CutGoAway), false},
+		{"anthropic stream before content", newAnthropicHarness, (*harness).claude, true, testsuite.BodyCut(200, sseHeader, events(evMessageStart), testsuite.CutGoAway), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h(t)
+			h.manual = true
+			h.p.Push(tc.b)
+			o := h.call(context.Background(), tc.route(h), chat(tc.stream), &recSink{})
+			if tc.partial {
+				if o.err != nil || !o.res.Response.Partial || o.res.Response.Incomplete != providers.IncompleteGoAway {
+					t.Fatalf("err %v response %+v", o.err, o.res.Response)
+				}
+				return
+			}
+			if o.err == nil {
+				t.Fatalf("a body cut by a GOAWAY read cleanly: %+v", o.res)
+			}
+			if strings.Contains(o.err.Error(), debug) {
+				t.Fatalf("the error carries the GOAWAY debug data: %v", o.err)
+			}
+			var ga http2.GoAwayError
+			var ae *recovery.AttemptError
+			if !errors.As(o.err, &ga) || !errors.As(o.err, &ae) || !strings.Contains(o.err.Error(), "GOAWAY") {
+				t.Fatalf("the GOAWAY is not named, or not reachable through the AttemptError: %v", o.err)
+			}
+			if strings.Contains(h.logText(), debug) {
+				t.Fatalf("the attempt event carries the debug data: %s", h.logText())
+			}
+		})
+	}
+}
+
 func TestResetBeforeContentIsAnError(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(testsuite.StreamCut(0, testsuite.CutReset))
@@ -497,6 +571,109 @@ func TestStreamCutBeforeContentIsAmbiguous(t *testing.T) {
 			o.want(t, recovery.Ambiguous)
 			if o.ev.ContentStarted || len(sink.deltas) != 0 || len(sink.incomplete) != 0 || o.res.Response.Partial {
 				t.Fatalf("a stream with no content committed or reported partial: %+v %+v", o.ev, o.res.Response)
+			}
+		})
+	}
+}
+
+// A body cut before content, in the middle of what it was sending and
+// then ended cleanly (a proxy's END_STREAM after the origin died): the
+// provider accepted and ran the request, so the attempt is ambiguous, not
+// an empty response that falls back to a second provider. The same holds
+// for an SSE event cut mid-way and for a JSON body cut mid-value, in both
+// dialects. CANARY is in every cut: the error must not quote the body.
+func TestTruncatedBodyBeforeContentIsAmbiguous(t *testing.T) {
+	jsonHeader := http.Header{"Content-Type": {"application/json"}}
+	for _, tc := range []struct {
+		name   string
+		h      func(*testing.T) *harness
+		route  func(*harness) providers.Route
+		stream bool
+		b      testsuite.Behavior
+	}{
+		{"openai event cut mid-line", newHarness, (*harness).route, true,
+			testsuite.Status(200, sseHeader, sse(": keep-alive", roleChunk)+`data: {"id":"c1","choices":[{"index":0,"delta":{"content":"CANARY`)},
+		{"openai event cut after a data line", newHarness, (*harness).route, true,
+			testsuite.Status(200, sseHeader, sse(roleChunk)+`data: {"id":"c1","choices":[{"index":0,"delta":{"content":"CANARY"}}`+"\n")},
+		{"openai [DONE] cut", newHarness, (*harness).route, true,
+			testsuite.Status(200, sseHeader, sse(roleChunk)+`data: [DO`)},
+		{"anthropic event cut", newAnthropicHarness, (*harness).claude, true,
+			testsuite.Status(200, sseHeader, events(evMessageStart, evPing)+"event: content_block_delta\n"+`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"CANARY`)},
+		{"openai JSON cut", newHarness, (*harness).route, false,
+			testsuite.Status(200, jsonHeader, `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"CANARY`)},
+		{"openai JSON cut between members", newHarness, (*harness).route, false,
+			testsuite.Status(200, jsonHeader, `{"id":"chatcmpl-CANARY","object":"chat.completion",`)},
+		{"anthropic JSON cut", newAnthropicHarness, (*harness).claude, false,
+			testsuite.Status(200, jsonHeader, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"CANARY`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h(t)
+			h.manual = true // as the CallModel activity makes every attempt
+			h.p.Push(tc.b)
+			sink := &recSink{}
+			o := h.call(context.Background(), tc.route(h), chat(tc.stream), sink)
+			if o.res.Signal != recovery.SignalStreamIncomplete || !errors.Is(o.err, providers.ErrTruncatedBody) {
+				t.Fatalf("signal %q err %v, want %q and ErrTruncatedBody", o.res.Signal, o.err, recovery.SignalStreamIncomplete)
+			}
+			if strings.Contains(o.err.Error(), "CANARY") {
+				t.Fatalf("the error quotes the body: %v", o.err)
+			}
+			o.want(t, recovery.Ambiguous)
+			if o.ev.ContentStarted || len(sink.deltas) != 0 || len(sink.incomplete) != 0 || o.res.Response.Partial {
+				t.Fatalf("a body cut before content committed or reported partial: %+v %+v", o.ev, o.res.Response)
+			}
+		})
+	}
+}
+
+// The same cut after content started is a partial answer with the text
+// so far, committed_partial once finished as CallModel finishes a Partial
+// response; and a final event that is complete without its blank line is
+// read as usual, not taken for a cut.
+func TestTruncatedBodyAfterContent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		h       func(*testing.T) *harness
+		route   func(*harness) providers.Route
+		body    string
+		partial bool
+		text    string
+		class   recovery.Class
+	}{
+		{"openai event cut", newHarness, (*harness).route,
+			sse(roleChunk, helloChunk) + `data: {"id":"c1","choices":[{"index":0,"delta":{"content":" wor`, true, "hello", recovery.CommittedPartial},
+		{"anthropic event cut", newAnthropicHarness, (*harness).claude,
+			events(evMessageStart, evTextStart, evHello) + "event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_d`, true, "Hello", recovery.CommittedPartial},
+		{"openai [DONE] without its blank line", newHarness, (*harness).route,
+			sse(helloChunk) + "data: [DONE]", false, "hello", recovery.Completed},
+		{"openai final chunk without its blank line", newHarness, (*harness).route,
+			sse(helloChunk) + `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, false, "hello", recovery.Completed},
+		{"anthropic message_stop without its blank line", newAnthropicHarness, (*harness).claude,
+			events(evMessageStart, evTextStart, evHello) + "event: message_stop\ndata: " + evMessageStop, false, "Hello", recovery.Completed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h(t)
+			h.p.Push(testsuite.Status(200, sseHeader, tc.body))
+			sink := &recSink{}
+			o := h.call(context.Background(), tc.route(h), chat(true), sink)
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			r := o.res.Response
+			if r.Partial != tc.partial || r.Text != tc.text || sink.text() != tc.text || !o.ev.ContentStarted {
+				t.Fatalf("response %+v sink %q evidence %+v", r, sink.deltas, o.ev)
+			}
+			if tc.partial && (r.Incomplete != providers.IncompleteTruncated || len(sink.incomplete) != 1 || sink.incomplete[0] != providers.IncompleteTruncated) {
+				t.Fatalf("incomplete %q, sink %q", r.Incomplete, sink.incomplete)
+			}
+			// As the CallModel activity finishes: a Partial response is
+			// stream_incomplete.
+			ev := o.ev
+			if r.Partial && o.res.Signal == recovery.SignalNone {
+				ev.Signal = recovery.SignalStreamIncomplete
+			}
+			if c := recovery.Classify(ev); c.Class != tc.class {
+				t.Fatalf("classified %s (%s), want %s", c.Class, c.Reason, tc.class)
 			}
 		})
 	}

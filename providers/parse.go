@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -15,6 +16,16 @@ import (
 // ErrMalformedResponse is returned for a 2xx body that is not JSON at all.
 // It never quotes the body.
 var ErrMalformedResponse = errors.New("providers: response body is not JSON")
+
+// ErrTruncatedBody is returned, with recovery.SignalStreamIncomplete, for
+// a 2xx body that ended cleanly in the middle of what it was sending: a
+// JSON body cut mid-value, or a stream whose last event stops before its
+// blank line with data that is not yet complete. The provider accepted
+// and ran the request and its answer was lost on the way, which a proxy
+// that relays an origin's failure as a clean end produces: before content
+// that is ambiguous, not an empty response to fall back from. It never
+// quotes the body.
+var ErrTruncatedBody = errors.New("providers: response body cut short")
 
 // ErrMalformedStream is returned when an SSE event's data is not JSON.
 var ErrMalformedStream = errors.New("providers: stream event is not JSON")
@@ -248,31 +259,57 @@ func syntaxOffset(data []byte) error {
 	return fmt.Errorf("%w (%d bytes)", ErrMalformedResponse, len(data))
 }
 
+// truncatedJSON reports that t is the start of a JSON value that ends
+// before the value does: every byte was valid so far and only the end of
+// input is wrong. The decoder says so with io.ErrUnexpectedEOF, and with
+// a *json.SyntaxError for a byte that is wrong wherever it stands.
+func truncatedJSON(t []byte) bool {
+	var v json.RawMessage
+	err := json.NewDecoder(bytes.NewReader(t)).Decode(&v)
+	return errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // decodeBody starts every dialect's reading of a 2xx body: the body
 // (trimmed) goes into Raw, and an object is decoded into v. ok is false
 // when there is nothing to read further: an empty body, a JSON value that
-// is not an object, or a body that is not JSON at all (then err says
-// where it stops being JSON, without quoting it, and Raw is empty).
+// is not an object, a body cut mid-value (ErrTruncatedBody) or a body
+// that is not JSON at all (then err says where it stops being JSON,
+// without quoting it). Raw is empty for the last two.
 func decodeBody(data []byte, v any) (r Response, ok bool, err error) {
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 {
 		return Response{}, false, nil
 	}
 	if !json.Valid(t) {
+		if truncatedJSON(t) {
+			return Response{}, false, fmt.Errorf("%w (JSON ends early, after %d bytes)", ErrTruncatedBody, len(t))
+		}
 		return Response{}, false, syntaxOffset(t)
 	}
 	r.Raw = json.RawMessage(t)
 	return r, obj(t, v), nil
 }
 
-// parseCompletion reads a 2xx non-streaming body generously. Only a body
-// that is not JSON at all is an error; it still yields
-// SignalEmptyResponse, since an executed request produced nothing usable.
+// unreadSignal is the signal of a 2xx body decodeBody could not read
+// further: a cut is a body that failed (ambiguous before content), while
+// anything else, not JSON or no object, is an executed request that
+// produced nothing usable.
+func unreadSignal(err error) recovery.Signal {
+	if errors.Is(err, ErrTruncatedBody) {
+		return recovery.SignalStreamIncomplete
+	}
+	return recovery.SignalEmptyResponse
+}
+
+// parseCompletion reads a 2xx non-streaming body generously. A body that
+// is not JSON at all is an error with SignalEmptyResponse, since an
+// executed request produced nothing usable; one cut mid-value is
+// ErrTruncatedBody with SignalStreamIncomplete.
 func parseCompletion(data []byte) (Response, recovery.Signal, error) {
 	var b wireBody
 	r, ok, err := decodeBody(data, &b)
 	if !ok {
-		return r, recovery.SignalEmptyResponse, err
+		return r, unreadSignal(err), err
 	}
 	r.ID, r.Model, r.Status = str(b.ID), str(b.Model), str(b.Status)
 	r.Usage = parseUsage(b.Usage)
@@ -298,13 +335,13 @@ func parseCompletion(data []byte) (Response, recovery.Signal, error) {
 func completionSignal(r Response) recovery.Signal { return completionSignalWith(r, errorSignal) }
 
 // completionSignalWith says whether a parsed 2xx response is usable,
-// mapping an error member with the dialect's errSignal.
+// mapping an error member with the dialect's errSignal. A status
+// (in_progress, queued) exempts nothing: only a background Responses-API
+// call has an answer that comes later, and no adapter makes one, so a
+// chat completion that says so and carries nothing is empty.
 func completionSignalWith(r Response, errSignal func(*APIError) recovery.Signal) recovery.Signal {
 	switch {
 	case r.Text != "" || r.Refusal != "" || r.ToolCalls != nil:
-		return recovery.SignalNone
-	case r.Status == "in_progress" || r.Status == "queued":
-		// A background (Responses-style) result: the answer comes later.
 		return recovery.SignalNone
 	case r.Error != nil:
 		if s := errSignal(r.Error); s != recovery.SignalNone {

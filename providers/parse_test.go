@@ -130,17 +130,13 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			wantFinish: "content_filter",
 		},
 		{
-			name:       "responses-style background: in_progress is not empty",
+			// TestInProgressChatCompletionIsEmpty has the rest.
+			name:       "in_progress with nothing is empty",
 			body:       `{"id":"resp_1","object":"response","status":"in_progress","output":[]}`,
 			wantID:     "resp_1",
 			wantStatus: "in_progress",
+			wantSig:    recovery.SignalEmptyResponse,
 			keepRaw:    `"output":[]`,
-		},
-		{
-			name:       "responses-style background: queued is not empty",
-			body:       `{"id":"resp_2","object":"response","status":"queued"}`,
-			wantID:     "resp_2",
-			wantStatus: "queued",
 		},
 		{
 			name:       "responses-style completed with nothing is empty",
@@ -161,7 +157,8 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 		},
 		// Unreadable.
 		{name: "not JSON", body: `<html>502 Bad Gateway</html>`, wantSig: recovery.SignalEmptyResponse, wantErr: ErrMalformedResponse},
-		{name: "truncated JSON", body: `{"choices":[{"message":{"content":"cut`, wantSig: recovery.SignalEmptyResponse, wantErr: ErrMalformedResponse},
+		// A cut, not garbage (TestTruncatedJSONBodyIsACut).
+		{name: "truncated JSON", body: `{"choices":[{"message":{"content":"cut`, wantSig: recovery.SignalStreamIncomplete, wantErr: ErrTruncatedBody},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -373,5 +370,74 @@ func TestStreamAccumulatorIsBounded(t *testing.T) {
 	}
 	if !errors.Is(last, ErrResponseTooLarge) {
 		t.Fatalf("empty tool calls with new indexes were not bounded: %v", last)
+	}
+}
+
+// A 2xx body that is a valid JSON prefix was cut, not garbage: the
+// provider ran the request, so it is SignalStreamIncomplete (ambiguous
+// before content) with ErrTruncatedBody; a body that stops being JSON
+// before its end stays malformed (empty_response). Both dialects.
+func TestTruncatedJSONBodyIsACut(t *testing.T) {
+	cases := []struct {
+		name    string
+		body    string
+		wantSig recovery.Signal
+		wantErr error
+	}{
+		{"cut in a string", `{"choices":[{"message":{"content":"cut`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut after a comma", `{"id":"x","choices":[`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut in a number", `{"usage":{"total_tokens":12`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut in a literal", `{"refusal":nu`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
+		{"only the opening brace", " {\n", recovery.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut in a multi-byte character", "{\"content\":\"caf\xc3", recovery.SignalStreamIncomplete, ErrTruncatedBody},
+		// Not JSON, whatever its length.
+		{"html", `<html>502 Bad Gateway</html>`, recovery.SignalEmptyResponse, ErrMalformedResponse},
+		{"plain text", `upstream connect error`, recovery.SignalEmptyResponse, ErrMalformedResponse},
+		{"bad character as the last byte", `{"a":1x`, recovery.SignalEmptyResponse, ErrMalformedResponse},
+		{"garbage after a complete value", `{"a":1} trailing`, recovery.SignalEmptyResponse, ErrMalformedResponse},
+	}
+	for _, p := range []struct {
+		name  string
+		parse func([]byte) (Response, recovery.Signal, error)
+	}{{"openai", parseCompletion}, {"anthropic", parseAnthropicMessage}} {
+		for _, tc := range cases {
+			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
+				r, sig, err := p.parse([]byte(tc.body))
+				if sig != tc.wantSig || !errors.Is(err, tc.wantErr) {
+					t.Fatalf("signal %q err %v, want %q and %v", sig, err, tc.wantSig, tc.wantErr)
+				}
+				if other := map[error]error{ErrTruncatedBody: ErrMalformedResponse, ErrMalformedResponse: ErrTruncatedBody}[tc.wantErr]; errors.Is(err, other) {
+					t.Fatalf("err %v is both truncated and malformed", err)
+				}
+				if r.Raw != nil {
+					t.Fatalf("Raw kept an unreadable body: %s", r.Raw)
+				}
+			})
+		}
+	}
+}
+
+// A chat completion marked in_progress or queued with no content is an
+// empty response, never a silent completed: no adapter makes the
+// background (Responses-API) calls whose answer comes later, so nothing
+// will ever fetch it.
+func TestInProgressChatCompletionIsEmpty(t *testing.T) {
+	for _, body := range []string{
+		`{"id":"chatcmpl-1","object":"chat.completion","status":"in_progress","choices":[]}`,
+		`{"id":"chatcmpl-2","object":"chat.completion","status":"queued"}`,
+		`{"id":"resp_1","object":"response","status":"in_progress","output":[]}`,
+		`{"id":"chatcmpl-3","status":"queued","choices":[{"index":0,"message":{"role":"assistant","content":null}}]}`,
+	} {
+		r, sig, err := parseCompletion([]byte(body))
+		if err != nil || sig != recovery.SignalEmptyResponse {
+			t.Errorf("%s: signal %q err %v, want %q", body, sig, err, recovery.SignalEmptyResponse)
+		}
+		if r.Status == "" {
+			t.Errorf("%s: status not kept", body)
+		}
+	}
+	// Content still wins, whatever the status says.
+	if _, sig, _ := parseCompletion([]byte(`{"status":"in_progress","choices":[{"message":{"content":"hi"}}]}`)); sig != recovery.SignalNone {
+		t.Errorf("content with a status: signal %q", sig)
 	}
 }

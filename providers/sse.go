@@ -84,6 +84,10 @@ func (d *sseDecoder) next() (event string, data []byte, err error) {
 	}
 }
 
+// unterminated reports that the event next just returned had no closing
+// blank line: the body ended inside it.
+func (d *sseDecoder) unterminated() bool { return d.eof }
+
 func (d *sseDecoder) dispatch() (string, []byte, error) {
 	ev := d.event
 	d.event, d.hasData = "", false

@@ -172,7 +172,7 @@ func fuzzOneDialect(t *testing.T, in []byte, acc *streamAcc) {
 			sunk.WriteString(s)
 		},
 	})
-	if err != nil && !errors.Is(err, ErrMalformedStream) && !errors.Is(err, errProviderError) &&
+	if err != nil && !errors.Is(err, ErrMalformedStream) && !errors.Is(err, errProviderError) && !errors.Is(err, ErrTruncatedBody) &&
 		!errors.Is(err, ErrResponseTooLarge) && !errors.Is(err, ErrLineTooLong) && !errors.Is(err, ErrEventTooLarge) {
 		t.Fatalf("unexpected error %v", err)
 	}
@@ -191,5 +191,48 @@ func fuzzOneDialect(t *testing.T, in []byte, acc *streamAcc) {
 	}
 	if len(r.Text)+len(r.Refusal) > acc.limit {
 		t.Fatalf("response larger than the limit")
+	}
+}
+
+// At a clean end of the body, a last event without its blank line is a
+// cut when its data is not complete (ErrTruncatedBody), and read as usual
+// when it is: providers end with "data: [DONE]" and no blank line. A
+// terminated event that is not JSON stays malformed. Both dialects.
+func TestUnterminatedFinalEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      string
+		wantErr error
+		done    bool
+	}{
+		{"cut mid-line", "data: {\"choices\":[{\"delta\":{\"content\":\"hel", ErrTruncatedBody, false},
+		{"cut after a data line", "data: {\"choices\":\n", ErrTruncatedBody, false},
+		{"cut mid-[DONE]", "data: [DO", ErrTruncatedBody, false},
+		{"[DONE] without a blank line", "data: [DONE]", nil, true},
+		{"[DONE] and one newline", "data: [DONE]\n", nil, true},
+		{"complete JSON without a blank line", "data: {\"type\":\"message_stop\"}", nil, false},
+		{"an empty data field", "data:", nil, false},
+		{"a field with no data", "event: content_block_delta\n", nil, false},
+		{"terminated, not JSON", "data: {not json\n\n", ErrMalformedStream, false},
+	} {
+		for _, d := range []struct {
+			name   string
+			newAcc func() *streamAcc
+			done   bool
+		}{{"openai", newStreamAcc, tc.done}, {"anthropic", newAnthropicStreamAcc, tc.done || tc.name == "complete JSON without a blank line"}} {
+			t.Run(d.name+"/"+tc.name, func(t *testing.T) {
+				acc := d.newAcc()
+				err := consumeStream(newSSEDecoder(strings.NewReader(tc.in)), acc, streamHooks{})
+				if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				if errors.Is(err, ErrTruncatedBody) && errors.Is(err, ErrMalformedStream) {
+					t.Fatalf("err %v is both truncated and malformed", err)
+				}
+				if acc.done != d.done {
+					t.Fatalf("done = %v, want %v", acc.done, d.done)
+				}
+			})
+		}
 	}
 }

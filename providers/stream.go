@@ -356,7 +356,9 @@ type streamHooks struct {
 
 // consumeStream reads events until the stream's end marker, the end of
 // the body or an error. It returns nil at the marker or io.EOF;
-// otherwise the decoder's, the reader's or the accumulator's error.
+// ErrTruncatedBody when the body ends inside an event whose data is not
+// complete; otherwise the decoder's, the reader's or the accumulator's
+// error.
 func consumeStream(dec *sseDecoder, acc *streamAcc, h streamHooks) error {
 	for !acc.done {
 		name, data, err := dec.next()
@@ -365,6 +367,11 @@ func consumeStream(dec *sseDecoder, acc *streamAcc, h streamHooks) error {
 		}
 		if err != nil {
 			return err
+		}
+		if dec.unterminated() && !completeData(data) {
+			// The body ended inside an event: a cut, not an event that
+			// is not JSON.
+			return fmt.Errorf("%w (the last event stops after %d bytes of data)", ErrTruncatedBody, len(data))
 		}
 		text, first, err := acc.event(name, data)
 		if err != nil {
@@ -378,6 +385,13 @@ func consumeStream(dec *sseDecoder, acc *streamAcc, h streamHooks) error {
 		}
 	}
 	return nil
+}
+
+// completeData reports that an event's data can be read as it stands:
+// empty, [DONE] or a whole JSON value.
+func completeData(data []byte) bool {
+	t := bytes.TrimSpace(data)
+	return len(t) == 0 || string(t) == "[DONE]" || json.Valid(t)
 }
 
 // streamSignal says whether a stream that ended without a transport error

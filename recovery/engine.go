@@ -656,6 +656,10 @@ type body struct {
 	once    sync.Once
 }
 
+// Read returns io.EOF bare (readers compare it with ==) and any other
+// error as an *AttemptError: x/net's GoAwayError prints the peer's debug
+// data, and a body read fails with it when a GOAWAY and a close cut the
+// response, so a read error is sanitized like RoundTrip's.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
@@ -666,6 +670,7 @@ func (b *body) Read(p []byte) (int, error) {
 		b.end(nil)
 	case err != nil:
 		b.end(err)
+		err = &AttemptError{AttemptID: b.a.spec.AttemptID, Err: err}
 	}
 	return n, err
 }

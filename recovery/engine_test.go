@@ -584,6 +584,56 @@ func TestAttemptEventIsSanitized(t *testing.T) {
 	}
 }
 
+// A body read that fails is sanitized like RoundTrip's errors: a GOAWAY
+// after part of the body fails the read with x/net's GoAwayError, whose
+// text holds the debug data. The read's error is an *AttemptError that
+// names the GOAWAY without it, and the GoAwayError stays reachable; a
+// clean end stays a bare io.EOF (io.ReadAll and bufio compare with ==).
+func TestBodyReadErrorIsSanitized(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		b      testsuite.Behavior
+		stream bool
+	}{
+		{"stream", testsuite.StreamCut(1, testsuite.CutGoAway), true},
+		{"json", testsuite.BodyCut(200, nil, `{"id":"x","choices":[`, testsuite.CutGoAway), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.p.Push(tc.b)
+			r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "body-" + tc.name}, h.p.URL(), tc.stream, nil)
+			if r.err == nil || r.body == "" {
+				t.Fatalf("err %v body %q: want part of the body, then an error", r.err, r.body)
+			}
+			if strings.Contains(r.err.Error(), "durallm-testsuite") || !strings.Contains(r.err.Error(), "GOAWAY") {
+				t.Errorf("error %v: want GOAWAY named, without its debug data", r.err)
+			}
+			var ae *recovery.AttemptError
+			var ga http2.GoAwayError
+			if !errors.As(r.err, &ae) || ae.AttemptID != r.ev.AttemptID || !errors.As(r.err, &ga) {
+				t.Errorf("error %v: want an AttemptError of this attempt wrapping the GoAwayError", r.err)
+			}
+			h.want(r, recovery.CommittedPartial)
+		})
+	}
+	// A clean end is io.EOF itself.
+	h := newHarness(t)
+	a := recovery.NewAttempt(recovery.Spec{IdempotencyKey: "clean"})
+	req, _ := http.NewRequestWithContext(recovery.WithAttempt(t.Context(), a), http.MethodPost, h.p.URL()+"/v1/chat/completions", strings.NewReader(`{}`))
+	resp, err := h.e.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 1<<16)
+	for err == nil {
+		_, err = resp.Body.Read(buf)
+	}
+	if err != io.EOF {
+		t.Fatalf("clean end: %#v, want io.EOF itself", err)
+	}
+}
+
 func TestAttemptCannotBeSentTwice(t *testing.T) {
 	h := newHarness(t)
 	a := recovery.NewAttempt(recovery.Spec{})

@@ -24,6 +24,7 @@ const (
 	kindNoChoices
 	kindStreamStall
 	kindStreamCut
+	kindBodyCut
 	kindHold
 )
 
@@ -53,15 +54,23 @@ const (
 	// CutClose closes the TCP connection without a GOAWAY, taking every
 	// other stream on it down as well.
 	CutClose
+	// CutGoAway sends GOAWAY NO_ERROR with last-stream-id equal to this
+	// stream's id and debug data "durallm-testsuite", then closes the
+	// connection without ending the stream, as a server whose graceful
+	// shutdown ran out of time does. Go's client then fails the body
+	// read with an http2.GoAwayError that carries the debug data.
+	CutGoAway
 )
 
-// String returns "reset" or "close".
+// String returns "reset", "close" or "goaway".
 func (m CutMode) String() string {
 	switch m {
 	case CutReset:
 		return "reset"
 	case CutClose:
 		return "close"
+	case CutGoAway:
+		return "goaway"
 	default:
 		return "CutMode(" + strconv.Itoa(int(m)) + ")"
 	}
@@ -360,6 +369,24 @@ func StreamCut(afterChunks int, how CutMode) Behavior {
 		chunks:   max(afterChunks, 0),
 		cut:      how,
 		executes: true,
+	}
+}
+
+// BodyCut executes the request and replies like [Status] (code, the
+// headers in header, Content-Type application/json unless header sets
+// it), sends body without END_STREAM and without a content-length, and
+// then ends the stream as how says: a body that dies mid-way, a JSON
+// answer or an error object that never finishes. Executed or not
+// following Status's rule; unknown modes act as CutReset.
+func BodyCut(code int, header http.Header, body string, how CutMode) Behavior {
+	return Behavior{
+		kind:     kindBodyCut,
+		name:     fmt.Sprintf("BodyCut(%d,%s)", code, how),
+		status:   code,
+		header:   header.Clone(),
+		body:     body,
+		cut:      how,
+		executes: statusExecutes(code),
 	}
 }
 

@@ -428,7 +428,7 @@ func TestStreamStall(t *testing.T) {
 }
 
 func TestStreamCut(t *testing.T) {
-	for _, mode := range []CutMode{CutReset, CutClose} {
+	for _, mode := range []CutMode{CutReset, CutClose, CutGoAway} {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newTestProvider(t)
 			tr := tlsTransport(t, p)
@@ -456,7 +456,8 @@ func TestStreamCut(t *testing.T) {
 			if isReset != (mode == CutReset) {
 				t.Errorf("mode %v: err = %v", mode, err)
 			}
-			if mode == CutClose {
+			checkCutGoAway(t, mode, err)
+			if mode == CutClose || mode == CutGoAway {
 				waitFor(t, "connection closed", func() bool { return p.ConnsOpen() == 0 })
 			} else if p.ConnsOpen() != 1 {
 				t.Errorf("CutReset closed the connection")
@@ -465,6 +466,63 @@ func TestStreamCut(t *testing.T) {
 				t.Errorf("Processed = %+v", p.Processed())
 			}
 		})
+	}
+}
+
+// checkCutGoAway: after CutGoAway the body read fails with the GOAWAY,
+// debug data and all, and its last-stream-id is the cut stream's (odd,
+// so at least 1).
+func checkCutGoAway(t *testing.T, mode CutMode, err error) {
+	t.Helper()
+	var ga http2.GoAwayError
+	isGoAway := errors.As(err, &ga)
+	if isGoAway != (mode == CutGoAway) {
+		t.Errorf("mode %v: err = %v", mode, err)
+	}
+	if isGoAway && (ga.ErrCode != http2.ErrCodeNo || ga.DebugData != goAwayDebug || ga.LastStreamID%2 != 1) {
+		t.Errorf("GOAWAY %+v, want NO_ERROR, debug %q, an odd last stream", ga, goAwayDebug)
+	}
+}
+
+func TestBodyCut(t *testing.T) {
+	for _, mode := range []CutMode{CutReset, CutClose, CutGoAway} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newTestProvider(t)
+			tr := tlsTransport(t, p)
+			const prefix = `{"id":"x","choices":[`
+			p.Push(BodyCut(200, nil, prefix, mode))
+			resp, err := tr.RoundTrip(chatReq(t, testCtx(t), p.URL(), false, "", "att-bodycut"))
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || resp.ContentLength != -1 {
+				t.Errorf("status %d content-type %q length %d", resp.StatusCode, resp.Header.Get("Content-Type"), resp.ContentLength)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if string(body) != prefix {
+				t.Errorf("body %q, want %q", body, prefix)
+			}
+			if err == nil {
+				t.Fatal("the cut body ended cleanly")
+			}
+			var se http2.StreamError
+			isReset := errors.As(err, &se) && se.Code == http2.ErrCodeInternal
+			if isReset != (mode == CutReset) {
+				t.Errorf("mode %v: err = %v", mode, err)
+			}
+			checkCutGoAway(t, mode, err)
+			if p.AttemptExecutions("att-bodycut") != 1 {
+				t.Errorf("Processed = %+v", p.Processed())
+			}
+		})
+	}
+	// Status's rule decides execution.
+	if BodyCut(429, nil, "{", CutReset).executed() || !BodyCut(502, nil, "{", CutReset).executed() {
+		t.Error("BodyCut does not follow Status's execution rule")
+	}
+	if got := BodyCut(200, nil, "", CutGoAway).String(); got != "BodyCut(200,goaway)" {
+		t.Errorf("name %q", got)
 	}
 }
 

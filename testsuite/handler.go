@@ -64,16 +64,36 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 			<-st.done
 		}
 	case kindStreamCut:
-		if !c.sseChunks(st, b.chunks) {
+		if c.sseChunks(st, b.chunks) {
+			c.cut(st, b.cut)
+		}
+	case kindBodyCut:
+		fields := append([]hpack.HeaderField{{Name: ":status", Value: strconv.Itoa(b.status)}}, statusFields(b.header)...)
+		if c.writeHeaders(st, fields, false) != nil {
 			return
 		}
-		if b.cut == CutClose {
-			c.closeGracefully()
+		if b.body != "" && c.writeData(st, []byte(b.body), false) != nil {
 			return
 		}
-		_ = c.writeStream(st, func() error { return c.fr.WriteRSTStream(st.id, http2.ErrCodeInternal) })
+		c.cut(st, b.cut)
 	case kindHold:
 		<-st.done
+	}
+}
+
+// cut ends a stream whose response is under way without END_STREAM, as
+// how says.
+func (c *conn) cut(st *stream, how CutMode) {
+	switch how {
+	case CutClose:
+		c.closeGracefully()
+	case CutGoAway:
+		// This stream at the last-stream-id: the client learns it may
+		// have been processed, and its body read fails with the GOAWAY.
+		c.goAway(st.id, false, http2.ErrCodeNo, goAwayDebug)
+		c.closeGracefully()
+	default:
+		_ = c.writeStream(st, func() error { return c.fr.WriteRSTStream(st.id, http2.ErrCodeInternal) })
 	}
 }
 
@@ -150,10 +170,19 @@ var connectionSpecific = map[string]bool{
 
 // status runs the Status behaviour family.
 func (c *conn) status(st *stream, b Behavior) {
+	fields := append(statusFields(b.header), hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(b.body))})
+	_ = c.respond(st, b.status, fields, []byte(b.body))
+}
+
+// statusFields are the response headers of the Status family: header's,
+// lower-cased and without the connection-specific ones, plus
+// application/json unless header sets a Content-Type. No content-length:
+// the caller adds the true one when it knows it.
+func statusFields(header http.Header) []hpack.HeaderField {
 	fields := []hpack.HeaderField{}
 	hasType := false
-	keys := make([]string, 0, len(b.header))
-	for k := range b.header {
+	keys := make([]string, 0, len(header))
+	for k := range header {
 		keys = append(keys, k)
 	}
 	// Sorted so the HPACK output, and any capture of it, is reproducible.
@@ -166,15 +195,14 @@ func (c *conn) status(st *stream, b Behavior) {
 		if name == "content-type" {
 			hasType = true
 		}
-		for _, v := range b.header[k] {
+		for _, v := range header[k] {
 			fields = append(fields, hpack.HeaderField{Name: name, Value: v})
 		}
 	}
 	if !hasType {
 		fields = append(fields, hpack.HeaderField{Name: "content-type", Value: "application/json"})
 	}
-	fields = append(fields, hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(b.body))})
-	_ = c.respond(st, b.status, fields, []byte(b.body))
+	return fields
 }
 
 // answer runs Answer: SSE if the request asked to stream, JSON otherwise.
