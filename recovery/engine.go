@@ -72,7 +72,7 @@ type Engine struct {
 	obs    *Observer
 	pool   *pool
 	logger *slog.Logger
-	proc   string // process tag that makes connection refs unique across processes
+	proc   string // random tag that makes connection refs unique across engines and processes (newProcTag)
 	seq    atomic.Uint64
 	stats  stats
 }
@@ -101,8 +101,6 @@ func New(cfg Config) *Engine {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	var tag [2]byte
-	_, _ = rand.Read(tag[:])
 	e := &Engine{
 		cfg: cfg,
 		// The Transport is only a factory for ClientConns here: the engine
@@ -115,10 +113,20 @@ func New(cfg Config) *Engine {
 		},
 		obs:    NewObserver(),
 		logger: logger,
-		proc:   hex.EncodeToString(tag[:]),
+		proc:   newProcTag(),
 	}
 	e.pool = newPool(cfg.MaxConnsPerAuthority, e.dial)
 	return e
+}
+
+// newProcTag returns the per-engine part of connection refs: 64 random
+// bits as 16 hex digits, so refs such as "7f3a9c01d2e4b5a6-c12" stay
+// unique across a fleet of workers (with 16 bits, a few hundred engines
+// already share one). crypto/rand never fails on supported platforms.
+func newProcTag() string {
+	var tag [8]byte
+	_, _ = rand.Read(tag[:])
+	return hex.EncodeToString(tag[:])
 }
 
 // Close closes every connection. In-flight requests fail.

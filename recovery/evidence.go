@@ -29,7 +29,7 @@ type Evidence struct {
 	// had.
 	HTTPVersion string `json:"http_version,omitempty"`
 	// ConnRef names the connection the attempt used, unique per process
-	// and connection (e.g. "7f3a-c12"). Empty when no connection was had.
+	// and connection (e.g. "7f3a9c01d2e4b5a6-c12"). Empty when no connection was had.
 	ConnRef string `json:"conn_ref,omitempty"`
 	// ConnFresh reports that the connection was dialed for this attempt.
 	ConnFresh bool `json:"conn_fresh,omitempty"`
