@@ -73,8 +73,10 @@ type Evidence struct {
 	// than a clean end of stream.
 	BodyFailed bool `json:"body_failed,omitempty"`
 
-	// GoAway is the last GOAWAY the server sent on the connection while
-	// the attempt was in flight, nil when none.
+	// GoAway is what the server's GOAWAYs on the connection said up to the
+	// end of the attempt, nil when none. Several GOAWAYs merge: the lowest
+	// last-stream id and the first non-NO_ERROR code, with that frame's
+	// DebugLen.
 	GoAway *GoAway `json:"goaway,omitempty"`
 	// RSTStream is the code of a RST_STREAM the server sent on the
 	// attempt's stream, nil when none.

@@ -113,7 +113,8 @@ type StreamFacts struct {
 	ResponseHeaders bool
 	// RSTStream is the code of a server RST_STREAM on the stream, or nil.
 	RSTStream *ErrCode
-	// GoAway is the last GOAWAY on the stream's connection, or nil.
+	// GoAway is what the GOAWAYs on the stream's connection said together
+	// (lowest last-stream id, first non-NO_ERROR code), or nil.
 	GoAway *GoAway
 	// ConnClosed reports that the stream's connection has ended.
 	ConnClosed bool
@@ -215,7 +216,7 @@ type ObservedConn struct {
 	block   []byte // the block so far; its array is reused
 	blockOn uint32 // its stream id
 	streams map[uint32]*tracker
-	goAway  *GoAway
+	goAway  *GoAway // every GOAWAY received so far, merged (mergeGoAway)
 	closed  bool
 	lost    bool
 }
@@ -404,12 +405,33 @@ func (c *ObservedConn) inFrame(h frameHeader, p []byte) error {
 			Code:         ErrCode(binary.BigEndian.Uint32(p[4:])),
 			DebugLen:     int(h.length) - 8,
 		}
-		c.goAway = &g
+		c.mergeGoAway(g)
 		if c.hooks.GoAway != nil {
 			c.hooks.GoAway(g)
 		}
 	}
 	return nil
+}
+
+// mergeGoAway folds one GOAWAY into what the connection's GOAWAYs said
+// together (CONTRACT.md section 3): the lowest last-stream id, because a
+// stream above any one boundary was never processed, and the first
+// non-NO_ERROR code, because a routine NO_ERROR on the way out does not
+// take back an ENHANCE_YOUR_CALM or PROTOCOL_ERROR (x/net's ClientConn
+// merges codes the same way). DebugLen belongs to the frame whose code is
+// kept.
+func (c *ObservedConn) mergeGoAway(g GoAway) {
+	prev := c.goAway
+	if prev == nil {
+		c.goAway = &g
+		return
+	}
+	merged := *prev
+	merged.LastStreamID = min(prev.LastStreamID, g.LastStreamID)
+	if prev.Code == CodeNoError {
+		merged.Code, merged.DebugLen = g.Code, g.DebugLen
+	}
+	c.goAway = &merged
 }
 
 // headersFragment strips padding and priority from a HEADERS payload.
