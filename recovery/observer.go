@@ -61,8 +61,14 @@ func NewObserver() *Observer {
 }
 
 // tracker is what the observer knows of one attempt's stream(s).
+//
+// Lock order: ObservedConn.mu, then tracker.mu (bind and the frame
+// callbacks run under the connection's lock and take the tracker's).
+// Untrack therefore never holds tracker.mu while it takes a connection's.
 type tracker struct {
 	mu          sync.Mutex
+	gone        bool          // untracked: bind must not attach it to a stream any more
+	bindings    []binding     // every (connection, stream) entry that points at it, for Untrack to remove
 	conn        *ObservedConn // the connection that carried its latest stream
 	streams     int
 	streamID    uint32
@@ -84,11 +90,38 @@ func (o *Observer) Track(attemptID string) {
 	o.mu.Unlock()
 }
 
+// binding is one entry of a connection's stream map.
+type binding struct {
+	conn   *ObservedConn
+	stream uint32
+}
+
 // Untrack forgets attemptID; frames for it that arrive later are ignored.
+// It also removes the attempt's streams from their connections' maps, so
+// a long-lived connection holds entries only for attempts in flight.
 func (o *Observer) Untrack(attemptID string) {
 	o.mu.Lock()
+	t := o.attempts[attemptID]
 	delete(o.attempts, attemptID)
 	o.mu.Unlock()
+	if t == nil {
+		return
+	}
+	// Marking the tracker gone first closes the race with a bind already
+	// past its lookup: bind checks gone under t.mu, so either it sees gone
+	// and adds nothing, or its binding is in the list read here.
+	t.mu.Lock()
+	t.gone = true
+	bs := t.bindings
+	t.bindings = nil
+	t.mu.Unlock()
+	for _, b := range bs {
+		b.conn.mu.Lock()
+		if b.conn.streams[b.stream] == t {
+			delete(b.conn.streams, b.stream)
+		}
+		b.conn.mu.Unlock()
+	}
 }
 
 func (o *Observer) lookup(attemptID string) *tracker {
@@ -212,11 +245,11 @@ type ObservedConn struct {
 	out     parser // client → server
 	in      parser // server → client
 	dec     *attemptDecoder
-	inBlock bool   // a header block is being collected
-	block   []byte // the block so far; its array is reused
-	blockOn uint32 // its stream id
-	streams map[uint32]*tracker
-	goAway  *GoAway // every GOAWAY received so far, merged (mergeGoAway)
+	inBlock bool                // a header block is being collected
+	block   []byte              // the block so far; its array is reused
+	blockOn uint32              // its stream id
+	streams map[uint32]*tracker // streams of tracked attempts (Untrack removes them)
+	goAway  *GoAway             // every GOAWAY received so far, merged (mergeGoAway)
 	closed  bool
 	lost    bool
 }
@@ -344,12 +377,23 @@ func (c *ObservedConn) outFrame(h frameHeader, p []byte) error {
 // bind attaches a stream to its attempt; a second stream for the same
 // attempt is a replay by a lower layer.
 func (c *ObservedConn) bind(attemptID string, stream uint32, headerBytes int64) {
-	t := c.obs.lookup(attemptID)
-	if t == nil {
+	if t := c.obs.lookup(attemptID); t != nil {
+		c.attach(t, stream, headerBytes)
+	}
+}
+
+// attach binds stream to t. t may have been untracked since it was looked
+// up; c.mu must be held.
+func (c *ObservedConn) attach(t *tracker, stream uint32, headerBytes int64) {
+	t.mu.Lock()
+	if t.gone {
+		// Untracked since the lookup: its entries are being removed and
+		// must not be re-created.
+		t.mu.Unlock()
 		return
 	}
 	c.streams[stream] = t
-	t.mu.Lock()
+	t.bindings = append(t.bindings, binding{conn: c, stream: stream})
 	t.conn, t.streamID = c, stream
 	t.streams++
 	t.afterGoAway = t.afterGoAway || c.goAway != nil

@@ -253,3 +253,31 @@ func TestTwoGoAwaysForgetTheFirstCodeObserver(t *testing.T) {
 		})
 	}
 }
+
+// TestUntrackRacingBindLeavesNoEntry plays both orders of a bind racing
+// Untrack: bind looks the tracker up (under the connection's lock) and
+// attaches it; Untrack may run entirely between the two. Either way the
+// connection's stream map must end up without the attempt.
+func TestUntrackRacingBindLeavesNoEntry(t *testing.T) {
+	for _, untrackFirst := range []bool{false, true} {
+		o := NewObserver()
+		o.Track("race")
+		oc, _ := o.wrap(&sink{}, "p-c1", ConnHooks{})
+		tr := o.lookup("race") // the bind's lookup, before Untrack
+		if untrackFirst {
+			o.Untrack("race")
+		}
+		oc.mu.Lock()
+		oc.attach(tr, 1, 10)
+		oc.mu.Unlock()
+		if !untrackFirst {
+			o.Untrack("race")
+		}
+		oc.mu.Lock()
+		left := len(oc.streams)
+		oc.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("untrack first=%v: %d stream entries left after Untrack", untrackFirst, left)
+		}
+	}
+}
