@@ -15,6 +15,7 @@ const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
 	frameRSTStream    = 0x3
+	framePing         = 0x6
 	frameGoAway       = 0x7
 	frameContinuation = 0x9
 
@@ -221,6 +222,7 @@ func (o *Observer) wrap(c net.Conn, ref string, hooks ConnHooks) (*ObservedConn,
 		hooks:   hooks,
 		streams: make(map[uint32]*tracker),
 		out:     parser{preface: len(clientPreface)},
+		changed: make(chan struct{}),
 	}
 	// 4096 is the table size HTTP/2 starts with (SETTINGS_HEADER_TABLE_SIZE).
 	oc.dec = newAttemptDecoder(attemptHeaderLower, 4096, maxDecoderTable)
@@ -252,6 +254,14 @@ type ObservedConn struct {
 	goAway  *GoAway             // every GOAWAY received so far, merged (mergeGoAway)
 	closed  bool
 	lost    bool
+	// pingsOut counts outgoing PING frames (the engine's write barrier,
+	// Engine.neverLeft). changed is closed and replaced when pingsOut
+	// grows, the framing is lost or a write fails.
+	pingsOut uint64
+	changed  chan struct{}
+	// wfailed: a write to the connection failed. x/net's writer keeps the
+	// error and writes nothing after it, so no later frame will be seen.
+	wfailed bool
 }
 
 type observedTLSConn struct {
@@ -267,7 +277,8 @@ func (c *observedTLSConn) ConnectionState() tls.ConnectionState { return c.tls.C
 func (c *ObservedConn) Ref() string { return c.ref }
 
 // Write observes the frames in b before handing them to the connection, so
-// a request is marked sent before the server can possibly answer it.
+// a request is marked sent before the server can possibly answer it (and
+// also when the write then fails: bytes handed over may have left).
 func (c *ObservedConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	if !c.lost {
@@ -276,7 +287,39 @@ func (c *ObservedConn) Write(b []byte) (int, error) {
 		}
 	}
 	c.mu.Unlock()
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.mu.Lock()
+		if !c.wfailed {
+			c.wfailed = true
+			c.changedLocked()
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// changedLocked wakes writeMark's waiters. c.mu must be held.
+func (c *ObservedConn) changedLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// writeMark returns how many outgoing PING frames have been seen and a
+// channel closed at the next change pingedSince reports.
+func (c *ObservedConn) writeMark() (uint64, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pingsOut, c.changed
+}
+
+// pingedSince reports whether an outgoing PING was seen after mark. When
+// not, final reports that none ever will be (framing lost, or a write
+// failed), and changed is closed at the next change.
+func (c *ObservedConn) pingedSince(mark uint64) (pinged, final bool, changed <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pingsOut > mark, c.lost || c.wfailed, c.changed
 }
 
 // Read observes the frames in what was read before the HTTP/2 client sees
@@ -308,6 +351,7 @@ func (c *ObservedConn) loseLocked() {
 	}
 	c.lost = true
 	c.inBlock, c.block = false, nil
+	c.changedLocked()
 	if c.hooks.Lost != nil {
 		c.hooks.Lost()
 	}
@@ -349,6 +393,10 @@ func (c *ObservedConn) outFrame(h frameHeader, p []byte) error {
 		c.addReqBytes(h.stream, int64(h.length))
 	case frameData:
 		c.addReqBytes(h.stream, int64(h.length))
+		return nil
+	case framePing:
+		c.pingsOut++
+		c.changedLocked()
 		return nil
 	default:
 		return nil
