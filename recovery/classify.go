@@ -68,11 +68,13 @@ func classifyNoResponse(ev Evidence) Classification {
 		return ambiguous("stream_mapping_lost", false)
 	case ev.DialFailed:
 		return Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
-	case !ev.RequestSent:
+	case !ev.RequestSent && !ev.MaybeSent:
 		if ev.TimedOut {
 			return Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
 		}
 		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
+	case !ev.RequestSent:
+		return ambiguous("context_ended_while_sending", true) // MaybeSent: no stream, so no frame fact applies
 	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream && ev.Intermediary:
 		// A proxy's REFUSED_STREAM speaks for the proxy, and haproxy sends
 		// it when the origin failed after the request was forwarded to it.

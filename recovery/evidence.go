@@ -40,6 +40,10 @@ type Evidence struct {
 	// RequestSent reports that a HEADERS frame carrying this attempt's
 	// header was handed to the connection.
 	RequestSent bool `json:"request_sent,omitempty"`
+	// MaybeSent reports that the request was in the transport's hands
+	// when its context ended and the observer could not prove its HEADERS
+	// did not leave. Never set together with RequestSent.
+	MaybeSent bool `json:"maybe_sent,omitempty"`
 	// StreamID is the attempt's HTTP/2 stream id, 0 when it never got one.
 	StreamID uint32 `json:"stream_id,omitempty"`
 	// TransportReplays counts streams beyond the first that carried this
