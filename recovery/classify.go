@@ -36,7 +36,7 @@ func classify(ev Evidence) Classification {
 		return Classification{Class: Canceled, Reason: "scope_canceled", Terminal: true}
 	case ev.Activity != "":
 		return classifyActivityEnd(ev)
-	case ev.Unsendable != "" && !ev.RequestSent:
+	case ev.Unsendable != "" && !ev.RequestSent && !ev.MaybeSent:
 		return classifyUnsendable(ev.Unsendable)
 	case ev.Canceled:
 		// The worker is stopping or the activity was paused: the action
@@ -50,7 +50,7 @@ func classify(ev Evidence) Classification {
 		switch c.Reason {
 		case "timeout_before_send":
 			c.Reason = stopReason(ev.Stop, "before_send")
-		case "timeout_after_send":
+		case "timeout_after_send", "context_ended_while_sending":
 			c.Reason = stopReason(ev.Stop, "mid_attempt")
 		}
 		return c
@@ -152,11 +152,16 @@ func classifyNoResponse(ev Evidence) Classification {
 		return ambiguous("stream_mapping_lost", false)
 	case ev.DialFailed:
 		return Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
-	case !ev.RequestSent:
+	case !ev.RequestSent && !ev.MaybeSent:
 		if ev.TimedOut {
 			return Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
 		}
 		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
+	case !ev.RequestSent:
+		// MaybeSent: the context ended while the transport held the
+		// request and nothing proves its HEADERS did not leave. With no
+		// stream id, no frame fact applies.
+		return ambiguous("context_ended_while_sending", true)
 	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream && ev.ResponseHeaders:
 		// The server sent response HEADERS (a 1xx) on the stream: it acted
 		// on it, so its REFUSED_STREAM no longer proves non-processing.

@@ -90,7 +90,7 @@ type Engine struct {
 	obs    *Observer
 	pool   *pool
 	logger *slog.Logger
-	proc   string // process tag that makes connection refs unique across processes
+	proc   string // random tag that makes connection refs unique across engines and processes (newProcTag)
 	seq    atomic.Uint64
 	stats  stats
 }
@@ -119,8 +119,6 @@ func New(cfg Config) *Engine {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	var tag [2]byte
-	_, _ = rand.Read(tag[:])
 	e := &Engine{
 		cfg: cfg,
 		// The Transport is only a factory for ClientConns here: the engine
@@ -133,10 +131,20 @@ func New(cfg Config) *Engine {
 		},
 		obs:    NewObserver(),
 		logger: logger,
-		proc:   hex.EncodeToString(tag[:]),
+		proc:   newProcTag(),
 	}
 	e.pool = newPool(cfg.MaxConnsPerAuthority, e.dial)
 	return e
+}
+
+// newProcTag returns the per-engine part of connection refs: 64 random
+// bits as 16 hex digits, so refs such as "7f3a9c01d2e4b5a6-c12" stay
+// unique across a fleet of workers (with 16 bits, a few hundred engines
+// already share one). crypto/rand never fails on supported platforms.
+func newProcTag() string {
+	var tag [8]byte
+	_, _ = rand.Read(tag[:])
+	return hex.EncodeToString(tag[:])
 }
 
 // Close closes every connection. In-flight requests fail.
@@ -202,12 +210,17 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			break
 		}
-		if pick < maxPicks && ctx.Err() == nil && e.neverLeft(a.spec.AttemptID, pc) && rewind(out) {
+		never, maybe := e.neverLeft(ctx, out, a.spec.AttemptID, pc)
+		if pick < maxPicks && ctx.Err() == nil && never && !pc.usable() && rewind(out) {
 			// The connection went away (GOAWAY, close) between the pick and
 			// the first byte of HEADERS: the request never left, so choosing
 			// another connection is not a retry of it.
 			e.pool.released(authority)
 			continue
+		}
+		if maybe {
+			a.maybeSent()
+			e.stats.maybeSent.Add(1)
 		}
 		a.settle(ctx, err, auto)
 		e.pool.released(authority)
@@ -232,11 +245,94 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 // because the picked one became unusable before the request left.
 const maxPicks = 3
 
-// neverLeft reports that no HEADERS of the attempt reached pc and the
-// observer can vouch for it.
-func (e *Engine) neverLeft(attemptID string, pc *pooledConn) bool {
+// neverLeft is called after pc.cc.RoundTrip(out) failed. never reports
+// that it is proven no HEADERS of the attempt left on pc; maybe, that the
+// request was in x/net's hands when its context ended and that cannot be
+// proven (Evidence.MaybeSent). Neither is set when the observer already
+// saw the HEADERS, or lost the framing (the evidence says so itself).
+//
+// A failed RoundTrip does not mean x/net has stopped writing the request:
+// when the context ends, ClientConn.RoundTrip aborts the stream and
+// returns without waiting for its writeRequest goroutine, which may be
+// inside encodeAndWriteHeaders still writing the header block. The
+// observer binds the attempt only at END_HEADERS, so "no stream yet" is
+// not proof. Two facts of golang.org/x/net/http2 (transport.go, v0.60.0)
+// make it one:
+//
+//   - Only a context or Request.Cancel ending lets internalRoundTrip return
+//     an error before the writeRequest goroutine is done: every other
+//     error path waits for cs.donec (waitDone), closed last in
+//     cleanupWriteRequest. So when the context is still live after
+//     RoundTrip (and out.Cancel has not fired), the observer's facts are
+//     final.
+//   - Otherwise, the write barrier: every write x/net makes to the
+//     connection after setup happens inside a cc.wmu section, and each
+//     section flushes what it framed before releasing wmu. A header block
+//     is one section, which checks cs.abort (closed by abortStream before
+//     RoundTrip returns) under wmu before writing anything. So once the
+//     observer sees a PING written after RoundTrip returned, every header
+//     section of this attempt either finished before that PING's section
+//     (its END_HEADERS observed and bound) or will find cs.abort closed
+//     and write nothing. cc.Ping forces such a section. A connection
+//     whose writes already failed writes no PING (x/net's error is
+//     sticky) and cannot pass; nor can one past the bound.
+//
+// No wait happens on the success path, nor when no connection was picked.
+func (e *Engine) neverLeft(ctx context.Context, out *http.Request, attemptID string, pc *pooledConn) (never, maybe bool) {
 	f := e.obs.Stream(attemptID, pc.oc)
-	return f.Streams == 0 && !f.MappingLost && !pc.usable()
+	if f.Streams > 0 || f.MappingLost {
+		return false, false
+	}
+	if ctx.Err() == nil && !fired(out.Cancel) {
+		return true, false
+	}
+	if !e.writeBarrier(pc) {
+		return false, true
+	}
+	f = e.obs.Stream(attemptID, pc.oc)
+	return f.Streams == 0 && !f.MappingLost, false
+}
+
+// maxBarrierWait bounds the write barrier; DialTimeout bounds it further.
+const maxBarrierWait = 2 * time.Second
+
+// writeBarrier sends a PING on pc and reports whether the observer saw an
+// outgoing PING after the call began (see neverLeft for what that
+// proves). Any PING counts, x/net's own included: each is written inside
+// a wmu section.
+func (e *Engine) writeBarrier(pc *pooledConn) bool {
+	mark, changed := pc.oc.writeMark()
+	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.DialTimeout, maxBarrierWait))
+	defer cancel()
+	// Only the observer's count matters, not the ACK: Ping's result is
+	// ignored, and cancel ends it once the barrier is decided.
+	go func() { _ = pc.cc.Ping(ctx) }()
+	for {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			pinged, _, _ := pc.oc.pingedSince(mark)
+			return pinged
+		}
+		pinged, final, next := pc.oc.pingedSince(mark)
+		switch {
+		case pinged:
+			return true
+		case final:
+			return false
+		}
+		changed = next
+	}
+}
+
+// fired reports whether a Request.Cancel channel has been closed.
+func fired(cancel <-chan struct{}) bool {
+	select {
+	case <-cancel:
+		return true
+	default:
+		return false
+	}
 }
 
 // rewind gives out a fresh body for another send, reporting false when the
@@ -490,6 +586,13 @@ func (a *Attempt) dialFailed(ctx context.Context) {
 	a.mu.Unlock()
 }
 
+// maybeSent records that the request may have left (Evidence.MaybeSent).
+func (a *Attempt) maybeSent() {
+	a.mu.Lock()
+	a.ev.MaybeSent = true
+	a.mu.Unlock()
+}
+
 func (a *Attempt) response(resp *http.Response) {
 	ra, ok := ParseRetryAfter(resp.Header, time.Now())
 	a.mu.Lock()
@@ -569,6 +672,8 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 			a.ev.ConnRef = f.ConnRef
 		}
 		a.ev.StreamID, a.ev.RequestSent = f.StreamID, f.Streams > 0
+		// HEADERS bound after the barrier gave up settle the question.
+		a.ev.MaybeSent = a.ev.MaybeSent && !a.ev.RequestSent
 		a.ev.TransportReplays = max(f.Streams-1, 0)
 		a.ev.RequestBytes, a.ev.ResponseHeaders = f.RequestBytes, f.ResponseHeaders
 		a.ev.RSTStream, a.ev.GoAway = f.RSTStream, f.GoAway
@@ -623,7 +728,7 @@ func (a *Attempt) FinishWith(f Facts) (Evidence, Classification) {
 	}
 	a.finished = true
 	a.ev.Signal, a.ev.Stop = f.Signal, f.Stop
-	if f.Unsendable != "" && !a.ev.RequestSent {
+	if f.Unsendable != "" && !a.ev.RequestSent && !a.ev.MaybeSent {
 		a.ev.Unsendable = f.Unsendable
 	}
 	if !a.ev.Canceled {

@@ -330,6 +330,26 @@ func TestGoAwayCodesReadFromTheFrame(t *testing.T) {
 	}
 }
 
+// Two GOAWAYs on one connection: ENHANCE_YOUR_CALM and then a routine
+// NO_ERROR must still read as ENHANCE_YOUR_CALM (throttled, back off), not
+// as a graceful drain (CONTRACT.md section 3: any non-NO_ERROR code seen
+// counts).
+func TestTwoGoAwaysForgetTheFirstCode(t *testing.T) {
+	h := newHarness(t)
+	h.want(h.send(t.Context(), recovery.Spec{IdempotencyKey: "warm"}, h.p.URL(), false, nil), recovery.Completed)
+	h.p.Push(testsuite.GoAwayAboveTwice(http2.ErrCodeEnhanceYourCalm, http2.ErrCodeNo))
+	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "twice"}, h.p.URL(), false, nil)
+	h.want(r, recovery.Throttled)
+	if r.c.Reason != "goaway_enhance_your_calm" || r.ev.GoAway == nil || *r.ev.GoAway != (recovery.GoAway{LastStreamID: 1, Code: recovery.CodeEnhanceYourCalm, DebugLen: len("durallm-testsuite")}) {
+		t.Fatalf("reason %s, goaway %+v", r.c.Reason, r.ev.GoAway)
+	}
+	h.executed("twice", 0)
+	// Each frame is still counted under its own code.
+	if st := h.e.Stats(); st.GoAways["ENHANCE_YOUR_CALM"] != 1 || st.GoAways["NO_ERROR"] != 1 {
+		t.Fatalf("GOAWAY counters %v", st.GoAways)
+	}
+}
+
 func TestStatusRows(t *testing.T) {
 	now := time.Now()
 	tests := []struct {

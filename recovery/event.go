@@ -61,6 +61,9 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 	if ev.MappingLost {
 		attrs = append(attrs, slog.Bool("mapping_lost", true))
 	}
+	if ev.MaybeSent {
+		attrs = append(attrs, slog.Bool("maybe_sent", true))
+	}
 	if ev.Signal != SignalNone {
 		attrs = append(attrs, slog.String("signal", string(ev.Signal)))
 	}

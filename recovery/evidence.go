@@ -29,7 +29,7 @@ type Evidence struct {
 	// had.
 	HTTPVersion string `json:"http_version,omitempty"`
 	// ConnRef names the connection the attempt used, unique per process
-	// and connection (e.g. "7f3a-c12"). Empty when no connection was had.
+	// and connection (e.g. "7f3a9c01d2e4b5a6-c12"). Empty when no connection was had.
 	ConnRef string `json:"conn_ref,omitempty"`
 	// ConnFresh reports that the connection was dialed for this attempt.
 	ConnFresh bool `json:"conn_fresh,omitempty"`
@@ -40,6 +40,10 @@ type Evidence struct {
 	// RequestSent reports that a HEADERS frame carrying this attempt's
 	// header was handed to the connection.
 	RequestSent bool `json:"request_sent,omitempty"`
+	// MaybeSent reports that the request was in the transport's hands
+	// when its context ended and the observer could not prove its HEADERS
+	// did not leave. Never set together with RequestSent.
+	MaybeSent bool `json:"maybe_sent,omitempty"`
 	// StreamID is the attempt's HTTP/2 stream id, 0 when it never got one.
 	StreamID uint32 `json:"stream_id,omitempty"`
 	// TransportReplays counts streams beyond the first that carried this
@@ -73,8 +77,10 @@ type Evidence struct {
 	// than a clean end of stream.
 	BodyFailed bool `json:"body_failed,omitempty"`
 
-	// GoAway is the last GOAWAY the server sent on the connection while
-	// the attempt was in flight, nil when none.
+	// GoAway is what the server's GOAWAYs on the connection said up to the
+	// end of the attempt, nil when none. Several GOAWAYs merge: the lowest
+	// last-stream id and the first non-NO_ERROR code, with that frame's
+	// DebugLen.
 	GoAway *GoAway `json:"goaway,omitempty"`
 	// RSTStream is the code of a RST_STREAM the server sent on the
 	// attempt's stream, nil when none.

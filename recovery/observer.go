@@ -15,6 +15,7 @@ const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
 	frameRSTStream    = 0x3
+	framePing         = 0x6
 	frameGoAway       = 0x7
 	frameContinuation = 0x9
 
@@ -61,8 +62,14 @@ func NewObserver() *Observer {
 }
 
 // tracker is what the observer knows of one attempt's stream(s).
+//
+// Lock order: ObservedConn.mu, then tracker.mu (bind and the frame
+// callbacks run under the connection's lock and take the tracker's).
+// Untrack therefore never holds tracker.mu while it takes a connection's.
 type tracker struct {
 	mu          sync.Mutex
+	gone        bool          // untracked: bind must not attach it to a stream any more
+	bindings    []binding     // every (connection, stream) entry that points at it, for Untrack to remove
 	conn        *ObservedConn // the connection that carried its latest stream
 	streams     int
 	streamID    uint32
@@ -84,11 +91,38 @@ func (o *Observer) Track(attemptID string) {
 	o.mu.Unlock()
 }
 
+// binding is one entry of a connection's stream map.
+type binding struct {
+	conn   *ObservedConn
+	stream uint32
+}
+
 // Untrack forgets attemptID; frames for it that arrive later are ignored.
+// It also removes the attempt's streams from their connections' maps, so
+// a long-lived connection holds entries only for attempts in flight.
 func (o *Observer) Untrack(attemptID string) {
 	o.mu.Lock()
+	t := o.attempts[attemptID]
 	delete(o.attempts, attemptID)
 	o.mu.Unlock()
+	if t == nil {
+		return
+	}
+	// Marking the tracker gone first closes the race with a bind already
+	// past its lookup: bind checks gone under t.mu, so either it sees gone
+	// and adds nothing, or its binding is in the list read here.
+	t.mu.Lock()
+	t.gone = true
+	bs := t.bindings
+	t.bindings = nil
+	t.mu.Unlock()
+	for _, b := range bs {
+		b.conn.mu.Lock()
+		if b.conn.streams[b.stream] == t {
+			delete(b.conn.streams, b.stream)
+		}
+		b.conn.mu.Unlock()
+	}
 }
 
 func (o *Observer) lookup(attemptID string) *tracker {
@@ -113,7 +147,8 @@ type StreamFacts struct {
 	ResponseHeaders bool
 	// RSTStream is the code of a server RST_STREAM on the stream, or nil.
 	RSTStream *ErrCode
-	// GoAway is the last GOAWAY on the stream's connection, or nil.
+	// GoAway is what the GOAWAYs on the stream's connection said together
+	// (lowest last-stream id, first non-NO_ERROR code), or nil.
 	GoAway *GoAway
 	// ConnClosed reports that the stream's connection has ended.
 	ConnClosed bool
@@ -187,6 +222,7 @@ func (o *Observer) wrap(c net.Conn, ref string, hooks ConnHooks) (*ObservedConn,
 		hooks:   hooks,
 		streams: make(map[uint32]*tracker),
 		out:     parser{preface: len(clientPreface)},
+		changed: make(chan struct{}),
 	}
 	// 4096 is the table size HTTP/2 starts with (SETTINGS_HEADER_TABLE_SIZE).
 	oc.dec = newAttemptDecoder(attemptHeaderLower, 4096, maxDecoderTable)
@@ -211,13 +247,21 @@ type ObservedConn struct {
 	out     parser // client → server
 	in      parser // server → client
 	dec     *attemptDecoder
-	inBlock bool   // a header block is being collected
-	block   []byte // the block so far; its array is reused
-	blockOn uint32 // its stream id
-	streams map[uint32]*tracker
-	goAway  *GoAway
+	inBlock bool                // a header block is being collected
+	block   []byte              // the block so far; its array is reused
+	blockOn uint32              // its stream id
+	streams map[uint32]*tracker // streams of tracked attempts (Untrack removes them)
+	goAway  *GoAway             // every GOAWAY received so far, merged (mergeGoAway)
 	closed  bool
 	lost    bool
+	// pingsOut counts outgoing PING frames (the engine's write barrier,
+	// Engine.neverLeft). changed is closed and replaced when pingsOut
+	// grows, the framing is lost or a write fails.
+	pingsOut uint64
+	changed  chan struct{}
+	// wfailed: a write to the connection failed. x/net's writer keeps the
+	// error and writes nothing after it, so no later frame will be seen.
+	wfailed bool
 }
 
 type observedTLSConn struct {
@@ -233,7 +277,8 @@ func (c *observedTLSConn) ConnectionState() tls.ConnectionState { return c.tls.C
 func (c *ObservedConn) Ref() string { return c.ref }
 
 // Write observes the frames in b before handing them to the connection, so
-// a request is marked sent before the server can possibly answer it.
+// a request is marked sent before the server can possibly answer it (and
+// also when the write then fails: bytes handed over may have left).
 func (c *ObservedConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	if !c.lost {
@@ -242,7 +287,39 @@ func (c *ObservedConn) Write(b []byte) (int, error) {
 		}
 	}
 	c.mu.Unlock()
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.mu.Lock()
+		if !c.wfailed {
+			c.wfailed = true
+			c.changedLocked()
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// changedLocked wakes writeMark's waiters. c.mu must be held.
+func (c *ObservedConn) changedLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// writeMark returns how many outgoing PING frames have been seen and a
+// channel closed at the next change pingedSince reports.
+func (c *ObservedConn) writeMark() (uint64, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pingsOut, c.changed
+}
+
+// pingedSince reports whether an outgoing PING was seen after mark. When
+// not, final reports that none ever will be (framing lost, or a write
+// failed), and changed is closed at the next change.
+func (c *ObservedConn) pingedSince(mark uint64) (pinged, final bool, changed <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pingsOut > mark, c.lost || c.wfailed, c.changed
 }
 
 // Read observes the frames in what was read before the HTTP/2 client sees
@@ -274,6 +351,7 @@ func (c *ObservedConn) loseLocked() {
 	}
 	c.lost = true
 	c.inBlock, c.block = false, nil
+	c.changedLocked()
 	if c.hooks.Lost != nil {
 		c.hooks.Lost()
 	}
@@ -316,6 +394,10 @@ func (c *ObservedConn) outFrame(h frameHeader, p []byte) error {
 	case frameData:
 		c.addReqBytes(h.stream, int64(h.length))
 		return nil
+	case framePing:
+		c.pingsOut++
+		c.changedLocked()
+		return nil
 	default:
 		return nil
 	}
@@ -343,12 +425,23 @@ func (c *ObservedConn) outFrame(h frameHeader, p []byte) error {
 // bind attaches a stream to its attempt; a second stream for the same
 // attempt is a replay by a lower layer.
 func (c *ObservedConn) bind(attemptID string, stream uint32, headerBytes int64) {
-	t := c.obs.lookup(attemptID)
-	if t == nil {
+	if t := c.obs.lookup(attemptID); t != nil {
+		c.attach(t, stream, headerBytes)
+	}
+}
+
+// attach binds stream to t. t may have been untracked since it was looked
+// up; c.mu must be held.
+func (c *ObservedConn) attach(t *tracker, stream uint32, headerBytes int64) {
+	t.mu.Lock()
+	if t.gone {
+		// Untracked since the lookup: its entries are being removed and
+		// must not be re-created.
+		t.mu.Unlock()
 		return
 	}
 	c.streams[stream] = t
-	t.mu.Lock()
+	t.bindings = append(t.bindings, binding{conn: c, stream: stream})
 	t.conn, t.streamID = c, stream
 	t.streams++
 	t.afterGoAway = t.afterGoAway || c.goAway != nil
@@ -404,12 +497,33 @@ func (c *ObservedConn) inFrame(h frameHeader, p []byte) error {
 			Code:         ErrCode(binary.BigEndian.Uint32(p[4:])),
 			DebugLen:     int(h.length) - 8,
 		}
-		c.goAway = &g
+		c.mergeGoAway(g)
 		if c.hooks.GoAway != nil {
 			c.hooks.GoAway(g)
 		}
 	}
 	return nil
+}
+
+// mergeGoAway folds one GOAWAY into what the connection's GOAWAYs said
+// together (CONTRACT.md section 3): the lowest last-stream id, because a
+// stream above any one boundary was never processed, and the first
+// non-NO_ERROR code, because a routine NO_ERROR on the way out does not
+// take back an ENHANCE_YOUR_CALM or PROTOCOL_ERROR (x/net's ClientConn
+// merges codes the same way). DebugLen belongs to the frame whose code is
+// kept.
+func (c *ObservedConn) mergeGoAway(g GoAway) {
+	prev := c.goAway
+	if prev == nil {
+		c.goAway = &g
+		return
+	}
+	merged := *prev
+	merged.LastStreamID = min(prev.LastStreamID, g.LastStreamID)
+	if prev.Code == CodeNoError {
+		merged.Code, merged.DebugLen = g.Code, g.DebugLen
+	}
+	c.goAway = &merged
 }
 
 // headersFragment strips padding and priority from a HEADERS payload.

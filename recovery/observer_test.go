@@ -206,3 +206,78 @@ func FuzzObserver(f *testing.F) {
 		}
 	})
 }
+
+// TestTwoGoAwaysForgetTheFirstCodeObserver feeds the observer GOAWAY pairs
+// in both orders: the facts keep the lowest last-stream id and the first
+// non-NO_ERROR code (as x/net's ClientConn does), whatever came last.
+func TestTwoGoAwaysForgetTheFirstCodeObserver(t *testing.T) {
+	type frame struct {
+		last uint32
+		code http2.ErrCode
+	}
+	tests := []struct {
+		name   string
+		frames []frame
+		want   GoAway
+	}{
+		{"calm then graceful", []frame{{5, http2.ErrCodeEnhanceYourCalm}, {5, http2.ErrCodeNo}}, GoAway{LastStreamID: 5, Code: CodeEnhanceYourCalm, DebugLen: 1}},
+		{"graceful at max then the real boundary", []frame{{1<<31 - 1, http2.ErrCodeNo}, {3, http2.ErrCodeNo}}, GoAway{LastStreamID: 3, Code: CodeNoError, DebugLen: 2}},
+		{"a higher id never raises the boundary", []frame{{3, http2.ErrCodeNo}, {7, http2.ErrCodeNo}}, GoAway{LastStreamID: 3, Code: CodeNoError, DebugLen: 2}},
+		{"graceful then calm", []frame{{7, http2.ErrCodeNo}, {3, http2.ErrCodeEnhanceYourCalm}}, GoAway{LastStreamID: 3, Code: CodeEnhanceYourCalm, DebugLen: 2}},
+		{"the first error code stays", []frame{{7, http2.ErrCodeEnhanceYourCalm}, {5, http2.ErrCodeProtocol}, {5, http2.ErrCodeNo}}, GoAway{LastStreamID: 5, Code: CodeEnhanceYourCalm, DebugLen: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var in bytes.Buffer
+			fr := http2.NewFramer(&in, nil)
+			for i, f := range tt.frames {
+				// Debug data of a different length per frame shows which
+				// frame the kept code came from.
+				_ = fr.WriteGoAway(f.last, f.code, bytes.Repeat([]byte("d"), i+1))
+			}
+			o := NewObserver()
+			var hooked []ErrCode
+			oc, _ := o.wrap(&sink{r: bytes.NewReader(in.Bytes())}, "p-c1", ConnHooks{GoAway: func(g GoAway) { hooked = append(hooked, g.Code) }})
+			buf := make([]byte, 64)
+			for {
+				if _, err := oc.Read(buf); err != nil {
+					break
+				}
+			}
+			if f := o.Stream("none", oc); f.GoAway == nil || *f.GoAway != tt.want {
+				t.Fatalf("GOAWAY facts %+v, want %+v", f.GoAway, tt.want)
+			}
+			if len(hooked) != len(tt.frames) || hooked[len(hooked)-1] != ErrCode(tt.frames[len(tt.frames)-1].code) {
+				t.Fatalf("hook saw %v: every frame must reach it with its own code", hooked)
+			}
+		})
+	}
+}
+
+// TestUntrackRacingBindLeavesNoEntry plays both orders of a bind racing
+// Untrack: bind looks the tracker up (under the connection's lock) and
+// attaches it; Untrack may run entirely between the two. Either way the
+// connection's stream map must end up without the attempt.
+func TestUntrackRacingBindLeavesNoEntry(t *testing.T) {
+	for _, untrackFirst := range []bool{false, true} {
+		o := NewObserver()
+		o.Track("race")
+		oc, _ := o.wrap(&sink{}, "p-c1", ConnHooks{})
+		tr := o.lookup("race") // the bind's lookup, before Untrack
+		if untrackFirst {
+			o.Untrack("race")
+		}
+		oc.mu.Lock()
+		oc.attach(tr, 1, 10)
+		oc.mu.Unlock()
+		if !untrackFirst {
+			o.Untrack("race")
+		}
+		oc.mu.Lock()
+		left := len(oc.streams)
+		oc.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("untrack first=%v: %d stream entries left after Untrack", untrackFirst, left)
+		}
+	}
+}

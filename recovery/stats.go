@@ -21,6 +21,10 @@ type Stats struct {
 	TransportReplays int64
 	// ObserverLost counts connections whose framing could not be followed.
 	ObserverLost int64
+	// MaybeSent counts attempts whose context ended while the transport
+	// held the request and the write barrier could not prove its HEADERS
+	// stayed (Evidence.MaybeSent): each is ambiguous instead of unsent.
+	MaybeSent int64
 	// Attempts counts finished attempts by classification.
 	Attempts map[Class]int64
 }
@@ -30,6 +34,7 @@ type stats struct {
 	quarantines  atomic.Int64
 	replays      atomic.Int64
 	observerLost atomic.Int64
+	maybeSent    atomic.Int64
 
 	mu       sync.Mutex
 	goAways  map[string]int64
@@ -62,6 +67,7 @@ func (e *Engine) Stats() Stats {
 		Quarantines:      s.quarantines.Load(),
 		TransportReplays: s.replays.Load(),
 		ObserverLost:     s.observerLost.Load(),
+		MaybeSent:        s.maybeSent.Load(),
 		GoAways:          make(map[string]int64),
 		Attempts:         make(map[Class]int64),
 	}

@@ -116,6 +116,7 @@ type Behavior struct {
 	lastMode     lastMode
 	last         uint32
 	code         http2.ErrCode
+	code2        *http2.ErrCode // a second GOAWAY's code (GoAwayAboveTwice)
 	status       int
 	header       http.Header
 	body         string
@@ -218,6 +219,18 @@ func Answer(text string) Behavior {
 // connection's first).
 func GoAwayAbove(code http2.ErrCode) Behavior {
 	return Behavior{kind: kindGoAway, name: "GoAwayAbove(" + code.String() + ")", lastMode: lastBelowSelf, code: code}
+}
+
+// GoAwayAboveTwice is [GoAwayAbove] with two GOAWAY frames back to back
+// in one write, both with the same last-stream-id: the first with code
+// first, the second with code second. It models a server that says why it is leaving
+// (ENHANCE_YOUR_CALM, say) and then sends a routine NO_ERROR on its way
+// out. A client must not let the second code hide the first.
+func GoAwayAboveTwice(first, second http2.ErrCode) Behavior {
+	b := GoAwayAbove(first)
+	b.name = "GoAwayAboveTwice(" + first.String() + "," + second.String() + ")"
+	b.code2 = &second
+	return b
 }
 
 // GoAwayAfterProcessing executes the request, then sends GOAWAY with

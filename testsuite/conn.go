@@ -99,6 +99,7 @@ type conn struct {
 	raw     net.Conn      // the TCP socket: deadlines, half-close, hard close
 	tlsConn *tls.Conn     // nil on the h2c listener
 	br      *bufio.Reader // buffered reader under the framer; also reads the preface
+	nc      net.Conn      // what the framer writes to (TLS or TCP), for a write of several frames at once
 	fr      *http2.Framer
 	done    chan struct{} // closed when the connection has been torn down
 
@@ -131,6 +132,7 @@ func newConn(p *Provider, idx int, raw net.Conn, tc *tls.Conn, nc net.Conn) *con
 		index:             idx,
 		raw:               raw,
 		tlsConn:           tc,
+		nc:                nc,
 		done:              make(chan struct{}),
 		streams:           make(map[uint32]*stream),
 		sendWindow:        initialWindow,
@@ -589,7 +591,11 @@ func (c *conn) fail(ce connError) {
 // highest stream id accepted so far) and abandons every stream above it:
 // those are never answered. A later GOAWAY never raises the id, as RFC
 // 9113 §6.8 requires.
-func (c *conn) goAway(last uint32, useAccepted bool, code http2.ErrCode, debug string) {
+//
+// With more codes, one GOAWAY per code follows the first, all with the
+// same last-stream-id and all in a single write, so a client reads them
+// together: nothing it does between the frames can hide the first one.
+func (c *conn) goAway(last uint32, useAccepted bool, code http2.ErrCode, debug string, more ...http2.ErrCode) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -613,7 +619,19 @@ func (c *conn) goAway(last uint32, useAccepted bool, code http2.ErrCode, debug s
 		}
 	}
 	c.mu.Unlock()
-	if err := c.fr.WriteGoAway(last, code, []byte(debug)); err != nil {
+	if len(more) == 0 {
+		if err := c.fr.WriteGoAway(last, code, []byte(debug)); err != nil {
+			_ = c.raw.Close()
+		}
+		return
+	}
+	var buf bytes.Buffer
+	fr := http2.NewFramer(&buf, nil)
+	for _, code := range append([]http2.ErrCode{code}, more...) {
+		// Writing into a bytes.Buffer cannot fail.
+		_ = fr.WriteGoAway(last, code, []byte(debug))
+	}
+	if _, err := c.nc.Write(buf.Bytes()); err != nil {
 		_ = c.raw.Close()
 	}
 }

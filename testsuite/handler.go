@@ -122,7 +122,11 @@ func (c *conn) pause(st *stream, b Behavior) bool {
 // goAwayBehavior runs GoAwayAbove, GoAwayAfterProcessing and GoAwayAt.
 func (c *conn) goAwayBehavior(st *stream, b Behavior) {
 	last := b.lastFor(st.id)
-	c.goAway(last, false, b.code, goAwayDebug)
+	if b.code2 != nil {
+		c.goAway(last, false, b.code, goAwayDebug, *b.code2)
+	} else {
+		c.goAway(last, false, b.code, goAwayDebug)
+	}
 	if st.id <= last {
 		// The GOAWAY tells the client this stream may have been
 		// processed; closing without an answer leaves it exactly that

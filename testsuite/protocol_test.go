@@ -71,6 +71,25 @@ func TestRawGoAwayAboveKeepsServingLowerStreams(t *testing.T) {
 	}
 }
 
+func TestRawGoAwayAboveTwice(t *testing.T) {
+	p := newTestProvider(t)
+	p.Push(Answer("first"), GoAwayAboveTwice(http2.ErrCodeEnhanceYourCalm, http2.ErrCodeNo))
+	rc := dialRaw(t, p)
+	rc.request(1, "a1", "")
+	if r := rc.readResponse(1); r.status != "200" {
+		t.Fatalf("stream 1: %+v", r)
+	}
+	rc.request(3, "a3", "")
+	first, second := rc.expectGoAway(), rc.expectGoAway()
+	if first.last != 1 || first.code != http2.ErrCodeEnhanceYourCalm || second.last != 1 || second.code != http2.ErrCodeNo {
+		t.Fatalf("GOAWAYs %+v then %+v, want last 1 ENHANCE_YOUR_CALM then last 1 NO_ERROR", first, second)
+	}
+	rc.expectClosed()
+	if len(p.Processed()) != 1 || p.Received()[1].Behavior != "GoAwayAboveTwice(ENHANCE_YOUR_CALM,NO_ERROR)" {
+		t.Errorf("Processed = %+v, Received = %+v", p.Processed(), p.Received())
+	}
+}
+
 func TestRawGoAwayAfterProcessing(t *testing.T) {
 	p := newTestProvider(t)
 	p.Push(Answer("first"), GoAwayAfterProcessing(http2.ErrCodeEnhanceYourCalm))
