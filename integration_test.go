@@ -231,7 +231,7 @@ func TestE2ERunbookGoAwayAtBoundaryWaitsForReconciliation(t *testing.T) {
 		}
 	}
 	var rerr *durallm.ReconcileError
-	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 9, Verdict: activities.VerdictAbandon}); !errors.As(err, &rerr) || !strings.Contains(rerr.Message, "stale attempt 9") {
+	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 9, Verdict: activities.VerdictAbandon}); !errors.As(err, &rerr) || rerr.Reason != workflows.RejectStaleAttempt || !strings.Contains(rerr.Message, "stale attempt 9") {
 		t.Fatalf("stale reconcile: %v", err)
 	}
 	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 1, Verdict: activities.VerdictCompleted, Response: &providers.Response{Text: "found in the provider's log"}, By: "test"}); err != nil {

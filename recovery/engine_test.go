@@ -712,3 +712,19 @@ func TestIdempotencyKeyTheClientCannotEncodeIsRejected(t *testing.T) {
 		t.Fatalf("the provider received %d requests", got)
 	}
 }
+
+// Response HEADERS (a 103) and then REFUSED_STREAM were classified
+// refused: once the server sent response headers it acted on the stream,
+// so the attempt is ambiguous, and the provider's record shows why.
+func TestResponseHeadersThenRefusedStreamIsAmbiguous(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(testsuite.HintsThenRefuse())
+	r := h.send(t.Context(), recovery.Spec{Attempt: 1}, h.p.URL(), false, nil)
+	h.want(r, recovery.Ambiguous)
+	if !r.ev.ResponseHeaders || r.ev.RSTStream == nil || *r.ev.RSTStream != recovery.CodeRefusedStream || r.c.Reason != "rst_refused_stream_after_response_headers" {
+		t.Fatalf("evidence %+v, reason %s", r.ev, r.c.Reason)
+	}
+	if n := h.p.AttemptExecutions(r.ev.AttemptID); n != 1 {
+		t.Fatalf("the provider executed it %d times; a resend would have been a duplicate", n)
+	}
+}

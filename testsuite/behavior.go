@@ -26,6 +26,7 @@ const (
 	kindStreamCut
 	kindBodyCut
 	kindHold
+	kindHintsThenRefuse
 )
 
 // lastMode says how a GOAWAY behaviour picks its last-stream-id.
@@ -263,6 +264,15 @@ func GoAwayAt(last uint32, code http2.ErrCode, processed bool) Behavior {
 // guarantees the request was not processed.
 func RefuseStream() Behavior {
 	return Behavior{kind: kindRefuse, name: "RefuseStream", code: http2.ErrCodeRefusedStream}
+}
+
+// HintsThenRefuse executes the request, sends an informational response
+// (103 Early Hints), then resets the stream with RST_STREAM
+// REFUSED_STREAM. A server that sent response HEADERS has acted on the
+// stream, so the refusal no longer proves it was not processed: a
+// correct client treats this as ambiguous, never as a safe resend.
+func HintsThenRefuse() Behavior {
+	return Behavior{kind: kindHintsThenRefuse, name: "HintsThenRefuse", code: http2.ErrCodeRefusedStream, executes: true}
 }
 
 // ResetStream executes the request, then resets the stream with

@@ -46,6 +46,10 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 		c.goAwayBehavior(st, b)
 	case kindRefuse, kindReset:
 		_ = c.writeStream(st, func() error { return c.fr.WriteRSTStream(st.id, b.code) })
+	case kindHintsThenRefuse:
+		if c.writeHeaders(st, []hpack.HeaderField{{Name: ":status", Value: "103"}, {Name: "link", Value: "</style.css>; rel=preload"}}, false) == nil {
+			_ = c.writeStream(st, func() error { return c.fr.WriteRSTStream(st.id, b.code) })
+		}
 	case kindCloseAfterRead:
 		c.closeGracefully()
 	case kindStatus:
