@@ -194,7 +194,8 @@ func (t *Telemetry) TracingInterceptor() (interceptor.Interceptor, error) {
 }
 
 // WatchEngine exports an engine's counters (connections opened, GOAWAYs
-// by code, 421 quarantines, transport replays, lost framing).
+// by code, 421 quarantines, transport replays, lost framing, attempts
+// that may have been sent as their context ended).
 func (t *Telemetry) WatchEngine(e *recovery.Engine) {
 	t.mu.Lock()
 	t.engines = append(t.engines, e)
@@ -208,7 +209,8 @@ func (t *Telemetry) engineCounters() error {
 	quarantines, err3 := m.Int64ObservableCounter("durallm.quarantines", metric.WithDescription("Connections quarantined after a 421"))
 	replays, err4 := m.Int64ObservableCounter("durallm.transport.replays", metric.WithDescription("Streams that re-sent an attempt already sent (should stay 0)"))
 	lost, err5 := m.Int64ObservableCounter("durallm.observer.lost", metric.WithDescription("Connections whose HTTP/2 framing the observer could not follow"))
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+	maybeSent, err6 := m.Int64ObservableCounter("durallm.maybe_sent", metric.WithDescription("Attempts whose context ended mid-send with no proof their HEADERS stayed (ambiguous, not unsent)"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return err
 	}
 	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -223,6 +225,7 @@ func (t *Telemetry) engineCounters() error {
 			sum.Quarantines += s.Quarantines
 			sum.TransportReplays += s.TransportReplays
 			sum.ObserverLost += s.ObserverLost
+			sum.MaybeSent += s.MaybeSent
 			for k, v := range s.GoAways {
 				byCode[k] += v
 			}
@@ -231,13 +234,14 @@ func (t *Telemetry) engineCounters() error {
 		o.ObserveInt64(quarantines, sum.Quarantines)
 		o.ObserveInt64(replays, sum.TransportReplays)
 		o.ObserveInt64(lost, sum.ObserverLost)
+		o.ObserveInt64(maybeSent, sum.MaybeSent)
 		for code, n := range byCode {
 			// Keys are ErrCode.Label values (RFC names or UNKNOWN), never
 			// the peer's raw code, so this attribute stays bounded.
 			o.ObserveInt64(goaways, n, metric.WithAttributes(attribute.String("http2.error_code", code)))
 		}
 		return nil
-	}, conns, goaways, quarantines, replays, lost)
+	}, conns, goaways, quarantines, replays, lost, maybeSent)
 	return err
 }
 
