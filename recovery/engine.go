@@ -215,7 +215,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 			// The connection went away (GOAWAY, close) between the pick and
 			// the first byte of HEADERS: the request never left, so choosing
 			// another connection is not a retry of it.
-			e.pool.released(authority)
+			e.pool.release(pc)
 			continue
 		}
 		if maybe {
@@ -223,7 +223,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 			e.stats.maybeSent.Add(1)
 		}
 		a.settle(ctx, err, auto)
-		e.pool.released(authority)
+		e.pool.release(pc)
 		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
 	}
 	pc := a.connUsed()
@@ -234,10 +234,10 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 			e.stats.quarantines.Add(1)
 		}
 		pc.draining.Store(true)
-		e.pool.released(authority)
+		e.pool.wakeAuthority(authority)
 	}
 	a.response(resp)
-	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, release: func() { e.pool.released(authority) }}
+	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, release: func() { e.pool.release(pc) }}
 	return resp, nil
 }
 

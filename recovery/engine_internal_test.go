@@ -261,3 +261,56 @@ func TestNeverLeftAfterGoAwayNeedsNoBarrier(t *testing.T) {
 		}
 	}
 }
+
+// A connection stuck in a write blocked every pick: the pool asked x/net
+// for the connection's state under its one lock, and x/net's State takes
+// the connection's write lock, which a writer blocked on a peer that
+// stopped reading holds indefinitely. One stuck connection then stalled
+// new attempts to every authority. A pick must never wait on a
+// connection's writer.
+func TestAConnectionStuckInAWriteBlocksNoOtherPick(t *testing.T) {
+	stuck, err := testsuite.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	stuckAddr := strings.TrimPrefix(stuck.H2CURL(), "http://")
+	var gc *gateConn
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil || addr != stuckAddr {
+			return c, err
+		}
+		gc = &gateConn{Conn: c}
+		return gc, nil
+	}
+	e, other := newTestEngine(t, Config{DialContext: dial})
+	if _, c, err := post(t, e, t.Context(), stuck.H2CURL(), nil); c.Class != Completed {
+		t.Fatalf("warm-up: %s (%s) %v", c.Class, c.Reason, err)
+	}
+	held, release := gc.arm()
+	defer release()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _, _, _ = post(t, e, ctx, stuck.H2CURL(), nil) }() // its HEADERS write is held
+	<-held
+	// A second attempt to the stuck authority picks its connection; before
+	// the fix it waited for the writer inside the pool's lock.
+	go func() { _, _, _ = post(t, e, ctx, stuck.H2CURL(), nil) }()
+	time.Sleep(50 * time.Millisecond) // let it reach the pool (ordering only)
+
+	done := make(chan Classification, 1)
+	go func() {
+		_, c, _ := post(t, e, t.Context(), other.H2CURL(), nil)
+		done <- c
+	}()
+	select {
+	case c := <-done:
+		if c.Class != Completed {
+			t.Fatalf("another authority's attempt: %s (%s)", c.Class, c.Reason)
+		}
+	case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+		release()
+		t.Fatal("an attempt to another authority waited on a connection stuck in a write")
+	}
+}

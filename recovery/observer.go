@@ -276,6 +276,15 @@ func (c *observedTLSConn) ConnectionState() tls.ConnectionState { return c.tls.C
 // Ref names the connection in evidence.
 func (c *ObservedConn) Ref() string { return c.ref }
 
+// isClosed reports that the connection's read side has ended. It never
+// waits on a write: Write holds c.mu only while it parses, never across
+// the underlying write.
+func (c *ObservedConn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Write observes the frames in b before handing them to the connection, so
 // a request is marked sent before the server can possibly answer it (and
 // also when the write then fails: bytes handed over may have left).

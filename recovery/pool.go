@@ -21,9 +21,16 @@ type pooledConn struct {
 	// lost: from then on no new stream goes to it.
 	draining    atomic.Bool
 	quarantined atomic.Bool
+	// inflight counts the attempts the pool handed this connection that
+	// have not been released yet.
+	inflight atomic.Int32
 }
 
-func (c *pooledConn) usable() bool { return !c.draining.Load() && !c.cc.State().Closed }
+// usable reports whether the connection may take new streams. It reads
+// only the engine's own state: x/net's ClientConn.State takes the
+// connection's write lock, which a writer blocked on a peer that stopped
+// reading holds indefinitely, and the pool asks under its one lock.
+func (c *pooledConn) usable() bool { return !c.draining.Load() && !c.oc.isClosed() }
 
 // pool keeps the engine's connections per authority.
 //
@@ -94,6 +101,7 @@ func (p *pool) get(ctx context.Context, scheme, authority string, avoid []string
 		if !fresh {
 			for _, pc := range ap.conns {
 				if pc.usable() && !slices.Contains(avoid, pc.ref) && pc.cc.ReserveNewRequest() {
+					pc.inflight.Add(1)
 					p.mu.Unlock()
 					closeAll(stale)
 					return pc, false, nil
@@ -122,6 +130,7 @@ func (p *pool) get(ctx context.Context, scheme, authority string, avoid []string
 				return nil, false, err
 			}
 			pc.cc.ReserveNewRequest() // a brand-new connection always has room
+			pc.inflight.Add(1)
 			return pc, true, nil
 		}
 		p.mu.Unlock()
@@ -139,10 +148,9 @@ func (p *pool) get(ctx context.Context, scheme, authority string, avoid []string
 func (ap *authPool) pruneLocked() (stale []*pooledConn) {
 	kept := ap.conns[:0]
 	for _, pc := range ap.conns {
-		st := pc.cc.State()
 		switch {
-		case st.Closed:
-		case pc.draining.Load() && st.StreamsActive == 0 && st.StreamsReserved == 0 && st.StreamsPending == 0:
+		case pc.oc.isClosed():
+		case pc.draining.Load() && pc.inflight.Load() == 0:
 			stale = append(stale, pc)
 		default:
 			kept = append(kept, pc)
@@ -173,8 +181,16 @@ func (p *pool) closeAllConns() {
 	}
 }
 
-// released wakes waiters after a stream on authority ended.
-func (p *pool) released(authority string) {
+// release returns the attempt's hold on pc, taken by get, and wakes the
+// waiters of its authority. Call it exactly once per successful get.
+func (p *pool) release(pc *pooledConn) {
+	pc.inflight.Add(-1)
+	p.wakeAuthority(pc.authority)
+}
+
+// wakeAuthority wakes waiters for a connection to authority: a slot may
+// have opened.
+func (p *pool) wakeAuthority(authority string) {
 	p.mu.Lock()
 	ap := p.byAuth[authority]
 	p.mu.Unlock()
