@@ -1,6 +1,8 @@
 package recovery
 
 import (
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 )
@@ -50,5 +52,45 @@ func TestBackoffZeroValueUsesDefaults(t *testing.T) {
 	d, _ = Backoff{}.Delay(100, 0.5, 0, time.Hour)
 	if d != defaultBackoffMax/2 {
 		t.Fatalf("zero Backoff capped delay = %v; want %v", d, defaultBackoffMax/2)
+	}
+}
+
+// A JSON input from another language says "2m", not 120000000000.
+func TestDurationJSONAcceptsNumbersAndStrings(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{`120000000000`, 2 * time.Minute, false},
+		{`"2m"`, 2 * time.Minute, false},
+		{`"1h30m"`, 90 * time.Minute, false},
+		{`"250ms"`, 250 * time.Millisecond, false},
+		{`1.2e+11`, 2 * time.Minute, false},
+		{`null`, 0, false},
+		{`"2 minutes"`, 0, true},
+		{`"120"`, 0, true},
+		{`1.5`, 0, true},
+		{`true`, 0, true},
+	} {
+		var d DurationJSON
+		err := json.Unmarshal([]byte(tc.in), &d)
+		if tc.bad {
+			if !errors.Is(err, ErrBadDuration) {
+				t.Errorf("%s: err %v, want ErrBadDuration", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || time.Duration(d) != tc.want {
+			t.Errorf("%s: %v %v, want %v", tc.in, time.Duration(d), err, tc.want)
+		}
+	}
+	var b Backoff
+	if err := json.Unmarshal([]byte(`{"initial":"100ms","max":5000000000}`), &b); err != nil || b.Initial != 100*time.Millisecond || b.Max != 5*time.Second {
+		t.Fatalf("backoff %+v %v", b, err)
+	}
+	out, _ := json.Marshal(Backoff{Initial: time.Second})
+	if string(out) != `{"initial":1000000000}` {
+		t.Fatalf("backoff marshals as %s", out)
 	}
 }

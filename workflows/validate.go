@@ -1,12 +1,38 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/durallm/durallm/recovery"
 )
+
+// UnmarshalJSON reads an ActionInput, taking each duration (deadline,
+// attempt_timeout, queue_timeout, reconcile_timeout, backoff.initial,
+// backoff.max) as a number of nanoseconds or as a Go duration string
+// ("2m"), so an app in another language can write "deadline": "2m". It
+// writes numbers, as before, so recorded histories read the same.
+func (in *ActionInput) UnmarshalJSON(b []byte) error {
+	type plain ActionInput // no methods: no recursion
+	var w struct {
+		*plain
+		Deadline         recovery.DurationJSON `json:"deadline"`
+		AttemptTimeout   recovery.DurationJSON `json:"attempt_timeout"`
+		QueueTimeout     recovery.DurationJSON `json:"queue_timeout"`
+		ReconcileTimeout recovery.DurationJSON `json:"reconcile_timeout"`
+	}
+	w.plain = (*plain)(in)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	in.Deadline, in.AttemptTimeout = time.Duration(w.Deadline), time.Duration(w.AttemptTimeout)
+	in.QueueTimeout, in.ReconcileTimeout = time.Duration(w.QueueTimeout), time.Duration(w.ReconcileTimeout)
+	return nil
+}
 
 // WithDefaults fills the zero values documented on ActionInput, using
 // workflowID as the default idempotency key.
