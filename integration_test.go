@@ -530,7 +530,7 @@ func TestE2EStreamOverSSE(t *testing.T) {
 
 // No prompt, output or key reaches logs, metrics, search attributes or
 // error strings: canaries go in, then every channel is captured and
-// searched (CONTRACT.md section 7).
+// searched (docs/contract.md section 7).
 func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
 	const prompt, answer, key = "PROMPT-CANARY-4711", "ANSWER-CANARY-0815", "sk-KEY-CANARY-2342"
 	t.Setenv("DURALLM_TEST_CANARY_KEY", key)

@@ -1,5 +1,5 @@
 // Package activities adapts the recovery engine and the provider layer to
-// Temporal: one CallModel execution is one attempt (CONTRACT.md section 1).
+// Temporal: one CallModel execution is one attempt (docs/contract.md section 1).
 //
 // CallModel returns the attempt's classified outcome as data. The only
 // error it returns is a cancellation when the action's own scope ended: it
@@ -398,7 +398,7 @@ func (a *Activities) DescribeRoutes(_ context.Context, in PlanInput) (Plan, erro
 	return p, nil
 }
 
-// Verdict is a reconciliation decision (CONTRACT.md section 5).
+// Verdict is a reconciliation decision (docs/contract.md section 5).
 type Verdict string
 
 // The verdicts.

@@ -86,7 +86,7 @@ const (
 //     before it starts the action, which it can because it chooses the
 //     action id: once the response headers have arrived the subscription is
 //     in place.
-//   - stream_incomplete is final: the contract (CONTRACT.md section 6)
+//   - stream_incomplete is final: the contract (docs/contract.md section 6.4)
 //     allows one per action, after its last delta, and no second answer
 //     after it, so the stream ends there.
 //   - Nothing marks the normal end of an action: Sinks carries deltas,

@@ -29,7 +29,7 @@
 // Search attributes, workflow ids and activity names are not encrypted,
 // because the server must read them, and neither are failure messages
 // unless the client's FailureConverter sets EncodeCommonAttributes; keep
-// prompts and secrets out of them (contract, section 7).
+// prompts and secrets out of them (docs/contract.md section 7).
 //
 // # Codec server
 //

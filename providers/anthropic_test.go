@@ -594,7 +594,7 @@ func TestCallRouteDispatch(t *testing.T) {
 }
 
 // No prompt, output or key reaches an error string, nor the engine's
-// attempt events, on the paths this dialect adds (CONTRACT.md section 7).
+// attempt events, on the paths this dialect adds (docs/contract.md section 7).
 func TestAnthropicNoContentOrKeyInErrors(t *testing.T) {
 	const (
 		promptCanary = "CANARY-PROMPT-a41c"

@@ -11,9 +11,9 @@
 //
 // The CallModel activity uses it for exactly one HTTP exchange per
 // attempt. It imports nothing from Temporal, never retries (the workflow
-// owns the only budget, CONTRACT.md section 1) and never logs: prompts,
+// owns the only budget, docs/contract.md section 1.1) and never logs: prompts,
 // output, headers and keys stay out of every error it returns
-// (CONTRACT.md section 7).
+// (docs/contract.md section 7).
 //
 // # One attempt
 //

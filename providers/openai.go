@@ -78,7 +78,7 @@ var openaiDialect = dialect{
 // guards the credential's origin. It is configured so that it can never
 // send twice or send anywhere else:
 //   - retries off (option.WithMaxRetries(0)): the workflow owns the
-//     attempt budget (CONTRACT.md section 4);
+//     attempt budget (docs/contract.md section 4.3);
 //   - the recovery engine as its transport, in an http.Client that does
 //     not follow redirects (a redirect would be a second request);
 //   - a service built from explicit options only, never from the

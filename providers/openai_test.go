@@ -455,7 +455,7 @@ func TestAttemptTimeoutNonStreaming(t *testing.T) {
 
 // A response cut by a GOAWAY carrying debug data: the server answered,
 // sent part of the body, then GOAWAY and a close. x/net's body-read error
-// prints the debug data; the error an adapter returns must not (CONTRACT.md
+// prints the debug data; the error an adapter returns must not (docs/contract.md
 // section 7), on every path that reads a body, in both dialects. The
 // GOAWAY stays reachable with errors.As, as the engine's AttemptError.
 func TestGoAwayDebugDataNeverInBodyReadErrors(t *testing.T) {
@@ -872,7 +872,7 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// No prompt, output or key reaches an error string (CONTRACT.md section
+// No prompt, output or key reaches an error string (docs/contract.md section
 // 7), nor the engine's attempt events, whatever way the attempt fails.
 func TestNoContentOrKeyInErrors(t *testing.T) {
 	const (

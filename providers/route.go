@@ -12,7 +12,7 @@ import (
 )
 
 // Capabilities is what a route offers, or what an action needs of every
-// route it uses (CONTRACT.md section 4, fallback). The zero value offers,
+// route it uses (docs/contract.md section 4.6). The zero value offers,
 // or needs, nothing.
 type Capabilities struct {
 	// Tools: function/tool calling.

@@ -26,7 +26,7 @@ import (
 // against the same loopback TLS HTTP/2 server (net/http's), in the same
 // run, sequentially and with 64 concurrent streams. "bare" sends the
 // request as it is; "bare+headers" also sends what the engine adds to every
-// request and the contract requires (CONTRACT.md section 5: the action's
+// request and the contract requires (docs/contract.md section 5.4: the action's
 // Idempotency-Key and a unique per-attempt id), so engine vs bare+headers
 // is the engine's own mechanics (observer, pool, attempt record) and
 // bare+headers vs bare is the cost of those two unique header values. Besides ns/op and

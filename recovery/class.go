@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// Class is one row of the contract's classification table (CONTRACT.md
+// Class is one row of the contract's classification table (docs/contract.md
 // section 3). The string values are the contract's words and are stable:
 // they appear in workflow history, search attributes, logs and metrics.
 type Class string

@@ -3,12 +3,12 @@ package recovery
 import "strconv"
 
 // Classify turns one attempt's evidence into the contract's classification
-// (CONTRACT.md section 3). It is a pure function of the evidence: it never
+// (docs/contract.md section 3). It is a pure function of the evidence: it never
 // looks at an error's type, label or message, so a transport failure wrapped
 // by an SDK, or a GOAWAY wearing a gRPC status, classifies the same as the
 // bare event.
 //
-// It is the one place a class is decided (CONTRACT.md section 1). Facts
+// It is the one place a class is decided (docs/contract.md section 1.2). Facts
 // only a higher layer knows (why the context ended, how the activity
 // ended, a request that can never be sent) arrive as Evidence fields, and
 // no layer rewrites the result.

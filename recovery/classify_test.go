@@ -8,7 +8,7 @@ import (
 
 func code(c ErrCode) *ErrCode { return &c }
 
-// TestClassify walks every row of CONTRACT.md section 3 as pure evidence.
+// TestClassify walks every row of docs/contract.md section 3 as pure evidence.
 // Case names read like the contract's rows.
 func TestClassify(t *testing.T) {
 	sent := func(stream uint32) Evidence {

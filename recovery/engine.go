@@ -362,7 +362,7 @@ type AttemptError struct {
 
 // Error describes the failure without GOAWAY debug data: x/net's
 // GoAwayError prints the peer's debug bytes, which the contract keeps out
-// of every error message (CONTRACT.md section 7).
+// of every error message (docs/contract.md section 7).
 func (e *AttemptError) Error() string {
 	var ga http2.GoAwayError
 	if errors.As(e.Err, &ga) {

@@ -332,7 +332,7 @@ func TestGoAwayCodesReadFromTheFrame(t *testing.T) {
 
 // Two GOAWAYs on one connection: ENHANCE_YOUR_CALM and then a routine
 // NO_ERROR must still read as ENHANCE_YOUR_CALM (throttled, back off), not
-// as a graceful drain (CONTRACT.md section 3: any non-NO_ERROR code seen
+// as a graceful drain (docs/contract.md section 3.3: any non-NO_ERROR code seen
 // counts).
 func TestTwoGoAwaysForgetTheFirstCode(t *testing.T) {
 	h := newHarness(t)

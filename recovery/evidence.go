@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Evidence is what the engine saw of one attempt on the wire (CONTRACT.md
+// Evidence is what the engine saw of one attempt on the wire (docs/contract.md
 // section 2). It holds no content, no headers and no GOAWAY debug data, so
 // it is safe to log, to store in workflow history and to show in the UI.
 //

@@ -515,7 +515,7 @@ func (c *ObservedConn) inFrame(h frameHeader, p []byte) error {
 }
 
 // mergeGoAway folds one GOAWAY into what the connection's GOAWAYs said
-// together (CONTRACT.md section 3): the lowest last-stream id, because a
+// together (docs/contract.md section 3.3): the lowest last-stream id, because a
 // stream above any one boundary was never processed, and the first
 // non-NO_ERROR code, because a routine NO_ERROR on the way out does not
 // take back an ENHANCE_YOUR_CALM or PROTOCOL_ERROR (x/net's ClientConn

@@ -281,7 +281,7 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 	// durallm.provider_health is the classification's own flag, exported
 	// as classified and never recomputed here, so a dashboard can prove on
 	// this one counter that canceled, misdirected and rejected attempts
-	// are counted yet never move a route's health (CONTRACT.md section 4).
+	// are counted yet never move a route's health (docs/contract.md section 4.8).
 	// It adds few series: the class decides it except for ambiguous and
 	// refused attempts.
 	t.attempts.Add(ctx, 1, metric.WithAttributes(

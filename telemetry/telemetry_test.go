@@ -119,7 +119,7 @@ func TestPeerChosenErrorCodesDoNotBecomeMetricLabelValues(t *testing.T) {
 }
 
 // Defect 17: provider health was a per-attempt flag that nothing exported.
-// CONTRACT.md section 4: only provider-attributable outcomes move a route's
+// docs/contract.md section 4.8: only provider-attributable outcomes move a route's
 // health; canceled, misdirected, rejected and a NO_ERROR drain never do. The
 // flag is exported as it was classified, so a dashboard can prove that.
 func TestProviderHealthIsExported(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package workflows holds LLMAction, the workflow that owns one user
 // action: its attempt budget, overall deadline, cancellation scope, route
-// choice, reconciliation wait and terminal state (CONTRACT.md sections 1, 4
+// choice, reconciliation wait and terminal state (docs/contract.md sections 1, 4
 // and 5). It decides; the CallModel activity acts; the recovery engine
 // observes.
 //

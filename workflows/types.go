@@ -74,7 +74,7 @@ const (
 )
 
 // State is where an action is in the contract's state machine
-// (CONTRACT.md section 4).
+// (docs/contract.md section 4).
 type State string
 
 // The states. The last seven are terminal.
@@ -149,7 +149,7 @@ type ReconcileRequest struct {
 }
 
 // Decision is what the workflow did after an attempt, and why: the
-// contract's per-attempt decision (CONTRACT.md section 2). It is recorded
+// contract's per-attempt decision (docs/contract.md section 2.3). It is recorded
 // on the attempt and carried by the attempt's "llm.attempt" event.
 type Decision struct {
 	// Next is one of the Decide* values.
@@ -186,7 +186,7 @@ const (
 const InvalidInputType = "InvalidInput"
 
 // The types of the application error a rejected reconcile Update carries
-// (CONTRACT.md section 5): a client decides on these, never on the text.
+// (docs/contract.md section 5.3): a client decides on these, never on the text.
 const (
 	// RejectNotAwaiting: the action is not awaiting reconciliation.
 	RejectNotAwaiting = "NotAwaitingReconciliation"
@@ -213,7 +213,7 @@ type AttemptRecord struct {
 	Evidence       recovery.Evidence       `json:"evidence"`
 	Classification recovery.Classification `json:"classification"`
 	// HealthMoved reports whether this outcome counts against the route's
-	// health (CONTRACT.md section 4).
+	// health (docs/contract.md section 4.8).
 	HealthMoved bool `json:"health_moved"`
 	// Scheduled is when the attempt was dispatched (workflow time).
 	Scheduled time.Time `json:"scheduled"`
