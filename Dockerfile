@@ -2,9 +2,16 @@
 #
 # The durallm binary (the worker and the client commands: run, start,
 # status, cancel, reconcile, list, codec-server) in a small non-root image.
+# It is the production build (-tags nodev): no embedded Temporal server, no
+# chaos harness, no demo provider (47 MB instead of 176 MB; docs/deploy.md).
 #
 #   docker build -t durallm:local .
 #   docker run --rm durallm:local --help
+#
+# The fault-injecting demo provider of docker-compose.yml is a development
+# tool, so it has an image of its own, built from the full binary:
+#
+#   docker build --target demo -t durallm-demo:local .
 #
 # The images are pinned by tag. Distroless publishes no version tags, so for
 # an immutable build pin its digests too, e.g.
@@ -32,9 +39,23 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -ldflags='-s -w' -o /out/durallm ./cmd/durallm
+    go build -tags nodev -ldflags='-s -w' -o /out/durallm ./cmd/durallm
+
+# The full binary, for the demo image only.
+FROM build AS build-demo
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    go build -ldflags='-s -w' -o /out/durallm-demo ./cmd/durallm
 
 FROM ${PROBE_IMAGE} AS probe
+
+# The demo provider (docker-compose.yml's demo-provider service). Not the
+# default target: the last stage below is.
+FROM ${RUNTIME_IMAGE} AS demo
+COPY --from=build-demo /out/durallm-demo /durallm
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/durallm", "demo-provider"]
 
 FROM ${RUNTIME_IMAGE}
 # distroless/static carries the CA certificates the worker needs to verify

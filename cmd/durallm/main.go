@@ -7,6 +7,10 @@
 //	durallm list                     list actions by state
 //
 // Every subcommand has --help. See docs/cli.md.
+//
+// Built with -tags nodev (the production build, as in the Dockerfile) it
+// leaves out dev, chaos and demo-provider, and with them the embedded
+// Temporal server: see devtools.go and nodev.go.
 package main
 
 import (
@@ -38,17 +42,25 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":           {"run the embedded Temporal server and UI, a worker and the demonstration", runDev},
-	"worker":        {"run a worker against a Temporal server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, ...)", runWorker},
-	"run":           {"start an action and wait for its result", func(a []string, o, e io.Writer) int { return runStart(a, o, e, true) }},
-	"start":         {"start an action and print its id", func(a []string, o, e io.Writer) int { return runStart(a, o, e, false) }},
-	"status":        {"print an action's state and attempt timeline", runStatus},
-	"cancel":        {"cancel an action with an origin", runCancel},
-	"reconcile":     {"deliver a verdict on an action awaiting reconciliation", runReconcile},
-	"list":          {"list actions in a state", runList},
-	"codec-server":  {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
-	"chaos":         {"run actions through haproxy while reloading it, and check the invariants", runChaos},
-	"demo-provider": {"serve the fault-injecting demo provider on its own (for docker-compose)", runDemoProvider},
+	"worker":       {"run a worker against a Temporal server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, ...)", runWorker},
+	"run":          {"start an action and wait for its result", func(a []string, o, e io.Writer) int { return runStart(a, o, e, true) }},
+	"start":        {"start an action and print its id", func(a []string, o, e io.Writer) int { return runStart(a, o, e, false) }},
+	"status":       {"print an action's state and attempt timeline", runStatus},
+	"cancel":       {"cancel an action with an origin", runCancel},
+	"reconcile":    {"deliver a verdict on an action awaiting reconciliation", runReconcile},
+	"list":         {"list actions in a state", runList},
+	"codec-server": {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
+}
+
+// The development tools (dev, chaos, demo-provider) link the embedded
+// Temporal server, the chaos harness and the fault-injecting provider. A
+// production build leaves them out with -tags nodev (the Dockerfile
+// does); devtools.go adds them otherwise, so `go run ./cmd/durallm dev`
+// stays the newcomer's one command.
+var devTools = map[string]string{
+	"dev":           "run the embedded Temporal server and UI, a worker and the demonstration",
+	"chaos":         "run actions through haproxy while reloading it, and check the invariants",
+	"demo-provider": "serve the fault-injecting demo provider on its own (for docker-compose)",
 }
 
 func main() {
@@ -80,7 +92,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'durallm <command> --help' for a command's flags. Exit codes:")
 	fmt.Fprintln(w, "  0 completed (or partial, or reconciled) · 1 error · 2 usage · 3 failed · 4 rejected · 5 canceled · 6 indeterminate · 7 still awaiting reconciliation")
