@@ -23,8 +23,8 @@ const (
 	// Misdirected: HTTP 421. The connection is quarantined; one retry on a
 	// fresh connection to the same authority is allowed.
 	Misdirected Class = "misdirected"
-	// MisdirectedRepeated: a 421 on the fresh connection that followed a
-	// 421. Terminal: the authority keeps refusing this request.
+	// MisdirectedRepeated: the action's second 421, on any later attempt
+	// and any route. Terminal: the authority keeps refusing this request.
 	MisdirectedRepeated Class = "misdirected_repeated"
 	// Throttled: 429, 503, 529, an overloaded error from the provider, or
 	// GOAWAY ENHANCE_YOUR_CALM for an unprocessed stream.

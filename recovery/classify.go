@@ -47,6 +47,8 @@ func classify(ev Evidence) Classification {
 			return Classification{Class: CommittedPartial, Reason: stopReason(ev.Stop, "after_content"), Terminal: true}
 		}
 		c := classifyEnded(ev)
+		// The worker or an operator ended it, not the provider.
+		c.ProviderHealth = false
 		switch c.Reason {
 		case "timeout_before_send":
 			c.Reason = stopReason(ev.Stop, "before_send")
@@ -117,7 +119,7 @@ func classifyResponse(ev Evidence) Classification {
 	case ev.Signal == SignalContentFiltered:
 		return Classification{Class: ContentFiltered, Reason: "content_filtered", Terminal: true}
 	case s == 421 && ev.AfterMisdirected:
-		return Classification{Class: MisdirectedRepeated, Reason: "421_on_fresh_connection", Terminal: true}
+		return Classification{Class: MisdirectedRepeated, Reason: "second_421", Terminal: true}
 	case s == 421:
 		return Classification{Class: Misdirected, Reason: "421", ReplaySafe: true, SameRoute: true, FreshConnection: true}
 	case s == 429 || s == 503 || s == 529:
@@ -140,7 +142,9 @@ func classifyResponse(ev Evidence) Classification {
 		// provider ran the request, and its answer is lost.
 		return ambiguous("body_failed_before_content", true)
 	case ev.Signal == SignalEmptyResponse:
-		return Classification{Class: EmptyResponse, Reason: "empty_response", Fallback: true, SameRoute: true, ProviderHealth: true}
+		// Executed and unusable: another route may do better; the same
+		// route would most likely answer the same.
+		return Classification{Class: EmptyResponse, Reason: "empty_response", Fallback: true, ProviderHealth: true}
 	default:
 		return Classification{Class: Completed, Reason: "response_complete", Terminal: true}
 	}
@@ -174,6 +178,10 @@ func classifyNoResponse(ev Evidence) Classification {
 		return Classification{Class: Refused, Reason: "rst_refused_stream", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: true}
 	case ev.GoAway != nil && ev.StreamID > ev.GoAway.LastStreamID && !ev.ResponseHeaders:
 		return classifyGoAwayRefusal(ev)
+	case ev.GoAway != nil && ev.StreamID > ev.GoAway.LastStreamID:
+		// Above the boundary, but the server had sent response HEADERS
+		// on the stream: it acted on it.
+		return ambiguous("goaway_after_response_headers", true)
 	case ev.GoAway != nil:
 		return ambiguous("goaway_at_or_below_boundary", true)
 	case ev.RSTStream != nil:

@@ -54,7 +54,7 @@ func TestClassify(t *testing.T) {
 				t.Errorf("421: want fresh connection and no health impact, got %+v", c)
 			}
 		}},
-		{"misdirected_repeated: 421 then 421 again", with(sent(1), func(e *Evidence) { e.Status = 421; e.AfterMisdirected = true }), MisdirectedRepeated, "421_on_fresh_connection", terminal},
+		{"misdirected_repeated: 421 then 421 again", with(sent(1), func(e *Evidence) { e.Status = 421; e.AfterMisdirected = true }), MisdirectedRepeated, "second_421", terminal},
 
 		{"throttled: 429 with Retry-After", with(sent(1), func(e *Evidence) { e.Status = 429; e.RetryAfter = 2 * time.Second }), Throttled, "status_429", func(t *testing.T, c Classification) {
 			if c.RetryAfter != 2*time.Second {
@@ -210,7 +210,13 @@ func TestClassifyEdgeRows(t *testing.T) {
 		{"canceled: the action's scope ended", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopScope }), Canceled, "scope_canceled", nil},
 		{"committed_partial: worker shutdown mid-stream keeps the committed partial", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopWorkerShutdown }), CommittedPartial, "worker_stopped_after_content", terminal},
 		{"committed_partial: activity paused mid-stream keeps the committed partial", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopPaused }), CommittedPartial, "paused_after_content", terminal},
-		{"ambiguous: worker shutdown after the request left, before content", with(sent, func(e *Evidence) { e.Canceled, e.Stop = true, StopWorkerShutdown }), Ambiguous, "worker_stopped_mid_attempt", needsVerdict},
+		{"ambiguous: worker shutdown after the request left, before content", with(sent, func(e *Evidence) { e.Canceled, e.Stop = true, StopWorkerShutdown }), Ambiguous, "worker_stopped_mid_attempt", func(t *testing.T, c Classification) {
+			needsVerdict(t, c)
+			if c.ProviderHealth {
+				t.Error("a worker stopping is not the provider's doing: provider health must not move")
+			}
+		}},
+		{"ambiguous: GOAWAY above the boundary after response HEADERS", with(sent, func(e *Evidence) { e.StreamID = 5; e.ResponseHeaders = true; e.GoAway = &GoAway{LastStreamID: 3} }), Ambiguous, "goaway_after_response_headers", needsVerdict},
 		{"ambiguous: worker shutdown after 200 headers, before content", with(sent, func(e *Evidence) { e.Status = 200; e.Canceled, e.Stop = true, StopWorkerShutdown }), Ambiguous, "body_failed_before_content", needsVerdict},
 		{"unsent: worker shutdown before the request left", Evidence{ConnRef: "p-c1", Canceled: true, Stop: StopWorkerShutdown}, Unsent, "worker_stopped_before_send", replaySafe},
 		{"throttled: worker shutdown cannot hide a 429 already read", with(sent, func(e *Evidence) { e.Status = 429; e.Canceled, e.Stop = true, StopWorkerShutdown }), Throttled, "status_429", nil},
