@@ -106,22 +106,10 @@ func TestCallModelCanceledReturnsTheContextError(t *testing.T) {
 	a, p := newActs(t)
 	p.Push(testsuite.Hold())
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var out Outcome
-	go func() {
-		var err error
-		out, err = a.CallModel(ctx, attempt("openai", hello()))
-		done <- err
-	}()
-	for p.AttemptExecutions("act-1-openai") == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("returned before the provider held it: %v", err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	c := callAsync(a, ctx, attempt("openai", hello()))
+	waitExecuted(t, p, "act-1-openai", c)
 	cancel()
-	err := <-done
+	out, err := c.wait()
 	if err == nil || !errors.Is(err, context.Canceled) || out.Classification.Class != recovery.Canceled {
 		t.Fatalf("err %v outcome %+v", err, out.Classification)
 	}
@@ -153,14 +141,35 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 	}
 }
 
+// call is a CallModel running on its own goroutine.
+type call struct {
+	done chan struct{}
+	out  Outcome
+	err  error
+}
+
+func callAsync(a *Activities, ctx context.Context, in AttemptInput) *call {
+	c := &call{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.out, c.err = a.CallModel(ctx, in)
+	}()
+	return c
+}
+
+func (c *call) wait() (Outcome, error) {
+	<-c.done
+	return c.out, c.err
+}
+
 // waitExecuted waits until the provider has executed the attempt, failing
 // if CallModel returns first.
-func waitExecuted(t *testing.T, p *testsuite.Provider, id string, done <-chan error) {
+func waitExecuted(t *testing.T, p *testsuite.Provider, id string, c *call) {
 	t.Helper()
 	for p.AttemptExecutions(id) == 0 {
 		select {
-		case err := <-done:
-			t.Fatalf("returned before the provider held it: %v", err)
+		case <-c.done:
+			t.Fatalf("returned before the provider held it: %v", c.err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -181,20 +190,14 @@ func TestWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 	req := hello()
 	req.Stream = true
 	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan error, 1)
-	var out Outcome
-	go func() {
-		var err error
-		out, err = a.CallModel(ctx, attempt("openai", req))
-		done <- err
-	}()
+	c := callAsync(a, ctx, attempt("openai", req))
 	for got := 0; got < 2; got++ {
 		if ev := <-events; ev.Delta == "" {
 			t.Fatalf("event %+v before two deltas", ev)
 		}
 	}
 	cancel(worker.ErrWorkerShutdown)
-	err := <-done
+	out, err := c.wait()
 	if err != nil {
 		t.Fatalf("a worker shutdown returned an error, so the outcome is lost: %v", err)
 	}
@@ -215,16 +218,10 @@ func TestWorkerShutdownBeforeContentIsAmbiguous(t *testing.T) {
 	a, p := newActs(t)
 	p.Push(testsuite.Hold())
 	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan error, 1)
-	var out Outcome
-	go func() {
-		var err error
-		out, err = a.CallModel(ctx, attempt("openai", hello()))
-		done <- err
-	}()
-	waitExecuted(t, p, "act-1-openai", done)
+	c := callAsync(a, ctx, attempt("openai", hello()))
+	waitExecuted(t, p, "act-1-openai", c)
 	cancel(worker.ErrWorkerShutdown)
-	if err := <-done; err != nil || out.Classification.Class != recovery.Ambiguous || out.Classification.Reason != "worker_stopped_mid_attempt" {
+	if out, err := c.wait(); err != nil || out.Classification.Class != recovery.Ambiguous || out.Classification.Reason != "worker_stopped_mid_attempt" {
 		t.Fatalf("err %v outcome %+v", err, out.Classification)
 	}
 }
@@ -237,14 +234,10 @@ func TestCanceledAttemptKeepsItsWireEvidence(t *testing.T) {
 	a, p := newActs(t)
 	p.Push(testsuite.Hold())
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := a.CallModel(ctx, attempt("openai", hello()))
-		done <- err
-	}()
-	waitExecuted(t, p, "act-1-openai", done)
+	c := callAsync(a, ctx, attempt("openai", hello()))
+	waitExecuted(t, p, "act-1-openai", c)
 	cancel()
-	err := <-done
+	_, err := c.wait()
 	var ce *temporal.CanceledError
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &ce) || !ce.HasDetails() {
 		t.Fatalf("err %v: want context.Canceled and a CanceledError with details", err)

@@ -17,13 +17,7 @@ func TestClassify(t *testing.T) {
 	with := func(ev Evidence, f func(*Evidence)) Evidence { f(&ev); return ev }
 	ok200 := with(sent(1), func(e *Evidence) { e.Status = 200; e.ContentStarted = true })
 
-	tests := []struct {
-		name   string
-		ev     Evidence
-		class  Class
-		reason string
-		check  func(t *testing.T, c Classification)
-	}{
+	tests := []row{
 		{"completed: usable response reached the commit boundary", ok200, Completed, "response_complete", nil},
 
 		{"unsent: dial or TLS failure", Evidence{DialFailed: true}, Unsent, "dial_failed", replaySafe},
@@ -113,7 +107,22 @@ func TestClassify(t *testing.T) {
 		{"canceled beats a GOAWAY seen at the same time", with(sent(5), func(e *Evidence) { e.Canceled = true; e.GoAway = &GoAway{LastStreamID: 1} }), Canceled, "scope_canceled", nil},
 		{"canceled mid-stream is still canceled, not partial", with(ok200, func(e *Evidence) { e.Canceled = true }), Canceled, "scope_canceled", nil},
 	}
-	for _, tt := range tests {
+	runRows(t, tests)
+}
+
+// row is one contract row as evidence, the class and reason Classify must
+// give it, and an optional check of the rest of the classification.
+type row struct {
+	name   string
+	ev     Evidence
+	class  Class
+	reason string
+	check  func(t *testing.T, c Classification)
+}
+
+func runRows(t *testing.T, rows []row) {
+	t.Helper()
+	for _, tt := range rows {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Classify(tt.ev)
 			if c.Class != tt.class || c.Reason != tt.reason {
@@ -200,13 +209,7 @@ func TestClassifyEdgeRows(t *testing.T) {
 	sent := Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
 	with := func(ev Evidence, f func(*Evidence)) Evidence { f(&ev); return ev }
 	streaming := with(sent, func(e *Evidence) { e.Status = 200; e.ContentStarted = true })
-	tests := []struct {
-		name   string
-		ev     Evidence
-		class  Class
-		reason string
-		check  func(t *testing.T, c Classification)
-	}{
+	tests := []row{
 		{"canceled: the action's scope ended", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopScope }), Canceled, "scope_canceled", nil},
 		{"committed_partial: worker shutdown mid-stream keeps the committed partial", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopWorkerShutdown }), CommittedPartial, "worker_stopped_after_content", terminal},
 		{"committed_partial: activity paused mid-stream keeps the committed partial", with(streaming, func(e *Evidence) { e.Canceled, e.Stop = true, StopPaused }), CommittedPartial, "paused_after_content", terminal},
@@ -241,15 +244,5 @@ func TestClassifyEdgeRows(t *testing.T) {
 		{"ambiguous: a transport replay whose last stream was throttled", with(sent, func(e *Evidence) { e.TransportReplays = 1; e.Status = 429 }), Ambiguous, "transport_replayed", needsVerdict},
 		{"completed: a transport replay whose last stream completed", with(streaming, func(e *Evidence) { e.TransportReplays = 1 }), Completed, "response_complete", nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := Classify(tt.ev)
-			if c.Class != tt.class || c.Reason != tt.reason {
-				t.Fatalf("Classify = %s/%s, want %s/%s", c.Class, c.Reason, tt.class, tt.reason)
-			}
-			if tt.check != nil {
-				tt.check(t, c)
-			}
-		})
-	}
+	runRows(t, tests)
 }

@@ -284,6 +284,28 @@ func (w *action) run() ActionResult {
 			avoid = appendUnique(avoid, rec.Evidence.ConnRef)
 		}
 		fail := func() ActionResult { return w.end(StateFailed, string(c.Class), "budget_exhausted") }
+		// moveTo falls back to route j, unless the budget is spent.
+		moveTo := func(j int, after string) bool {
+			if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
+				return false
+			}
+			ri, triesOnRoute = j, 0
+			next = nextAttempt{why: "fallback", detail: "after " + after + " on " + route.Name}
+			return true
+		}
+		// fallBack falls back to the next route that can serve, or ends
+		// the action when there is none or the budget is spent.
+		fallBack := func(after string) (ActionResult, bool) {
+			j, ok := w.fallbackFrom(ri, c)
+			if !ok {
+				w.decide(Decision{Next: DecideStop, Why: c.Reason + ": no route to fall back to"})
+				return w.end(StateFailed, string(c.Class), c.Reason), false
+			}
+			if !moveTo(j, after) {
+				return fail(), false
+			}
+			return ActionResult{}, true
+		}
 
 		switch c.Class {
 		case recovery.Completed:
@@ -307,16 +329,9 @@ func (w *action) run() ActionResult {
 			continue
 		case recovery.Refused:
 			if c.RouteMisconfigured {
-				j, ok := w.fallbackFrom(ri, c)
-				if !ok {
-					w.decide(Decision{Next: DecideStop, Why: c.Reason + ": no route to fall back to"})
-					return w.end(StateFailed, string(c.Class), c.Reason)
+				if res, ok := fallBack(c.Reason); !ok {
+					return res
 				}
-				if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
-					return fail()
-				}
-				ri, triesOnRoute = j, 0
-				next = nextAttempt{why: "fallback", detail: "after " + c.Reason + " on " + route.Name}
 				continue
 			}
 			if !w.another(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name}) {
@@ -363,16 +378,9 @@ func (w *action) run() ActionResult {
 			}
 
 		case recovery.EmptyResponse, recovery.IncompatibleRoute:
-			j, ok := w.fallbackFrom(ri, c)
-			if !ok {
-				w.decide(Decision{Next: DecideStop, Why: c.Reason + ": no route to fall back to"})
-				return w.end(StateFailed, string(c.Class), c.Reason)
+			if res, ok := fallBack(string(c.Class)); !ok {
+				return res
 			}
-			if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
-				return fail()
-			}
-			ri, triesOnRoute = j, 0
-			next = nextAttempt{why: "fallback", detail: "after " + string(c.Class) + " on " + route.Name}
 			continue
 
 		default: // unsent, throttled, upstream_error
@@ -390,11 +398,9 @@ func (w *action) run() ActionResult {
 				next = nextAttempt{why: "retry", detail: "after " + string(c.Class), avoid: avoid, wait: wait}
 			case canFall:
 				// A different provider need not wait out this one's pushback.
-				if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
+				if !moveTo(j, string(c.Class)) {
 					return fail()
 				}
-				ri, triesOnRoute = j, 0
-				next = nextAttempt{why: "fallback", detail: "after " + string(c.Class) + " on " + route.Name}
 			case same:
 				w.decide(Decision{Next: DecideStop, Why: "retry_after_beyond_deadline"})
 				return w.end(StateFailed, string(c.Class), "retry_after_beyond_deadline")
