@@ -494,8 +494,11 @@ func TestE2EStreamOverSSE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := s.startWorker(func(o *worker.Options) { o.Telemetry, o.MetricsAddr = tel, "127.0.0.1:0" })
-	resp, err := http.Get("http://" + w.MetricsAddr() + "/v1/streams/sse-action")
+	w := s.startWorker(func(o *worker.Options) { o.Telemetry, o.MetricsAddr, o.StreamAddr = tel, "127.0.0.1:0", "127.0.0.1:0" })
+	if resp, err := http.Get("http://" + w.MetricsAddr() + "/v1/streams/sse-action"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the metrics endpoint serves streams: %v %v", resp, err)
+	}
+	resp, err := http.Get("http://" + w.StreamAddr() + "/v1/streams/sse-action")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,9 +74,15 @@ type Options struct {
 	// Telemetry.TemporalMetricsHandler() when dialing it.
 	Telemetry *telemetry.Telemetry
 	// MetricsAddr, when set (e.g. "127.0.0.1:9090"), serves /metrics,
-	// /healthz and /readyz there, and each action's streamed deltas as
-	// server-sent events at /v1/streams/{action id}. It needs Telemetry.
+	// /healthz and /readyz there: counters and health, never content. It
+	// needs Telemetry.
 	MetricsAddr string
+	// StreamAddr, when set (e.g. "127.0.0.1:9091"), serves each action's
+	// streamed deltas, the generated text itself, as server-sent events
+	// at /v1/streams/{action id}. Empty means off. A StreamAddr that is
+	// not loopback needs a StreamToken: New refuses it otherwise, since
+	// anyone who can reach it could read any action's answer by its id.
+	StreamAddr string
 	// StreamToken, when set, is the bearer token /v1/streams/ requires.
 	StreamToken string
 	// WorkflowPollers and ActivityPollers set the Temporal SDK's poller
@@ -99,7 +105,10 @@ type Worker struct {
 	tel    *telemetry.Telemetry
 	addr   string
 	http   *http.Server
-	// streamToken guards /v1/streams/.
+	// streamAddr serves /v1/streams/ (generated text), apart from the
+	// metrics; streamToken guards it.
+	streamAddr  string
+	streamHTTP  *http.Server
 	streamToken string
 	names       []string // the configured routes, for the start log
 	started     atomic.Bool
@@ -110,6 +119,9 @@ type Worker struct {
 func New(c client.Client, o Options) (*Worker, error) {
 	if o.MetricsAddr != "" && o.Telemetry == nil {
 		return nil, errors.New("durallm worker: MetricsAddr needs Telemetry")
+	}
+	if err := checkStreamAddr(o.StreamAddr, o.StreamToken); err != nil {
+		return nil, err
 	}
 	if err := o.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("durallm worker: invalid routes config:\n%w", err)
@@ -169,7 +181,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		DisableEagerActivities:           o.DisableEagerActivities,
 	})
 	Register(tw, acts)
-	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamToken: o.StreamToken, names: o.Config.Names()}, nil
+	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, names: o.Config.Names()}, nil
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
@@ -184,6 +196,50 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 // MetricsAddr is where /metrics is served ("" when not), with the port
 // resolved once started.
 func (w *Worker) MetricsAddr() string { return w.addr }
+
+// StreamAddr is where /v1/streams/ is served ("" when not), with the port
+// resolved once started.
+func (w *Worker) StreamAddr() string { return w.streamAddr }
+
+// checkStreamAddr refuses a stream endpoint that would serve generated
+// text beyond loopback without a token.
+func checkStreamAddr(addr, token string) error {
+	if addr == "" || token != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("durallm worker: stream address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("durallm worker: the stream endpoint serves generated text and %s is not a loopback address: "+
+		"set a stream token (StreamToken, or DURALLM_STREAM_TOKEN for durallm worker) or listen on 127.0.0.1", addr)
+}
+
+// serve runs h on ln until Stop.
+func (w *Worker) serve(ln net.Listener, h http.Handler, what string) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			w.log.Error(what+" stopped", "error", err)
+		}
+	}()
+	return srv
+}
+
+// stopHTTP shuts both endpoints down, each within a bound.
+func (w *Worker) stopHTTP() {
+	for _, srv := range []*http.Server{w.http, w.streamHTTP} {
+		if srv == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(ctx)
+		cancel()
+	}
+}
 
 // ready reports whether the worker polls and its Temporal server answers.
 func (w *Worker) ready(ctx context.Context) error {
@@ -210,16 +266,20 @@ func (w *Worker) Start() error {
 			return fmt.Errorf("durallm worker: metrics endpoint on %s: %w", w.addr, err)
 		}
 		w.addr = ln.Addr().String()
+		w.http = w.serve(ln, w.tel.Handler(w.ready), "metrics endpoint")
+		w.log.Info("serving /metrics, /healthz and /readyz", "addr", w.addr)
+	}
+	if w.streamAddr != "" {
+		ln, err := net.Listen("tcp", w.streamAddr)
+		if err != nil {
+			w.stopHTTP()
+			return fmt.Errorf("durallm worker: stream endpoint on %s: %w", w.streamAddr, err)
+		}
+		w.streamAddr = ln.Addr().String()
 		mux := http.NewServeMux()
-		mux.Handle("/", w.tel.Handler(w.ready))
 		mux.Handle("/v1/streams/", w.acts.Sinks.StreamHandler(activities.StreamHandlerOptions{AuthToken: w.streamToken}))
-		w.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := w.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				w.log.Error("metrics endpoint stopped", "error", err)
-			}
-		}()
-		w.log.Info("serving /metrics, /healthz, /readyz and /v1/streams/", "addr", w.addr)
+		w.streamHTTP = w.serve(ln, mux, "stream endpoint")
+		w.log.Info("serving /v1/streams/", "addr", w.streamAddr, "token", w.streamToken != "")
 	}
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("durallm worker: start: %w", err)
@@ -236,11 +296,7 @@ func (w *Worker) Stop() {
 	w.log.Info("durallm worker stopping: no new attempts; in-flight attempts get a bounded grace", "grace", w.stop)
 	w.started.Store(false)
 	w.tw.Stop()
-	if w.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = w.http.Shutdown(ctx)
-		cancel()
-	}
+	w.stopHTTP()
 	w.engine.Close()
 	if w.acts.InsecureEngine != nil {
 		w.acts.InsecureEngine.Close()

@@ -50,6 +50,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "log every attempt event (llm.attempt) and server warnings")
 	encKey := fs.String("encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp+"; the UI decodes through an in-process codec server")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
+	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve streamed actions' text as server-sent events at /v1/streams/{id} here (empty: off; port 0: any free port)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -141,7 +142,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	// standalone demo provider) may speak cleartext HTTP/2.
 	// Pollers and eager start as measured best for the embedded server
 	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, Results: results, AllowH2C: true,
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, AllowH2C: true,
 		WorkflowPollers: 8, ActivityPollers: 8}
 	var demo *testsuite.Provider
 	if *routesFile != "" {
@@ -176,6 +177,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	say("  · worker polling task queue %q", *taskQueue)
 	if a := w.MetricsAddr(); a != "" {
 		say("  · metrics at http://%s/metrics (health: /healthz, /readyz)", a)
+	}
+	if a := w.StreamAddr(); a != "" {
+		say("  · streamed text at http://%s/v1/streams/{action id} (server-sent events)", a)
 	}
 	if srv.UIURL() != "" {
 		say("\nTemporal UI: %s", srv.UIURL())

@@ -90,7 +90,7 @@ func (d *devRun) finish() {
 // it through the CLI and checks it ended reconciled.
 func TestDevDemonstrationEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0")
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--stream-addr", "127.0.0.1:0")
 	metrics := d.await(`metrics at (http://\S+/metrics)`)[1]
 	waiting := d.await(`(demo-\d+-ambiguous) awaits your verdict`)[1]
 	out := d.output()
@@ -146,7 +146,7 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 
 	// Restart over the same data directory: the waiting action is still
 	// there, and a verdict finishes it.
-	d2 := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--no-demo", "--metrics-addr", "")
+	d2 := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--no-demo", "--metrics-addr", "", "--stream-addr", "")
 	addr := d2.await(`server ready at (\S+)`)[1]
 	d2.await(`worker polling`)
 	var lst, errOut bytes.Buffer
@@ -177,7 +177,7 @@ func TestDevEncryptsPayloads(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte("k1:"+base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDev(t, "--headless", "--port", "-1", "--data-dir", filepath.Join(dir, "data"), "--metrics-addr", "", "--encryption-key", "file:"+keyFile)
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", filepath.Join(dir, "data"), "--metrics-addr", "", "--stream-addr", "", "--encryption-key", "file:"+keyFile)
 	addr := d.await(`server ready at (\S+)`)[1]
 	happy := d.await(`\[ok\] (demo-\d+-happy)`)[1]
 	d.await(`awaits your verdict`)

@@ -31,7 +31,8 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	searchAttrs := fs.Bool("search-attributes", true, "write DurallmState/DurallmOutcome/DurallmRoute (the namespace must have them registered)")
 	stopTimeout := fs.Duration("stop-timeout", 10*time.Second, "on SIGTERM, how long in-flight attempts get to finish before they are canceled")
 	maxAttempts := fs.Int("max-concurrent-attempts", 256, "CallModel executions at once in this worker")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz, /readyz and /v1/streams/ here (empty: off)")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off)")
+	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve the generated text of streamed actions as server-sent events at /v1/streams/{id} here (empty: off); beyond loopback it needs $DURALLM_STREAM_TOKEN")
 	pollers := fs.Int("pollers", 0, "workflow and activity task pollers each (0: the SDK's default, 2; 8 measured best on the embedded server)")
 	allowH2C := fs.Bool("allow-h2c", false, "let http:// routes speak cleartext HTTP/2 (a provider on a private network, such as the compose demo provider)")
 	if code, ok := parse(fs, args); !ok {
@@ -63,7 +64,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: resultstore.Dir{Path: cf.resultDir},
-		AllowH2C: *allowH2C, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+		AllowH2C: *allowH2C, StreamAddr: *streamAddr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 		WorkflowPollers: *pollers, ActivityPollers: *pollers,
 	})
 	if err != nil {

@@ -559,7 +559,7 @@ func startWorkerProc(dir, temporal, baseURL string, maxAttempts int) (*workerPro
 		return nil, err
 	}
 	cmd := exec.Command(self, "worker", "--address", temporal, "--task-queue", "durallm-chaos", "--routes", routes,
-		"--allow-h2c", "--metrics-addr", "", "--result-dir", filepath.Join(dir, "results"),
+		"--allow-h2c", "--metrics-addr", "", "--stream-addr", "", "--result-dir", filepath.Join(dir, "results"),
 		"--max-concurrent-attempts", strconv.Itoa(maxAttempts))
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
