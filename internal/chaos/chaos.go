@@ -19,12 +19,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -32,13 +30,17 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/internal/chaos/report"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
+
+// Report is what a run found (package report: its invariants and tables
+// need no Temporal server, so they are tested under the race detector).
+type Report = report.Report
 
 // Options bound a run. Zero values take the defaults named on each field.
 type Options struct {
@@ -84,42 +86,47 @@ type Options struct {
 	Stream bool
 }
 
-// Report is what a run found.
-type Report struct {
-	Actions     int
-	Reloads     int
-	States      map[workflows.State]int
-	Classes     map[recovery.Class]int
-	Attempts    int
-	Violations  []string
-	ProviderRun int // requests the provider executed
-	Kills       int // worker processes SIGKILLed
-	Restarts    int // embedded server restarts
-	// Faults counts the faults the provider injected, by behaviour.
-	Faults map[string]int
-	// Seen maps what the provider did with an attempt's request (its
-	// behaviour, "Answer" for the default) to how the client classified
-	// the attempt through the proxy, with counts: how haproxy relays each
-	// origin fault. Attempts the provider never received are under "".
-	Seen map[string]map[recovery.Class]int
-	// ExtraExecutions counts provider executions beyond one per completed
-	// action: requests the provider ran whose answer never became the
-	// action's (a 500, a reset or an empty 2xx after executing, or an
-	// answer lost when its origin connection closed and the proxy said
-	// 502). The contract allows each (upstream_error and empty_response
-	// may be retried); it is reported, not a violation.
-	ExtraExecutions int
-	// GoAways counts GOAWAY frames the engine received, by code; Conns the
-	// connections it opened (one per drain, when recovery works).
-	GoAways map[string]int64
-	Conns   int64
-	Elapsed time.Duration
-}
-
 // Run starts the embedded server, the testsuite provider, haproxy in front
 // of it and a durallm worker whose route goes through haproxy; runs the
 // actions while reloading haproxy; then checks the invariants.
 func Run(ctx context.Context, o Options) (*Report, error) {
+	o = o.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if o.Dir == "" {
+		dir, err := os.MkdirTemp("", "durallm-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		o.Dir = dir
+	}
+	start := time.Now()
+	r, err := setUp(ctx, o)
+	defer r.tearDown()
+	if err != nil {
+		return nil, err
+	}
+	rep := report.New(o.Actions)
+	results, errs, err := r.drive(ctx, o, rep)
+	if err != nil {
+		return nil, err
+	}
+	rep.Elapsed = time.Since(start)
+	rep.ProviderRun = len(r.p.Processed())
+	for i, res := range results {
+		rep.Add(r.p, actionID(i), res, errs[i], o.Faults > 0)
+	}
+	rep.AddFaults(r.p, defaultBehavior)
+	st := r.w.Engine().Stats()
+	rep.GoAways, rep.Conns = st.GoAways, st.ConnsOpened
+	if n := st.TransportReplays; n > 0 {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d hidden transport replays", n))
+	}
+	return rep, nil
+}
+
+func (o Options) withDefaults() Options {
 	if o.Actions <= 0 {
 		o.Actions = 500
 	}
@@ -138,73 +145,81 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	say := func(format string, a ...any) { fmt.Fprintf(o.Progress, format+"\n", a...) }
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	if o.Dir == "" {
-		dir, err := os.MkdirTemp("", "durallm-chaos-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		o.Dir = dir
-	}
-	start := time.Now()
+	return o
+}
 
-	say("· starting the embedded Temporal server")
-	srvOpts := devserver.Options{
+// rig is what a run drives: the embedded server, the provider, haproxy
+// in front of it, the in-process worker, the client and, with KillWorker,
+// the worker process to kill.
+type rig struct {
+	say     func(format string, a ...any)
+	srv     *devserver.Server
+	srvOpts devserver.Options
+	p       *testsuite.Provider
+	hp      *haproxy
+	tc      client.Client
+	w       *worker.Worker
+	c       *durallm.Client
+	killer  *workerProc
+	undo    []func()
+}
+
+// setUp starts everything; tearDown stops what it started, in reverse,
+// whether or not setUp got to the end.
+func setUp(ctx context.Context, o Options) (*rig, error) {
+	r := &rig{say: func(format string, a ...any) { fmt.Fprintf(o.Progress, format+"\n", a...) }}
+	r.say("· starting the embedded Temporal server")
+	r.srvOpts = devserver.Options{
 		DataDir: filepath.Join(o.Dir, "data"), FrontendPort: devserver.FreePort, DisableUI: true,
 		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
 	}
-	srv, err := devserver.Start(ctx, srvOpts)
+	srv, err := devserver.Start(ctx, r.srvOpts)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: server: %w", err)
+		return r, fmt.Errorf("chaos: server: %w", err)
 	}
-	defer func() { srv.Stop() }()
+	r.srv = srv
+	r.undo = append(r.undo, func() { r.srv.Stop() })
 	// A restart must come back on the same port: clients and workers keep
 	// their address and reconnect.
 	_, portText, _ := net.SplitHostPort(srv.FrontendHostPort())
-	srvOpts.FrontendPort, _ = strconv.Atoi(portText)
+	r.srvOpts.FrontendPort, _ = strconv.Atoi(portText)
 
-	p, err := testsuite.NewProvider()
-	if err != nil {
-		return nil, fmt.Errorf("chaos: provider: %w", err)
+	if r.p, err = testsuite.NewProvider(); err != nil {
+		return r, fmt.Errorf("chaos: provider: %w", err)
 	}
-	defer p.Close()
+	r.undo = append(r.undo, func() { r.p.Close() })
 	// A little generation time keeps streams in flight across reloads (and,
 	// with KillWorker, on the worker when it is killed).
 	gen := 20 * time.Millisecond
 	if o.KillWorker {
 		gen = 300 * time.Millisecond
 	}
-	p.SetDefault(testsuite.Answer("ok").After(gen))
+	r.p.SetDefault(testsuite.Answer("ok").After(gen))
 	if o.Faults > 0 {
 		mix := faultMix
 		if o.Stream {
 			mix = append(append([]testsuite.Behavior(nil), faultMix...), streamFaults...)
 		}
-		p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
-			return faultFor(r.AttemptID, o.Faults, mix)
+		r.p.Script(func(req testsuite.Request) (testsuite.Behavior, bool) {
+			return faultFor(req.AttemptID, o.Faults, mix)
 		})
 	}
 
-	say("· starting haproxy (HTTP/2 both sides) in front of the provider")
-	hp, err := startHAProxy(ctx, o.HAProxy, o.Dir, strings.TrimPrefix(p.H2CURL(), "http://"))
-	if err != nil {
-		return nil, err
+	r.say("· starting haproxy (HTTP/2 both sides) in front of the provider")
+	if r.hp, err = startHAProxy(ctx, o.HAProxy, o.Dir, strings.TrimPrefix(r.p.H2CURL(), "http://")); err != nil {
+		return r, err
 	}
-	defer hp.stop()
+	r.undo = append(r.undo, r.hp.stop)
 
-	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		return nil, fmt.Errorf("chaos: client: %w", err)
+	if r.tc, err = client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}); err != nil {
+		return r, fmt.Errorf("chaos: client: %w", err)
 	}
-	defer tc.Close()
-	w, err := worker.New(tc, worker.Options{
+	r.undo = append(r.undo, r.tc.Close)
+	r.w, err = worker.New(r.tc, worker.Options{
 		TaskQueue: "durallm-chaos", AllowH2C: true, SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
 		MaxConcurrentAttempts: o.Concurrency * 2,
 		Config: providers.Config{Routes: []providers.Route{{
-			Name: "via-haproxy", Kind: providers.KindOpenAI, BaseURL: "http://" + hp.addr + "/v1", Model: "m",
+			Name: "via-haproxy", Kind: providers.KindOpenAI, BaseURL: "http://" + r.hp.addr + "/v1", Model: "m",
 			// haproxy answers REFUSED_STREAM when its origin fails after
 			// the request was forwarded; see Route.Intermediary.
 			Intermediary: true,
@@ -213,29 +228,47 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}}},
 	})
 	if err != nil {
-		return nil, err
+		return r, err
 	}
-	if err := w.Start(); err != nil {
-		return nil, err
+	if err := r.w.Start(); err != nil {
+		return r, err
 	}
-	defer w.Stop()
-	c := durallm.NewClient(tc, "durallm-chaos")
+	r.undo = append(r.undo, r.w.Stop)
+	r.c = durallm.NewClient(r.tc, "durallm-chaos")
 
-	var killer *workerProc
 	if o.KillWorker {
-		killer, err = startWorkerProc(o.Dir, srv.FrontendHostPort(), "http://"+hp.addr+"/v1", o.Concurrency*2)
-		if err != nil {
-			return nil, err
+		if err := r.startKiller(o); err != nil {
+			return r, err
 		}
-		defer killer.kill()
-		say("· a second worker runs as process %d; it will be SIGKILLed halfway", killer.cmd.Process.Pid)
+		r.say("· a second worker runs as process %d; it will be SIGKILLed halfway", r.killer.cmd.Process.Pid)
 	}
+	return r, nil
+}
 
-	say("· running %d actions at concurrency %d, reloading haproxy every %s", o.Actions, o.Concurrency, o.ReloadEvery)
-	if o.Faults > 0 {
-		say("· the provider answers %.0f%% of requests with a fault", o.Faults*100)
+func (r *rig) startKiller(o Options) error {
+	k, err := startWorkerProc(o.Dir, r.srv.FrontendHostPort(), "http://"+r.hp.addr+"/v1", o.Concurrency*2)
+	if err != nil {
+		return err
 	}
-	rep := &Report{Actions: o.Actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}, Faults: map[string]int{}, Seen: map[string]map[recovery.Class]int{}}
+	r.killer = k
+	r.undo = append(r.undo, k.kill)
+	return nil
+}
+
+func (r *rig) tearDown() {
+	for i := len(r.undo) - 1; i >= 0; i-- {
+		r.undo[i]()
+	}
+}
+
+// drive runs the actions at the options' concurrency while haproxy is
+// reloaded, and kills the worker process and restarts the server at their
+// points; it returns each action's result or error.
+func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.ActionResult, []error, error) {
+	r.say("· running %d actions at concurrency %d, reloading haproxy every %s", o.Actions, o.Concurrency, o.ReloadEvery)
+	if o.Faults > 0 {
+		r.say("· the provider answers %.0f%% of requests with a fault", o.Faults*100)
+	}
 	results := make([]workflows.ActionResult, o.Actions)
 	errs := make([]error, o.Actions)
 	var wg sync.WaitGroup
@@ -245,13 +278,68 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				results[i], errs[i] = runAction(ctx, c, i, o.Stream)
+				results[i], errs[i] = runAction(ctx, r.c, i, o.Stream)
 			}
 		}()
 	}
+	stopReloads := every(ctx, o.ReloadEvery, func() {
+		if err := r.hp.reload(); err != nil {
+			r.say("  reload failed: %v", err)
+			return
+		}
+		rep.Reloads++
+	})
+	// Whatever ends the loop, the callers and the reload loop are done
+	// before drive returns: nothing writes the report after that.
+	defer func() {
+		close(next)
+		wg.Wait()
+		stopReloads()
+	}()
+	for i := range o.Actions {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+		if (i+1)%100 == 0 {
+			r.say("  %d actions started", i+1)
+		}
+		if o.RestartServer && i+1 == o.Actions*3/4 {
+			r.say("  restarting the Temporal server over the same data directory")
+			if err := r.srv.Stop(); err != nil {
+				return nil, nil, fmt.Errorf("chaos: stop server: %w", err)
+			}
+			srv, err := devserver.Start(ctx, r.srvOpts)
+			if err != nil {
+				return nil, nil, fmt.Errorf("chaos: restart server: %w", err)
+			}
+			r.srv = srv
+			rep.Restarts++
+		}
+		if r.killer != nil && i+1 == o.Actions/2 {
+			r.say("  SIGKILL worker process %d", r.killer.cmd.Process.Pid)
+			r.killer.kill()
+			rep.Kills++
+			time.Sleep(time.Second)
+			if err := r.startKiller(o); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return results, errs, nil
+}
+
+func actionID(i int) string { return "chaos-" + strconv.Itoa(i) }
+
+// every runs f every d on its own goroutine until ctx ends or stop is
+// called; stop returns once f can no longer run, so what f writes is then
+// safe to read.
+func every(ctx context.Context, d time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
+	finished := make(chan struct{})
 	go func() {
-		t := time.NewTicker(o.ReloadEvery)
+		defer close(finished)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
@@ -260,86 +348,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := hp.reload(); err != nil {
-					say("  reload failed: %v", err)
-					continue
-				}
-				rep.Reloads++
+				f()
 			}
 		}
 	}()
-	for i := range o.Actions {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-		}
-		if (i+1)%100 == 0 {
-			say("  %d actions started", i+1)
-		}
-		if o.RestartServer && i+1 == o.Actions*3/4 {
-			say("  restarting the Temporal server over the same data directory")
-			if err := srv.Stop(); err != nil {
-				return nil, fmt.Errorf("chaos: stop server: %w", err)
-			}
-			if srv, err = devserver.Start(ctx, srvOpts); err != nil {
-				return nil, fmt.Errorf("chaos: restart server: %w", err)
-			}
-			rep.Restarts++
-		}
-		if killer != nil && i+1 == o.Actions/2 {
-			say("  SIGKILL worker process %d", killer.cmd.Process.Pid)
-			killer.kill()
-			rep.Kills++
-			time.Sleep(time.Second)
-			if killer, err = startWorkerProc(o.Dir, srv.FrontendHostPort(), "http://"+hp.addr+"/v1", o.Concurrency*2); err != nil {
-				return nil, err
-			}
-			defer killer.kill()
-		}
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-finished
 	}
-	close(next)
-	wg.Wait()
-	close(done)
-	rep.Elapsed = time.Since(start)
-	rep.ProviderRun = len(p.Processed())
-
-	for i, res := range results {
-		id := actionID(i)
-		if errs[i] != nil {
-			rep.Violations = append(rep.Violations, fmt.Sprintf("%s: %v", id, errs[i]))
-			continue
-		}
-		rep.States[res.State]++
-		rep.Violations = append(rep.Violations, check(p, id, res, o.Faults > 0)...)
-		if res.State == workflows.StateCompleted {
-			rep.ExtraExecutions += p.ExecutedCount(id) - 1
-		}
-		for _, a := range res.Attempts {
-			rep.Attempts++
-			rep.Classes[a.Classification.Class]++
-			if o.Faults > 0 {
-				b := behaviorOf(p, a.Evidence.AttemptID)
-				if rep.Seen[b] == nil {
-					rep.Seen[b] = map[recovery.Class]int{}
-				}
-				rep.Seen[b][a.Classification.Class]++
-			}
-		}
-	}
-	for _, r := range p.Received() {
-		if r.Behavior != "" && r.Behavior != defaultBehavior {
-			rep.Faults[r.Behavior]++
-		}
-	}
-	st := w.Engine().Stats()
-	rep.GoAways, rep.Conns = st.GoAways, st.ConnsOpened
-	if n := st.TransportReplays; n > 0 {
-		rep.Violations = append(rep.Violations, fmt.Sprintf("%d hidden transport replays", n))
-	}
-	return rep, nil
 }
-
-func actionID(i int) string { return "chaos-" + strconv.Itoa(i) }
 
 // runAction starts one action and waits until it is terminal or awaits a
 // verdict (the run reconciles nothing: an ambiguous action must stay put).
@@ -372,75 +390,6 @@ func runAction(ctx context.Context, c *durallm.Client, i int, stream bool) (work
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// check applies the invariants to one action. With faults, a completed
-// action may have been executed more than once (an upstream_error or an
-// empty_response is retried, and a proxy's 502 may hide an origin that
-// ran); what must still hold is that its completing attempt ran exactly
-// once and that nothing was sent after an outcome that forbids it.
-func check(p *testsuite.Provider, id string, res workflows.ActionResult, faults bool) []string {
-	var v []string
-	for i, a := range res.Attempts {
-		ev, cl := a.Evidence, a.Classification
-		last := i == len(res.Attempts)-1
-		switch cl.Class {
-		case recovery.Completed, recovery.CommittedPartial:
-			if !last {
-				v = append(v, fmt.Sprintf("%s attempt %d was %s and another attempt followed", id, a.N, cl.Class))
-			}
-			// More than once is caught below, for every attempt.
-			if cl.Class == recovery.Completed && p.AttemptExecutions(ev.AttemptID) == 0 {
-				v = append(v, fmt.Sprintf("%s attempt %d completed but the provider never executed it", id, a.N))
-			}
-		case recovery.Refused, recovery.Unsent:
-			if n := p.AttemptExecutions(ev.AttemptID); n > 0 {
-				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s) (%s)", id, a.N, cl.Class, cl.Reason, n, behaviorOf(p, ev.AttemptID)))
-			}
-		case recovery.Ambiguous:
-			if !last {
-				v = append(v, fmt.Sprintf("%s attempt %d was ambiguous and another attempt followed without a verdict", id, a.N))
-			}
-		}
-		if ev.SentAfterGoAway {
-			v = append(v, fmt.Sprintf("%s attempt %d was sent on a connection that had received GOAWAY", id, a.N))
-		}
-		if ev.TransportReplays > 0 {
-			v = append(v, fmt.Sprintf("%s attempt %d was replayed by the transport", id, a.N))
-		}
-		// The provider records the attempt id of every request it runs: two
-		// runs of one attempt are a replay by some layer below the workflow
-		// (the engine, or a proxy retrying on its own).
-		if n := p.AttemptExecutions(ev.AttemptID); n > 1 {
-			v = append(v, fmt.Sprintf("%s attempt %d was executed %d times by the provider (%s)", id, a.N, n, behaviorOf(p, ev.AttemptID)))
-		}
-	}
-	// A partial committed on a worker that was then killed has a reason
-	// but no text: the text went to that worker's subscribers only.
-	lost := res.Response != nil && res.Response.Incomplete == providers.IncompleteWorkerLost
-	if res.State == workflows.StateCompletedPartial && (res.Response == nil || !res.Response.Partial || (res.Response.Text == "" && !lost) || res.Response.Incomplete == "") {
-		v = append(v, fmt.Sprintf("%s ended completed_partial without its partial text and reason", id))
-	}
-	if res.State == workflows.StateCompleted && !faults {
-		if n := p.ExecutedCount(id); n != 1 {
-			v = append(v, fmt.Sprintf("%s completed but the provider executed it %d times", id, n))
-		}
-	}
-	if !res.State.Terminal() && res.State != workflows.StateAwaitingReconciliation {
-		v = append(v, fmt.Sprintf("%s stuck in %s", id, res.State))
-	}
-	return v
-}
-
-// behaviorOf names what the provider did with an attempt's request(s).
-func behaviorOf(p *testsuite.Provider, attemptID string) string {
-	var names []string
-	for _, r := range p.Received() {
-		if r.AttemptID == attemptID {
-			names = append(names, r.Behavior)
-		}
-	}
-	return strings.Join(names, ", ")
 }
 
 // defaultBehavior is the name the provider records for its default answer.
@@ -487,63 +436,6 @@ func faultFor(attemptID string, rate float64, mix []testsuite.Behavior) (testsui
 		return testsuite.Behavior{}, false
 	}
 	return mix[(x/10000)%uint64(len(mix))], true
-}
-
-// Print writes the report as tables.
-func (r *Report) Print(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
-	for _, k := range sortedKeys(r.GoAways) {
-		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
-	}
-	if len(r.Faults) > 0 {
-		fmt.Fprintf(tw, "extra executions (allowed; see Report)\t%d\n", r.ExtraExecutions)
-		fmt.Fprintln(tw, "\nfault injected\trequests")
-		for _, k := range sortedKeys(r.Faults) {
-			fmt.Fprintf(tw, "%s\t%d\n", k, r.Faults[k])
-		}
-	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "final state\tactions")
-	for _, k := range sortedKeys(r.States) {
-		fmt.Fprintf(tw, "%s\t%d\n", k, r.States[workflows.State(k)])
-	}
-	fmt.Fprintln(tw, "\nattempt classification\tattempts")
-	for _, k := range sortedKeys(r.Classes) {
-		fmt.Fprintf(tw, "%s\t%d\n", k, r.Classes[recovery.Class(k)])
-	}
-	if len(r.Seen) > 0 {
-		fmt.Fprintln(tw, "\nthe provider did\tthe client classified (through haproxy)")
-		for _, b := range sortedKeys(r.Seen) {
-			var parts []string
-			for _, c := range sortedKeys(r.Seen[b]) {
-				parts = append(parts, fmt.Sprintf("%s %d", c, r.Seen[b][recovery.Class(c)]))
-			}
-			name := b
-			if name == "" {
-				name = "(never received)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\n", name, strings.Join(parts, ", "))
-		}
-	}
-	tw.Flush()
-	if len(r.Violations) == 0 {
-		fmt.Fprintln(w, "\ninvariants: all held")
-		return
-	}
-	fmt.Fprintf(w, "\ninvariants: %d VIOLATED\n", len(r.Violations))
-	for _, v := range r.Violations {
-		fmt.Fprintln(w, "  "+v)
-	}
-}
-
-func sortedKeys[K ~string, V any](m map[K]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, string(k))
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // workerProc is a 'durallm worker' process on the chaos task queue.

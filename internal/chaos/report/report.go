@@ -1,0 +1,218 @@
+// Package report holds what a chaos run found and the contract's
+// invariants it checks: each action's result against the provider's own
+// record of what it executed. It needs no Temporal server, so it is tested
+// under the race detector.
+package report
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/workflows"
+)
+
+// Report is what a run found.
+type Report struct {
+	Actions     int
+	Reloads     int
+	States      map[workflows.State]int
+	Classes     map[recovery.Class]int
+	Attempts    int
+	Violations  []string
+	ProviderRun int // requests the provider executed
+	Kills       int // worker processes SIGKILLed
+	Restarts    int // embedded server restarts
+	// Faults counts the faults the provider injected, by behaviour.
+	Faults map[string]int
+	// Seen maps what the provider did with an attempt's request (its
+	// behaviour, "Answer" for the default) to how the client classified
+	// the attempt through the proxy, with counts: how haproxy relays each
+	// origin fault. Attempts the provider never received are under "".
+	Seen map[string]map[recovery.Class]int
+	// ExtraExecutions counts provider executions beyond one per completed
+	// action: requests the provider ran whose answer never became the
+	// action's (a 500, a reset or an empty 2xx after executing, or an
+	// answer lost when its origin connection closed and the proxy said
+	// 502). The contract allows each (upstream_error and empty_response
+	// may be retried); it is reported, not a violation.
+	ExtraExecutions int
+	// GoAways counts GOAWAY frames the engine received, by code; Conns the
+	// connections it opened (one per drain, when recovery works).
+	GoAways map[string]int64
+	Conns   int64
+	Elapsed time.Duration
+}
+
+// New returns an empty report for a run of actions.
+func New(actions int) *Report {
+	return &Report{Actions: actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}, Faults: map[string]int{}, Seen: map[string]map[recovery.Class]int{}}
+}
+
+// Add checks one action's result (or the error that kept it from one)
+// against the provider's record, and counts it. With faults, it also
+// records how each origin behaviour was classified through the proxy.
+func (r *Report) Add(p *testsuite.Provider, id string, res workflows.ActionResult, err error, faults bool) {
+	if err != nil {
+		r.Violations = append(r.Violations, fmt.Sprintf("%s: %v", id, err))
+		return
+	}
+	r.States[res.State]++
+	r.Violations = append(r.Violations, Check(p, id, res, faults)...)
+	if res.State == workflows.StateCompleted {
+		r.ExtraExecutions += p.ExecutedCount(id) - 1
+	}
+	for _, a := range res.Attempts {
+		r.Attempts++
+		r.Classes[a.Classification.Class]++
+		if faults {
+			b := BehaviorOf(p, a.Evidence.AttemptID)
+			if r.Seen[b] == nil {
+				r.Seen[b] = map[recovery.Class]int{}
+			}
+			r.Seen[b][a.Classification.Class]++
+		}
+	}
+}
+
+// AddFaults counts the faults the provider injected: every behaviour it
+// recorded but its default answer.
+func (r *Report) AddFaults(p *testsuite.Provider, defaultBehavior string) {
+	for _, rec := range p.Received() {
+		if rec.Behavior != "" && rec.Behavior != defaultBehavior {
+			r.Faults[rec.Behavior]++
+		}
+	}
+}
+
+// Check applies the invariants to one action. With faults, a completed
+// action may have been executed more than once (an upstream_error or an
+// empty_response is retried, and a proxy's 502 may hide an origin that
+// ran); what must still hold is that its completing attempt ran exactly
+// once and that nothing was sent after an outcome that forbids it.
+func Check(p *testsuite.Provider, id string, res workflows.ActionResult, faults bool) []string {
+	var v []string
+	for i, a := range res.Attempts {
+		ev, cl := a.Evidence, a.Classification
+		last := i == len(res.Attempts)-1
+		switch cl.Class {
+		case recovery.Completed, recovery.CommittedPartial:
+			if !last {
+				v = append(v, fmt.Sprintf("%s attempt %d was %s and another attempt followed", id, a.N, cl.Class))
+			}
+			// More than once is caught below, for every attempt.
+			if cl.Class == recovery.Completed && p.AttemptExecutions(ev.AttemptID) == 0 {
+				v = append(v, fmt.Sprintf("%s attempt %d completed but the provider never executed it", id, a.N))
+			}
+		case recovery.Refused, recovery.Unsent:
+			if n := p.AttemptExecutions(ev.AttemptID); n > 0 {
+				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s) (%s)", id, a.N, cl.Class, cl.Reason, n, BehaviorOf(p, ev.AttemptID)))
+			}
+		case recovery.Ambiguous:
+			if !last {
+				v = append(v, fmt.Sprintf("%s attempt %d was ambiguous and another attempt followed without a verdict", id, a.N))
+			}
+		}
+		if ev.SentAfterGoAway {
+			v = append(v, fmt.Sprintf("%s attempt %d was sent on a connection that had received GOAWAY", id, a.N))
+		}
+		if ev.TransportReplays > 0 {
+			v = append(v, fmt.Sprintf("%s attempt %d was replayed by the transport", id, a.N))
+		}
+		// The provider records the attempt id of every request it runs: two
+		// runs of one attempt are a replay by some layer below the workflow
+		// (the engine, or a proxy retrying on its own).
+		if n := p.AttemptExecutions(ev.AttemptID); n > 1 {
+			v = append(v, fmt.Sprintf("%s attempt %d was executed %d times by the provider (%s)", id, a.N, n, BehaviorOf(p, ev.AttemptID)))
+		}
+	}
+	// A partial committed on a worker that was then killed has a reason
+	// but no text: the text went to that worker's subscribers only.
+	lost := res.Response != nil && res.Response.Incomplete == providers.IncompleteWorkerLost
+	if res.State == workflows.StateCompletedPartial && (res.Response == nil || !res.Response.Partial || (res.Response.Text == "" && !lost) || res.Response.Incomplete == "") {
+		v = append(v, fmt.Sprintf("%s ended completed_partial without its partial text and reason", id))
+	}
+	if res.State == workflows.StateCompleted && !faults {
+		if n := p.ExecutedCount(id); n != 1 {
+			v = append(v, fmt.Sprintf("%s completed but the provider executed it %d times", id, n))
+		}
+	}
+	if !res.State.Terminal() && res.State != workflows.StateAwaitingReconciliation {
+		v = append(v, fmt.Sprintf("%s stuck in %s", id, res.State))
+	}
+	return v
+}
+
+// BehaviorOf names what the provider did with an attempt's request(s).
+func BehaviorOf(p *testsuite.Provider, attemptID string) string {
+	var names []string
+	for _, r := range p.Received() {
+		if r.AttemptID == attemptID {
+			names = append(names, r.Behavior)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// Print writes the report as tables.
+func (r *Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
+	for _, k := range sortedKeys(r.GoAways) {
+		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
+	}
+	if len(r.Faults) > 0 {
+		fmt.Fprintf(tw, "extra executions (allowed; see Report)\t%d\n", r.ExtraExecutions)
+		fmt.Fprintln(tw, "\nfault injected\trequests")
+		for _, k := range sortedKeys(r.Faults) {
+			fmt.Fprintf(tw, "%s\t%d\n", k, r.Faults[k])
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "final state\tactions")
+	for _, k := range sortedKeys(r.States) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.States[workflows.State(k)])
+	}
+	fmt.Fprintln(tw, "\nattempt classification\tattempts")
+	for _, k := range sortedKeys(r.Classes) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.Classes[recovery.Class(k)])
+	}
+	if len(r.Seen) > 0 {
+		fmt.Fprintln(tw, "\nthe provider did\tthe client classified (through haproxy)")
+		for _, b := range sortedKeys(r.Seen) {
+			var parts []string
+			for _, c := range sortedKeys(r.Seen[b]) {
+				parts = append(parts, fmt.Sprintf("%s %d", c, r.Seen[b][recovery.Class(c)]))
+			}
+			name := b
+			if name == "" {
+				name = "(never received)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", name, strings.Join(parts, ", "))
+		}
+	}
+	tw.Flush()
+	if len(r.Violations) == 0 {
+		fmt.Fprintln(w, "\ninvariants: all held")
+		return
+	}
+	fmt.Fprintf(w, "\ninvariants: %d VIOLATED\n", len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintln(w, "  "+v)
+	}
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, string(k))
+	}
+	sort.Strings(ks)
+	return ks
+}
