@@ -306,7 +306,7 @@ func TestE2ERunbookCommittedPartial(t *testing.T) {
 	s := newStack(t)
 	w := s.startWorker()
 	s.p.Push(testsuite.StreamCut(2, testsuite.CutReset))
-	events, stop := w.Sinks().Subscribe("partial", 64)
+	events, stop := w.Streams().Subscribe("partial", 64)
 	res, err := s.run("partial", actionInput(true))
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +403,7 @@ func TestE2EWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.p.Push(testsuite.StreamStall(2))
-	events, unsubscribe := w.Sinks().Subscribe("shutdown-mid-stream", 64)
+	events, unsubscribe := w.Streams().Subscribe("shutdown-mid-stream", 64)
 	defer unsubscribe()
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "shutdown-mid-stream", actionInput(true))

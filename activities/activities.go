@@ -45,9 +45,9 @@ type Activities struct {
 	// Reconciler, when set, is asked for application evidence before an
 	// ambiguous action waits for a person or program. Nil means none.
 	Reconciler Reconciler
-	// Sinks receives streamed deltas while an attempt runs. Nil means
+	// Streams receives streamed deltas while an attempt runs. Nil means
 	// deltas are not forwarded (the final response still carries them).
-	Sinks *Sinks
+	Streams *Streams
 	// HeartbeatEvery is how often an attempt heartbeats. Zero means 250ms,
 	// so a cancellation reaches the HTTP request within about a second
 	// (together with the worker's heartbeat throttle).
@@ -166,8 +166,8 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 	defer release()
 	stop := a.heartbeat(ctx, att)
 	var sink providers.Sink
-	if a.Sinks != nil {
-		sink = a.Sinks.forAttempt(in.ActionRef, in.Attempt)
+	if a.Streams != nil {
+		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
 	}
 	engine := a.Engine
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {

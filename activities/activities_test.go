@@ -183,8 +183,8 @@ func waitExecuted(t *testing.T, p *testsuite.Provider, id string, c *call) {
 // saw as an ambiguous attempt with no evidence).
 func TestWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 	a, p := newActs(t)
-	a.Sinks = NewSinks()
-	events, unsubscribe := a.Sinks.Subscribe("act", 16)
+	a.Streams = NewStreams()
+	events, unsubscribe := a.Streams.Subscribe("act", 16)
 	defer unsubscribe()
 	p.Push(testsuite.StreamStall(2))
 	req := hello()
@@ -275,9 +275,9 @@ func TestAttemptTimeoutCanGoPastTheRouteDefault(t *testing.T) {
 // committed text, while the worker can still report it.
 func TestWorkerStoppingEndsTheAttemptWithinItsGrace(t *testing.T) {
 	a, p := newActs(t)
-	a.Sinks = NewSinks()
+	a.Streams = NewStreams()
 	a.StopGrace = 50 * time.Millisecond
-	events, unsubscribe := a.Sinks.Subscribe("act", 16)
+	events, unsubscribe := a.Streams.Subscribe("act", 16)
 	defer unsubscribe()
 	p.Push(testsuite.StreamStall(1))
 	req := hello()

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// StreamHandlerOptions configures Sinks.StreamHandler. The zero value is
+// StreamHandlerOptions configures Streams.StreamHandler. The zero value is
 // usable: no authentication, the defaults below.
 type StreamHandlerOptions struct {
 	// Prefix is the path the action ref follows. Empty means
@@ -27,7 +27,7 @@ type StreamHandlerOptions struct {
 	// ": keep-alive" comment is sent, so that proxies and load balancers
 	// with idle timeouts keep the connection open. Zero means 15s.
 	KeepAlive time.Duration
-	// Buffer is the subscription's capacity (see Sinks.Subscribe). A client
+	// Buffer is the subscription's capacity (see Streams.Subscribe). A client
 	// that falls further behind loses deltas, reported in a final
 	// "dropped" event. Zero means 256.
 	Buffer int
@@ -89,7 +89,7 @@ const (
 //   - stream_incomplete is final: the contract (docs/contract.md section 6.4)
 //     allows one per action, after its last delta, and no second answer
 //     after it, so the stream ends there.
-//   - Nothing marks the normal end of an action: Sinks carries deltas,
+//   - Nothing marks the normal end of an action: Streams carries deltas,
 //     not outcomes. A caller stops reading when its action's result
 //     arrives (Action.Result on the client), or when MaxDuration ends the
 //     stream. Every delta is published before the attempt returns, so the
@@ -111,11 +111,11 @@ const (
 // sets the connection's write deadline to MaxDuration plus a short grace,
 // overriding a shorter server WriteTimeout, which would otherwise cut
 // every long stream.
-func (s *Sinks) StreamHandler(opts StreamHandlerOptions) http.Handler {
+func (s *Streams) StreamHandler(opts StreamHandlerOptions) http.Handler {
 	return s.streamHandler(opts)
 }
 
-func (s *Sinks) streamHandler(opts StreamHandlerOptions) *streamHandler {
+func (s *Streams) streamHandler(opts StreamHandlerOptions) *streamHandler {
 	h := &streamHandler{
 		sinks:       s,
 		prefix:      opts.Prefix,
@@ -155,7 +155,7 @@ func (s *Sinks) streamHandler(opts StreamHandlerOptions) *streamHandler {
 }
 
 type streamHandler struct {
-	sinks       *Sinks
+	sinks       *Streams
 	prefix      string
 	auth        bool
 	token       [sha256.Size]byte

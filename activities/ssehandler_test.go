@@ -82,13 +82,13 @@ func (r *sseReader) nextEvent() (sseMsg, error) {
 
 // subscribers counts the live subscriptions of ref, straight from the
 // registry: the observable effect of a handler subscribing or leaving.
-func subscribers(s *Sinks, ref string) int {
+func subscribers(s *Streams, ref string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.subs[ref])
 }
 
-func allSubscribers(s *Sinks) int {
+func allSubscribers(s *Streams) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -166,7 +166,7 @@ func openStream(ctx context.Context, t *testing.T, c *http.Client, url string) (
 }
 
 func TestStreamHandlerDeliversEventsInOrder(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	h := s.StreamHandler(StreamHandlerOptions{KeepAlive: time.Hour})
 	protocols(t, h, func(t *testing.T, base string, c *http.Client) {
 		ctx := testCtx(t)
@@ -215,7 +215,7 @@ func TestStreamHandlerDeliversEventsInOrder(t *testing.T) {
 }
 
 func TestStreamHandlerAuth(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	srv := httptest.NewServer(s.StreamHandler(StreamHandlerOptions{AuthToken: "s3cret", KeepAlive: time.Hour}))
 	t.Cleanup(srv.Close)
 	for _, tc := range []struct {
@@ -258,7 +258,7 @@ func TestStreamHandlerAuth(t *testing.T) {
 }
 
 func TestStreamHandlerKeepAlive(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	srv := httptest.NewServer(s.StreamHandler(StreamHandlerOptions{KeepAlive: 5 * time.Millisecond}))
 	t.Cleanup(srv.Close)
 	ctx := testCtx(t)
@@ -284,7 +284,7 @@ func TestStreamHandlerKeepAlive(t *testing.T) {
 }
 
 func TestStreamHandlerClientDisconnectUnsubscribes(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	h := s.StreamHandler(StreamHandlerOptions{KeepAlive: time.Hour})
 	protocols(t, h, func(t *testing.T, base string, c *http.Client) {
 		ctx, cancel := context.WithCancel(testCtx(t))
@@ -306,7 +306,7 @@ func TestStreamHandlerClientDisconnectUnsubscribes(t *testing.T) {
 }
 
 func TestStreamHandlerMethodAndPath(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	srv := httptest.NewServer(s.StreamHandler(StreamHandlerOptions{AuthToken: "t", KeepAlive: time.Hour}))
 	t.Cleanup(srv.Close)
 	ctx := testCtx(t)
@@ -358,7 +358,7 @@ func TestStreamHandlerMethodAndPath(t *testing.T) {
 }
 
 func TestStreamHandlerPrefix(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	srv := httptest.NewServer(s.StreamHandler(StreamHandlerOptions{Prefix: "llm/streams", KeepAlive: time.Hour}))
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithCancel(testCtx(t))
@@ -374,7 +374,7 @@ func TestStreamHandlerPrefix(t *testing.T) {
 }
 
 func TestStreamHandlerNeedsFlusher(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	rec := httptest.NewRecorder()
 	// Embedding the interface hides the recorder's Flush.
 	w := struct{ http.ResponseWriter }{rec}
@@ -396,7 +396,7 @@ func expireOnCue(h *streamHandler) chan time.Time {
 }
 
 func TestStreamHandlerMaxDurationEndsStream(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	h := s.streamHandler(StreamHandlerOptions{KeepAlive: time.Hour})
 	end := expireOnCue(h)
 	srv := httptest.NewServer(h)
@@ -432,7 +432,7 @@ func (l smallBufferListener) Accept() (net.Conn, error) {
 }
 
 func TestStreamHandlerSlowClientGetsDropped(t *testing.T) {
-	s := NewSinks()
+	s := NewStreams()
 	h := s.streamHandler(StreamHandlerOptions{Buffer: 1, KeepAlive: time.Hour})
 	end := expireOnCue(h)
 	srv := httptest.NewUnstartedServer(h)

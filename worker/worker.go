@@ -44,9 +44,9 @@ type Options struct {
 	// Reconciler is asked about ambiguous attempts before a person is.
 	// Nil means none.
 	Reconciler activities.Reconciler
-	// Sinks receives streamed deltas for in-process subscribers. Nil means
-	// a fresh registry (see Worker.Sinks).
-	Sinks *activities.Sinks
+	// Streams receives streamed deltas for in-process subscribers. Nil means
+	// a fresh registry (see Worker.Streams).
+	Streams *activities.Streams
 	// SearchAttributes says the namespace has DurallmState, DurallmOutcome
 	// and DurallmRoute registered (Keyword); only then are they written.
 	SearchAttributes bool
@@ -138,8 +138,8 @@ func New(c client.Client, o Options) (*Worker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Sinks == nil {
-		o.Sinks = activities.NewSinks()
+	if o.Streams == nil {
+		o.Streams = activities.NewStreams()
 	}
 	routes := o.Config.RouteMap()
 	insecure := false
@@ -151,7 +151,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 	}
 	engine := recovery.New(recovery.Config{TLSClientConfig: o.TLS, AllowH2C: o.AllowH2C, Logger: o.Logger})
 	acts := &activities.Activities{
-		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Sinks: o.Sinks,
+		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Streams: o.Streams,
 		SearchAttributes: o.SearchAttributes, Logger: o.Logger, Telemetry: o.Telemetry,
 		Results: o.Results, LargeResponseBytes: o.LargeResponseBytes,
 		// Attempts still running near the end of the stop timeout end
@@ -252,8 +252,8 @@ func (w *Worker) ready(ctx context.Context) error {
 	return nil
 }
 
-// Sinks returns the registry streamed deltas are published to.
-func (w *Worker) Sinks() *activities.Sinks { return w.acts.Sinks }
+// Streams returns the registry streamed deltas are published to.
+func (w *Worker) Streams() *activities.Streams { return w.acts.Streams }
 
 // Engine returns the worker's recovery engine (for its Stats).
 func (w *Worker) Engine() *recovery.Engine { return w.engine }
@@ -277,7 +277,7 @@ func (w *Worker) Start() error {
 		}
 		w.streamAddr = ln.Addr().String()
 		mux := http.NewServeMux()
-		mux.Handle("/v1/streams/", w.acts.Sinks.StreamHandler(activities.StreamHandlerOptions{AuthToken: w.streamToken}))
+		mux.Handle("/v1/streams/", w.acts.Streams.StreamHandler(activities.StreamHandlerOptions{AuthToken: w.streamToken}))
 		w.streamHTTP = w.serve(ln, mux, "stream endpoint")
 		w.log.Info("serving /v1/streams/", "addr", w.streamAddr, "token", w.streamToken != "")
 	}

@@ -17,13 +17,15 @@ type StreamEvent struct {
 	Incomplete string `json:"incomplete,omitempty"`
 }
 
-// Sinks fans streamed deltas out to in-process subscribers, by action.
+// Streams is the hub of the streams of the actions this worker runs: it
+// fans each attempt's deltas (received through a providers.Sink, one per
+// attempt) out to in-process subscribers, by action.
 // It is for app code that runs its own worker. A subscriber that falls
 // more than its buffer behind loses deltas (counted in Dropped) rather
 // than stalling the attempt; the action's final response always carries
-// the whole text. Sinks is safe for concurrent use; the zero value is not
-// usable, use NewSinks.
-type Sinks struct {
+// the whole text. Streams is safe for concurrent use; the zero value is not
+// usable, use NewStreams.
+type Streams struct {
 	mu   sync.Mutex
 	subs map[string]map[*subscriber]struct{}
 }
@@ -33,13 +35,13 @@ type subscriber struct {
 	dropped int
 }
 
-// NewSinks returns an empty registry.
-func NewSinks() *Sinks { return &Sinks{subs: make(map[string]map[*subscriber]struct{})} }
+// NewStreams returns an empty registry.
+func NewStreams() *Streams { return &Streams{subs: make(map[string]map[*subscriber]struct{})} }
 
 // Subscribe returns the events of actionRef from now on, and a function
 // that ends the subscription and reports how many events were dropped.
 // buf is the channel's capacity; below 1 means 256.
-func (s *Sinks) Subscribe(actionRef string, buf int) (<-chan StreamEvent, func() (dropped int)) {
+func (s *Streams) Subscribe(actionRef string, buf int) (<-chan StreamEvent, func() (dropped int)) {
 	if buf < 1 {
 		buf = 256
 	}
@@ -67,7 +69,7 @@ func (s *Sinks) Subscribe(actionRef string, buf int) (<-chan StreamEvent, func()
 	}
 }
 
-func (s *Sinks) publish(ev StreamEvent) {
+func (s *Streams) publish(ev StreamEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sub := range s.subs[ev.ActionRef] {
@@ -80,12 +82,12 @@ func (s *Sinks) publish(ev StreamEvent) {
 }
 
 // forAttempt returns the provider-layer sink for one attempt.
-func (s *Sinks) forAttempt(actionRef string, attempt int) providers.Sink {
+func (s *Streams) forAttempt(actionRef string, attempt int) providers.Sink {
 	return attemptSink{s: s, ref: actionRef, n: attempt}
 }
 
 type attemptSink struct {
-	s   *Sinks
+	s   *Streams
 	ref string
 	n   int
 }
