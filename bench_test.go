@@ -27,7 +27,7 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
@@ -46,12 +46,12 @@ func minimalWorkflow(ctx workflow.Context, in string) (string, error) {
 
 func noopActivity(_ context.Context, in string) (string, error) { return in, nil }
 
-// benchStack is an embedded server, the testsuite provider and a durallm
+// benchStack is an embedded server, the providertest provider and a durallm
 // worker with one route ("bench") to it, plus a baseline worker on its own
 // task queue registered by baseline. Everything stops with the benchmark.
 type benchStack struct {
 	tc client.Client
-	p  *testsuite.Provider
+	p  *providertest.Provider
 	w  *worker.Worker
 	c  *durallm.Client
 }
@@ -61,7 +61,7 @@ func newBenchStack(b *testing.B, baseline func(sdkworker.Registry)) *benchStack 
 	ts := temporaltest.NewServer()
 	b.Cleanup(ts.Stop)
 	tc := ts.GetDefaultClient()
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func BenchmarkRecoveryCost(b *testing.B) {
 	var seq atomic.Int64
 	action := func(ctx context.Context, fault bool) (workflows.ActionResult, error) {
 		if fault {
-			p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+			p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 		}
 		a, err := s.start(ctx, fmt.Sprintf("rc-%d", seq.Add(1)))
 		if err != nil {
@@ -280,13 +280,13 @@ func BenchmarkHistoryCost(b *testing.B) {
 	s := newBenchStack(b, func(sdkworker.Registry) {})
 	kinds := []struct {
 		name  string
-		first func() testsuite.Behavior
+		first func() providertest.Behavior
 		after func(ctx context.Context, id string) error
 	}{
 		{"happy", nil, nil},
-		{"goaway-retry", func() testsuite.Behavior { return testsuite.GoAwayAbove(http2.ErrCodeNo) }, nil},
-		{"upstream-error-retry", func() testsuite.Behavior { return testsuite.ServerError(500) }, nil},
-		{"reconciliation", func() testsuite.Behavior { return testsuite.GoAwayAfterProcessing(http2.ErrCodeNo) }, func(ctx context.Context, id string) error {
+		{"goaway-retry", func() providertest.Behavior { return providertest.GoAwayAbove(http2.ErrCodeNo) }, nil},
+		{"upstream-error-retry", func() providertest.Behavior { return providertest.ServerError(500) }, nil},
+		{"reconciliation", func() providertest.Behavior { return providertest.GoAwayAfterProcessing(http2.ErrCodeNo) }, func(ctx context.Context, id string) error {
 			// Reconcile every ambiguous attempt (under load, another action's
 			// GOAWAY can make a second one ambiguous too) until the end.
 			deadline := time.Now().Add(time.Minute)
@@ -309,13 +309,13 @@ func BenchmarkHistoryCost(b *testing.B) {
 	// The fault goes to each action's first request, by idempotency key
 	// (the action id), whatever else is in flight.
 	var faultsMu sync.Mutex
-	faults := map[string]func() testsuite.Behavior{}
-	s.p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
+	faults := map[string]func() providertest.Behavior{}
+	s.p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
 		faultsMu.Lock()
 		defer faultsMu.Unlock()
 		f, ok := faults[r.IdempotencyKey]
 		if !ok {
-			return testsuite.Behavior{}, false
+			return providertest.Behavior{}, false
 		}
 		delete(faults, r.IdempotencyKey)
 		return f(), true
@@ -391,11 +391,11 @@ func BenchmarkWorkerMemory(b *testing.B) {
 		}); err != nil {
 			b.Fatal(err)
 		}
-		p, err := testsuite.NewProvider(testsuite.WithMaxConcurrentStreams(400))
+		p, err := providertest.NewProvider(providertest.WithMaxConcurrentStreams(400))
 		if err != nil {
 			b.Fatal(err)
 		}
-		p.SetDefault(testsuite.Hold())
+		p.SetDefault(providertest.Hold())
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
 		cmd.Env = append(os.Environ(), "DURALLM_HELPER_WORKER=1",
 			"DURALLM_HELPER_TEMPORAL="+ts.GetFrontendHostPort(), "DURALLM_HELPER_NAMESPACE="+ts.GetDefaultNamespace(),

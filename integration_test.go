@@ -33,16 +33,16 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
-	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
 
 // These tests run the real LLMAction workflow and CallModel activity on the
-// embedded Temporal server (temporaltest) against the testsuite HTTP/2
+// embedded Temporal server (temporaltest) against the providertest HTTP/2
 // provider over loopback TLS. The provider's records prove which requests
 // executed and how often.
 
@@ -51,7 +51,7 @@ var updateHistories = flag.Bool("update-histories", false, "write the recorded h
 type stack struct {
 	t  *testing.T
 	ts *temporaltest.TestServer
-	p  *testsuite.Provider
+	p  *providertest.Provider
 	c  *durallm.Client
 	tc client.Client
 	tq string
@@ -69,7 +69,7 @@ func newStack(t *testing.T) *stack {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func (s *stack) saveHistory(id, name string) {
 func TestE2ERunbookGoAwayAboveBoundary(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
-	s.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+	s.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 	res, err := s.run("goaway-above", actionInput(false))
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +209,7 @@ func TestE2ERunbookGoAwayAboveBoundary(t *testing.T) {
 func TestE2ERunbookGoAwayAtBoundaryWaitsForReconciliation(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
-	s.p.Push(testsuite.GoAwayAfterProcessing(http2.ErrCodeNo))
+	s.p.Push(providertest.GoAwayAfterProcessing(http2.ErrCodeNo))
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "goaway-at", actionInput(false))
 	if err != nil {
@@ -254,7 +254,7 @@ func TestE2ERunbookGoAwayAtBoundaryWaitsForReconciliation(t *testing.T) {
 func TestE2ERunbookConnectionLossIsAmbiguous(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
-	s.p.Push(testsuite.CloseAfterRead())
+	s.p.Push(providertest.CloseAfterRead())
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "conn-loss", actionInput(false))
 	if err != nil {
@@ -281,7 +281,7 @@ func TestE2ERunbookConnectionLossIsAmbiguous(t *testing.T) {
 func TestE2ERunbookMisdirected(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
-	s.p.Push(testsuite.Misdirected())
+	s.p.Push(providertest.Misdirected())
 	res, err := s.run("misdirected", actionInput(false))
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +290,7 @@ func TestE2ERunbookMisdirected(t *testing.T) {
 	if got := classes(res); len(got) != 2 || got[0] != recovery.Misdirected || !second.ConnFresh || second.ConnRef == res.Attempts[0].Evidence.ConnRef {
 		t.Fatalf("attempts %v, second %+v", got, second)
 	}
-	s.p.Push(testsuite.Misdirected(), testsuite.Misdirected())
+	s.p.Push(providertest.Misdirected(), providertest.Misdirected())
 	_, err = s.run("misdirected-twice", actionInput(false))
 	var ae *durallm.ActionError
 	if !errors.As(err, &ae) || ae.State != workflows.StateFailed || ae.Outcome != "misdirected_repeated" {
@@ -305,7 +305,7 @@ func TestE2ERunbookMisdirected(t *testing.T) {
 func TestE2ERunbookCommittedPartial(t *testing.T) {
 	s := newStack(t)
 	w := s.startWorker()
-	s.p.Push(testsuite.StreamCut(2, testsuite.CutReset))
+	s.p.Push(providertest.StreamCut(2, providertest.CutReset))
 	events, stop := w.Streams().Subscribe("partial", 64)
 	res, err := s.run("partial", actionInput(true))
 	if err != nil {
@@ -335,7 +335,7 @@ func TestE2ERunbookCommittedPartial(t *testing.T) {
 func TestE2ECancelStopsTheAttempt(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
-	s.p.Push(testsuite.Hold())
+	s.p.Push(providertest.Hold())
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "cancel-me", actionInput(false))
 	if err != nil {
@@ -363,7 +363,7 @@ func TestE2ECancelStopsTheAttempt(t *testing.T) {
 func TestE2ECanceledAttemptKeepsItsEvidence(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
-	s.p.Push(testsuite.Hold())
+	s.p.Push(providertest.Hold())
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "cancel-evidence", actionInput(false))
 	if err != nil {
@@ -402,7 +402,7 @@ func TestE2EWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s.p.Push(testsuite.StreamStall(2))
+	s.p.Push(providertest.StreamStall(2))
 	events, unsubscribe := w.Streams().Subscribe("shutdown-mid-stream", 64)
 	defer unsubscribe()
 	ctx := context.Background()
@@ -466,7 +466,7 @@ func TestE2ELargeResponseByReference(t *testing.T) {
 	s.startWorker(func(o *worker.Options) { o.Results = store })
 	s.c.WithResults(store)
 	big := strings.Repeat("a long answer ", 40000) // ~560 KB, above Temporal's payload warning
-	s.p.Push(testsuite.Answer(big))
+	s.p.Push(providertest.Answer(big))
 	res, err := s.run("large", actionInput(false))
 	if err != nil {
 		t.Fatal(err)
@@ -506,7 +506,7 @@ func TestE2EStreamOverSSE(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("stream: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
-	s.p.Push(testsuite.StreamCut(3, testsuite.CutReset))
+	s.p.Push(providertest.StreamCut(3, providertest.CutReset))
 	res, err := s.run("sse-action", actionInput(true))
 	if err != nil || res.State != workflows.StateCompletedPartial {
 		t.Fatalf("state %s err %v", res.State, err)
@@ -555,11 +555,11 @@ func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
 	in.Request.Messages = []providers.Message{providers.TextMessage("user", prompt)}
 	// One of each: an answer, a GOAWAY retry, a 400 with the prompt echoed
 	// in its error body, an ambiguous one.
-	s.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo), testsuite.Answer(answer))
+	s.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo), providertest.Answer(answer))
 	if _, err := s.run("canary-ok", in); err != nil {
 		t.Fatal(err)
 	}
-	s.p.Push(testsuite.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad: `+prompt+`"}}`))
+	s.p.Push(providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad: `+prompt+`"}}`))
 	_, rejErr := s.run("canary-rejected", in)
 	if rejErr == nil {
 		t.Fatal("a 400 succeeded")
@@ -567,7 +567,7 @@ func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
 	if got := s.p.Received()[0]; got.AttemptID == "" {
 		t.Fatal("no request reached the provider")
 	}
-	metrics, err := testsuite.Scrape("http://" + w.MetricsAddr() + "/metrics")
+	metrics, err := providertest.Scrape("http://" + w.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -663,7 +663,7 @@ func TestE2EWorkerKilledMidAttemptIsAmbiguous(t *testing.T) {
 		t.Skip("spawns a worker process")
 	}
 	s := newStack(t)
-	s.p.Push(testsuite.Hold())
+	s.p.Push(providertest.Hold())
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
 	cmd.Env = append(os.Environ(),
 		"DURALLM_HELPER_WORKER=1",

@@ -14,16 +14,16 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
-	"github.com/durallm/durallm/testsuite"
 )
 
 // CallModel outside Temporal (no heartbeats): one attempt through the real
-// engine to the testsuite provider.
-func newActs(t *testing.T) (*Activities, *testsuite.Provider) {
+// engine to the providertest provider.
+func newActs(t *testing.T) (*Activities, *providertest.Provider) {
 	t.Helper()
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestCallModelRefusedStreamThroughAnIntermediaryIsAmbiguous(t *testing.T) {
 		r := a.Routes["openai"]
 		r.Intermediary = tc.intermediary
 		a.Routes["openai"] = r
-		p.Push(testsuite.RefuseStream())
+		p.Push(providertest.RefuseStream())
 		out, err := a.CallModel(context.Background(), attempt("openai", hello()))
 		if err != nil || out.Classification.Class != tc.want || !out.Evidence.RequestSent {
 			t.Fatalf("intermediary=%v: outcome %+v evidence %+v err %v", tc.intermediary, out.Classification, out.Evidence, err)
@@ -104,7 +104,7 @@ func TestCallModelRefusalBeforeSendingIsIncompatibleRoute(t *testing.T) {
 
 func TestCallModelCanceledReturnsTheContextError(t *testing.T) {
 	a, p := newActs(t)
-	p.Push(testsuite.Hold())
+	p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancel(context.Background())
 	c := callAsync(a, ctx, attempt("openai", hello()))
 	waitExecuted(t, p, "act-1-openai", c)
@@ -120,7 +120,7 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 	a.Results = resultstore.Dir{Path: t.TempDir()}
 	a.LargeResponseBytes = 4096
 	big := strings.Repeat("lorem ", 2000)
-	p.Push(testsuite.Answer(big))
+	p.Push(providertest.Answer(big))
 	out, err := a.CallModel(context.Background(), attempt("openai", hello()))
 	if err != nil || out.Classification.Class != recovery.Completed || out.Response != nil || out.ResponseRef == "" {
 		t.Fatalf("outcome %+v ref %q err %v", out.Classification, out.ResponseRef, err)
@@ -164,7 +164,7 @@ func (c *call) wait() (Outcome, error) {
 
 // waitExecuted waits until the provider has executed the attempt, failing
 // if CallModel returns first.
-func waitExecuted(t *testing.T, p *testsuite.Provider, id string, c *call) {
+func waitExecuted(t *testing.T, p *providertest.Provider, id string, c *call) {
 	t.Helper()
 	for p.AttemptExecutions(id) == 0 {
 		select {
@@ -186,7 +186,7 @@ func TestWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 	a.Streams = NewStreams()
 	events, unsubscribe := a.Streams.Subscribe("act", 16)
 	defer unsubscribe()
-	p.Push(testsuite.StreamStall(2))
+	p.Push(providertest.StreamStall(2))
 	req := hello()
 	req.Stream = true
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -216,7 +216,7 @@ func TestWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 // may have run it, so the action waits for a verdict; it is not canceled.
 func TestWorkerShutdownBeforeContentIsAmbiguous(t *testing.T) {
 	a, p := newActs(t)
-	p.Push(testsuite.Hold())
+	p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancelCause(context.Background())
 	c := callAsync(a, ctx, attempt("openai", hello()))
 	waitExecuted(t, p, "act-1-openai", c)
@@ -232,7 +232,7 @@ func TestWorkerShutdownBeforeContentIsAmbiguous(t *testing.T) {
 // temporal.CanceledError for the SDK to report as one).
 func TestCanceledAttemptKeepsItsWireEvidence(t *testing.T) {
 	a, p := newActs(t)
-	p.Push(testsuite.Hold())
+	p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancel(context.Background())
 	c := callAsync(a, ctx, attempt("openai", hello()))
 	waitExecuted(t, p, "act-1-openai", c)
@@ -260,7 +260,7 @@ func TestAttemptTimeoutCanGoPastTheRouteDefault(t *testing.T) {
 	r := a.Routes["openai"]
 	r.AttemptTimeout = 50 * time.Millisecond // the route's default, shortened for the test
 	a.Routes["openai"] = r
-	p.Push(testsuite.Answer("late but fine").After(300 * time.Millisecond))
+	p.Push(providertest.Answer("late but fine").After(300 * time.Millisecond))
 	in := attempt("openai", hello())
 	in.Timeout = 10 * time.Second
 	out, err := a.CallModel(context.Background(), in)
@@ -279,7 +279,7 @@ func TestWorkerStoppingEndsTheAttemptWithinItsGrace(t *testing.T) {
 	a.StopGrace = 50 * time.Millisecond
 	events, unsubscribe := a.Streams.Subscribe("act", 16)
 	defer unsubscribe()
-	p.Push(testsuite.StreamStall(1))
+	p.Push(providertest.StreamStall(1))
 	req := hello()
 	req.Stream = true
 	var s sdktestsuite.WorkflowTestSuite

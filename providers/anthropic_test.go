@@ -14,13 +14,13 @@ import (
 	"testing"
 
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/testsuite"
 )
 
-// The testsuite provider speaks the OpenAI shape only, so these tests
+// The providertest provider speaks the OpenAI shape only, so these tests
 // give it recorded Anthropic bodies to return verbatim through
-// testsuite.Status, over the same engine and HTTP/2 as the OpenAI tests.
+// providertest.Status, over the same engine and HTTP/2 as the OpenAI tests.
 
 // newAnthropicHarness is a harness whose attempts go through CallRoute,
 // so the dispatch is exercised too.
@@ -313,7 +313,7 @@ func TestAnthropicNonStreaming(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte("sk-ant-test-123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := capture(h.p, testsuite.Status(200, nil, recordedMessage))
+	got := capture(h.p, providertest.Status(200, nil, recordedMessage))
 	route := h.claude()
 	route.APIKeyFile = keyFile
 	o := h.call(context.Background(), route, chat(false), nil)
@@ -349,7 +349,7 @@ func TestAnthropicNonStreaming(t *testing.T) {
 
 func TestAnthropicStreaming(t *testing.T) {
 	h := newAnthropicHarness(t)
-	got := capture(h.p, testsuite.Status(200, sseHeader, events(evMessageStart, evTextStart, evPing, evHello, evBang, evBlock0Stop, evEndTurn, evMessageStop)))
+	got := capture(h.p, providertest.Status(200, sseHeader, events(evMessageStart, evTextStart, evPing, evHello, evBang, evBlock0Stop, evEndTurn, evMessageStop)))
 	sink := &recSink{}
 	o := h.call(context.Background(), h.claude(), chat(true), sink)
 	if o.err != nil {
@@ -377,7 +377,7 @@ func TestAnthropicStreaming(t *testing.T) {
 
 func TestAnthropicToolUseStream(t *testing.T) {
 	h := newAnthropicHarness(t)
-	h.p.Push(testsuite.Status(200, sseHeader, events(evMessageStart, evTextStart, evPing,
+	h.p.Push(providertest.Status(200, sseHeader, events(evMessageStart, evTextStart, evPing,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay"}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":", let's check the weather."}}`,
 		evBlock0Stop, evToolStart, evToolEmpty, evToolArgs1, evToolArgs2,
@@ -402,7 +402,7 @@ func TestAnthropicToolUseStream(t *testing.T) {
 // and one cut mid-arguments is a partial answer, not a silent retry.
 func TestAnthropicToolUseStreamCut(t *testing.T) {
 	h := newAnthropicHarness(t)
-	h.p.Push(testsuite.Status(200, sseHeader, events(evMessageStart, evPing, evToolStart, evToolArgs1)))
+	h.p.Push(providertest.Status(200, sseHeader, events(evMessageStart, evPing, evToolStart, evToolArgs1)))
 	sink := &recSink{}
 	o := h.call(context.Background(), h.claude(), chat(true), sink)
 	if o.err != nil {
@@ -430,7 +430,7 @@ func TestAnthropicStreamCutAfterFirstTextDelta(t *testing.T) {
 	head := events(evMessageStart, evTextStart, evHello)
 	t.Run("truncated", func(t *testing.T) {
 		h := newAnthropicHarness(t)
-		h.p.Push(testsuite.Status(200, sseHeader, head))
+		h.p.Push(providertest.Status(200, sseHeader, head))
 		sink := &recSink{}
 		o := h.call(context.Background(), h.claude(), chat(true), sink)
 		r := o.res.Response
@@ -490,7 +490,7 @@ func TestAnthropicStreamsWithoutContent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newAnthropicHarness(t)
-			h.p.Push(testsuite.Status(200, sseHeader, tc.body))
+			h.p.Push(providertest.Status(200, sseHeader, tc.body))
 			sink := &recSink{}
 			o := h.call(context.Background(), h.claude(), chat(true), sink)
 			if o.err != nil || o.res.Signal != tc.signal {
@@ -506,7 +506,7 @@ func TestAnthropicStreamsWithoutContent(t *testing.T) {
 
 func TestAnthropicErrorEventAfterContent(t *testing.T) {
 	h := newAnthropicHarness(t)
-	h.p.Push(testsuite.Status(200, sseHeader, events(evMessageStart, evTextStart, evHello, evOverloaded, evBang)))
+	h.p.Push(providertest.Status(200, sseHeader, events(evMessageStart, evTextStart, evHello, evOverloaded, evBang)))
 	sink := &recSink{}
 	o := h.call(context.Background(), h.claude(), chat(true), sink)
 	if o.err != nil {
@@ -528,17 +528,17 @@ func TestAnthropicErrorStatusMapping(t *testing.T) {
 		return string(b)
 	}
 	cases := []statusCase{
-		{"overloaded 529", testsuite.Status(529, nil, body("overloaded_error", "Overloaded")), recovery.SignalOverloaded, recovery.Throttled},
-		{"rate limited 429", testsuite.Status(429, testsuite.RetryAfterSeconds(3), body("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")), recovery.SignalOverloaded, recovery.Throttled},
-		{"model not found", testsuite.Status(404, nil, body("not_found_error", "model: claude-nope")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
-		{"prompt too long", testsuite.Status(400, nil, body("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"input and max_tokens past the window", testsuite.Status(400, nil, body("invalid_request_error", "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"bad request", testsuite.Status(400, nil, body("invalid_request_error", "messages.0.content: Field required")), recovery.SignalNone, recovery.Rejected},
-		{"bad key", testsuite.Status(401, nil, body("authentication_error", "invalid x-api-key")), recovery.SignalNone, recovery.Rejected},
-		{"forbidden", testsuite.Status(403, nil, body("permission_error", "no access")), recovery.SignalNone, recovery.Rejected},
-		{"too large", testsuite.Status(413, nil, body("request_too_large", "Request exceeds the maximum allowed number of bytes.")), recovery.SignalNone, recovery.Rejected},
-		{"api error 500", testsuite.Status(500, nil, body("api_error", "Internal server error")), recovery.SignalNone, recovery.UpstreamError},
-		{"html 502", testsuite.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
+		{"overloaded 529", providertest.Status(529, nil, body("overloaded_error", "Overloaded")), recovery.SignalOverloaded, recovery.Throttled},
+		{"rate limited 429", providertest.Status(429, providertest.RetryAfterSeconds(3), body("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")), recovery.SignalOverloaded, recovery.Throttled},
+		{"model not found", providertest.Status(404, nil, body("not_found_error", "model: claude-nope")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
+		{"prompt too long", providertest.Status(400, nil, body("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
+		{"input and max_tokens past the window", providertest.Status(400, nil, body("invalid_request_error", "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
+		{"bad request", providertest.Status(400, nil, body("invalid_request_error", "messages.0.content: Field required")), recovery.SignalNone, recovery.Rejected},
+		{"bad key", providertest.Status(401, nil, body("authentication_error", "invalid x-api-key")), recovery.SignalNone, recovery.Rejected},
+		{"forbidden", providertest.Status(403, nil, body("permission_error", "no access")), recovery.SignalNone, recovery.Rejected},
+		{"too large", providertest.Status(413, nil, body("request_too_large", "Request exceeds the maximum allowed number of bytes.")), recovery.SignalNone, recovery.Rejected},
+		{"api error 500", providertest.Status(500, nil, body("api_error", "Internal server error")), recovery.SignalNone, recovery.UpstreamError},
+		{"html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
 	}
 	checkStatusCases(t, cases, newAnthropicHarness, (*harness).claude)
 }
@@ -546,7 +546,7 @@ func TestAnthropicErrorStatusMapping(t *testing.T) {
 // The shared timers serve this dialect too.
 func TestAnthropicFirstByteTimeout(t *testing.T) {
 	h := newAnthropicHarness(t)
-	h.p.Push(testsuite.Hold())
+	h.p.Push(providertest.Hold())
 	route := h.claude()
 	route.FirstByteTimeout = short
 	o := h.call(context.Background(), route, chat(true), &recSink{})
@@ -616,7 +616,7 @@ func TestAnthropicNoContentOrKeyInErrors(t *testing.T) {
 	echo := `{"type":"error","error":{"type":"invalid_request_error","message":"bad prompt ` + promptCanary + ` key ` + keyCanary + `"}}`
 	textEvent := `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"` + outputCanary + `"}}`
 
-	got := capture(h.p, testsuite.Status(200, sseHeader, events(evMessageStart, textEvent, evEndTurn, evMessageStop)))
+	got := capture(h.p, providertest.Status(200, sseHeader, events(evMessageStart, textEvent, evEndTurn, evMessageStop)))
 	if o := h.call(context.Background(), route, req(true, nil), &recSink{}); o.err != nil || o.res.Response.Text != outputCanary {
 		t.Fatalf("the canaries must actually flow: %v %+v", o.err, o.res.Response)
 	}
@@ -627,7 +627,7 @@ func TestAnthropicNoContentOrKeyInErrors(t *testing.T) {
 
 	for _, sc := range []struct {
 		name  string
-		b     *testsuite.Behavior
+		b     *providertest.Behavior
 		req   providers.Request
 		noErr bool
 	}{
@@ -643,11 +643,11 @@ func TestAnthropicNoContentOrKeyInErrors(t *testing.T) {
 		{name: "refused image URL", req: req(false, func(r *providers.Request) {
 			r.Messages = append(r.Messages, providers.Message{Role: "user", Content: raw(`[{"type":"image_url","image_url":{"url":"ftp://` + promptCanary + `"}}]`)})
 		})},
-		{name: "malformed body", b: ptr(testsuite.Status(200, nil, `{"content":[{"type":"text","text":"`+outputCanary)), req: req(false, nil)},
-		{name: "malformed stream", b: ptr(testsuite.Status(200, sseHeader, events(evMessageStart)+"data: {"+outputCanary+"\n\n")), req: req(true, nil)},
-		{name: "first-byte timeout", b: ptr(testsuite.Hold()), req: req(true, nil)},
-		{name: "error body echoing the prompt", b: ptr(testsuite.Status(400, nil, echo)), req: req(false, nil), noErr: true},
-		{name: "error event echoing the prompt", b: ptr(testsuite.Status(200, sseHeader, events(echo))), req: req(true, nil), noErr: true},
+		{name: "malformed body", b: ptr(providertest.Status(200, nil, `{"content":[{"type":"text","text":"`+outputCanary)), req: req(false, nil)},
+		{name: "malformed stream", b: ptr(providertest.Status(200, sseHeader, events(evMessageStart)+"data: {"+outputCanary+"\n\n")), req: req(true, nil)},
+		{name: "first-byte timeout", b: ptr(providertest.Hold()), req: req(true, nil)},
+		{name: "error body echoing the prompt", b: ptr(providertest.Status(400, nil, echo)), req: req(false, nil), noErr: true},
+		{name: "error event echoing the prompt", b: ptr(providertest.Status(200, sseHeader, events(echo))), req: req(true, nil), noErr: true},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			if sc.b != nil {

@@ -20,12 +20,12 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/testsuite"
 )
 
 // These tests make real attempts through the recovery engine against the
-// testsuite provider over loopback TLS. Timeouts in them are short so the
+// providertest provider over loopback TLS. Timeouts in them are short so the
 // tests are fast; no assertion depends on how long anything took.
 
 // short is the timer value for tests that wait for a timer to fire.
@@ -33,7 +33,7 @@ const short = 100 * time.Millisecond
 
 type harness struct {
 	t   *testing.T
-	p   *testsuite.Provider
+	p   *providertest.Provider
 	e   *recovery.Engine
 	mu  sync.Mutex
 	log bytes.Buffer // the engine's attempt events
@@ -46,7 +46,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,16 +148,16 @@ func chat(stream bool) providers.Request {
 
 // capture records the body and headers of the next request and answers it
 // with b.
-func capture(p *testsuite.Provider, b testsuite.Behavior) (get func() testsuite.Request) {
+func capture(p *providertest.Provider, b providertest.Behavior) (get func() providertest.Request) {
 	var mu sync.Mutex
-	var got testsuite.Request
-	p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
+	var got providertest.Request
+	p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
 		mu.Lock()
 		got = r
 		mu.Unlock()
 		return b, true
 	})
-	return func() testsuite.Request {
+	return func() providertest.Request {
 		mu.Lock()
 		defer mu.Unlock()
 		return got
@@ -166,7 +166,7 @@ func capture(p *testsuite.Provider, b testsuite.Behavior) (get func() testsuite.
 
 func TestAnswerNonStreaming(t *testing.T) {
 	h := newHarness(t)
-	got := capture(h.p, testsuite.Answer("hello world"))
+	got := capture(h.p, providertest.Answer("hello world"))
 	req := chat(false)
 	req.Params = map[string]json.RawMessage{"temperature": json.RawMessage(`0.1`)}
 	o := h.call(context.Background(), h.route(), req, nil)
@@ -205,7 +205,7 @@ func TestAnswerNonStreaming(t *testing.T) {
 
 func TestAnswerStreaming(t *testing.T) {
 	h := newHarness(t)
-	got := capture(h.p, testsuite.Answer("the quick brown fox"))
+	got := capture(h.p, providertest.Answer("the quick brown fox"))
 	sink := &recSink{}
 	o := h.call(context.Background(), h.route(), chat(true), sink)
 	if o.err != nil {
@@ -237,7 +237,7 @@ func TestAuthorizationFromKeyFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("sk-test-123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := capture(h.p, testsuite.Answer("ok"))
+	got := capture(h.p, providertest.Answer("ok"))
 	route := h.route()
 	route.APIKeyFile = file
 	o := h.call(context.Background(), route, chat(false), nil)
@@ -255,11 +255,11 @@ func TestAuthorizationFromKeyFile(t *testing.T) {
 func TestEmptyResponses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		b    testsuite.Behavior
+		b    providertest.Behavior
 	}{
-		{"empty body", testsuite.EmptyBody()},
-		{"no choices", testsuite.NoChoices()},
-		{"empty content", testsuite.Answer("")},
+		{"empty body", providertest.EmptyBody()},
+		{"no choices", providertest.NoChoices()},
+		{"empty content", providertest.Answer("")},
 	} {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(t *testing.T) {
@@ -288,7 +288,7 @@ func TestInProgressChatCompletionIsEmptyResponse(t *testing.T) {
 		t.Run(status, func(t *testing.T) {
 			h := newHarness(t)
 			h.manual = true
-			h.p.Push(testsuite.Status(200, nil, `{"id":"chatcmpl-1","object":"chat.completion","status":"`+status+`","choices":[]}`))
+			h.p.Push(providertest.Status(200, nil, `{"id":"chatcmpl-1","object":"chat.completion","status":"`+status+`","choices":[]}`))
 			o := h.call(context.Background(), h.route(), chat(false), nil)
 			if o.err != nil || o.res.Signal != recovery.SignalEmptyResponse || o.res.Response.Status != status {
 				t.Fatalf("err %v signal %q status %q", o.err, o.res.Signal, o.res.Response.Status)
@@ -307,17 +307,17 @@ func TestErrorStatusMapping(t *testing.T) {
 		return string(b)
 	}
 	cases := []statusCase{
-		{"model not found", testsuite.Status(404, nil, errBody("invalid_request_error", "model_not_found", "The model does not exist")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
-		{"context length code", testsuite.Status(400, nil, errBody("invalid_request_error", "context_length_exceeded", "too long")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"context length message", testsuite.Status(400, nil, `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":null}}`), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"overloaded 529", testsuite.Status(529, nil, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), recovery.SignalOverloaded, recovery.Throttled},
-		{"server_overloaded on a 500", testsuite.Status(500, nil, errBody("server_overloaded", "", "busy")), recovery.SignalOverloaded, recovery.Throttled},
-		{"content filter", testsuite.Status(400, nil, errBody("invalid_request_error", "content_filter", "filtered")), recovery.SignalContentFiltered, recovery.ContentFiltered},
-		{"content policy", testsuite.Status(400, nil, errBody("invalid_request_error", "content_policy_violation", "policy")), recovery.SignalContentFiltered, recovery.ContentFiltered},
-		{"bad key", testsuite.Status(401, nil, errBody("invalid_request_error", "invalid_api_key", "Incorrect API key")), recovery.SignalNone, recovery.Rejected},
-		{"rate limited", testsuite.TooManyRequests(testsuite.RetryAfterSeconds(2)), recovery.SignalNone, recovery.Throttled},
-		{"html 502", testsuite.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
-		{"gateway timeout", testsuite.ServerError(504), recovery.SignalNone, recovery.Ambiguous},
+		{"model not found", providertest.Status(404, nil, errBody("invalid_request_error", "model_not_found", "The model does not exist")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
+		{"context length code", providertest.Status(400, nil, errBody("invalid_request_error", "context_length_exceeded", "too long")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
+		{"context length message", providertest.Status(400, nil, `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":null}}`), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
+		{"overloaded 529", providertest.Status(529, nil, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), recovery.SignalOverloaded, recovery.Throttled},
+		{"server_overloaded on a 500", providertest.Status(500, nil, errBody("server_overloaded", "", "busy")), recovery.SignalOverloaded, recovery.Throttled},
+		{"content filter", providertest.Status(400, nil, errBody("invalid_request_error", "content_filter", "filtered")), recovery.SignalContentFiltered, recovery.ContentFiltered},
+		{"content policy", providertest.Status(400, nil, errBody("invalid_request_error", "content_policy_violation", "policy")), recovery.SignalContentFiltered, recovery.ContentFiltered},
+		{"bad key", providertest.Status(401, nil, errBody("invalid_request_error", "invalid_api_key", "Incorrect API key")), recovery.SignalNone, recovery.Rejected},
+		{"rate limited", providertest.TooManyRequests(providertest.RetryAfterSeconds(2)), recovery.SignalNone, recovery.Throttled},
+		{"html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
+		{"gateway timeout", providertest.ServerError(504), recovery.SignalNone, recovery.Ambiguous},
 	}
 	checkStatusCases(t, cases, newHarness, (*harness).route)
 }
@@ -325,7 +325,7 @@ func TestErrorStatusMapping(t *testing.T) {
 // statusCase is an HTTP error answer and how it must end.
 type statusCase struct {
 	name   string
-	b      testsuite.Behavior
+	b      providertest.Behavior
 	signal recovery.Signal
 	class  recovery.Class
 }
@@ -359,7 +359,7 @@ func checkStatusCases(t *testing.T, cases []statusCase, newH func(*testing.T) *h
 
 func TestStallAfterFirstChunkIsPartial(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.StreamStall(1))
+	h.p.Push(providertest.StreamStall(1))
 	route := h.route()
 	route.IdleTimeout = short
 	sink := &recSink{}
@@ -382,15 +382,15 @@ func TestStallAfterFirstChunkIsPartial(t *testing.T) {
 
 func TestCutAfterContentIsPartial(t *testing.T) {
 	for _, tc := range []struct {
-		how    testsuite.CutMode
+		how    providertest.CutMode
 		reason string
 	}{
-		{testsuite.CutReset, providers.IncompleteReset},
-		{testsuite.CutClose, providers.IncompleteConnectionClosed},
+		{providertest.CutReset, providers.IncompleteReset},
+		{providertest.CutClose, providers.IncompleteConnectionClosed},
 	} {
 		t.Run(tc.how.String(), func(t *testing.T) {
 			h := newHarness(t)
-			h.p.Push(testsuite.StreamCut(2, tc.how))
+			h.p.Push(providertest.StreamCut(2, tc.how))
 			sink := &recSink{}
 			o := h.call(context.Background(), h.route(), chat(true), sink)
 			if o.err != nil {
@@ -411,10 +411,10 @@ func TestCutAfterContentIsPartial(t *testing.T) {
 func TestFirstByteTimeoutBeforeContent(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		b    testsuite.Behavior
+		b    providertest.Behavior
 	}{
-		{"no response at all", testsuite.Hold()},
-		{"headers but no body", testsuite.StreamStall(0)},
+		{"no response at all", providertest.Hold()},
+		{"headers but no body", providertest.StreamStall(0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -440,7 +440,7 @@ func TestFirstByteTimeoutBeforeContent(t *testing.T) {
 
 func TestAttemptTimeoutNonStreaming(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Hold())
+	h.p.Push(providertest.Hold())
 	route := h.route()
 	route.AttemptTimeout = short
 	o := h.call(context.Background(), route, chat(false), nil)
@@ -459,21 +459,21 @@ func TestAttemptTimeoutNonStreaming(t *testing.T) {
 // section 7), on every path that reads a body, in both dialects. The
 // GOAWAY stays reachable with errors.As, as the engine's AttemptError.
 func TestGoAwayDebugDataNeverInBodyReadErrors(t *testing.T) {
-	const debug = "durallm-testsuite" // what every testsuite GOAWAY carries
+	const debug = "durallm-providertest" // what every testsuite GOAWAY carries
 	for _, tc := range []struct {
 		name    string
 		h       func(*testing.T) *harness
 		route   func(*harness) providers.Route
 		stream  bool
-		b       testsuite.Behavior
+		b       providertest.Behavior
 		partial bool // the cut comes after content: a partial result, no error
 	}{
-		{"openai JSON body", newHarness, (*harness).route, false, testsuite.BodyCut(200, nil, `{"id":"x","choices":[`, testsuite.CutGoAway), false},
-		{"openai error body", newHarness, (*harness).route, false, testsuite.BodyCut(500, nil, `{"error":{"message":"bo`, testsuite.CutGoAway), false},
-		{"openai stream before content", newHarness, (*harness).route, true, testsuite.StreamCut(0, testsuite.CutGoAway), false},
-		{"openai stream after content", newHarness, (*harness).route, true, testsuite.StreamCut(2, testsuite.CutGoAway), true},
-		{"anthropic JSON body", newAnthropicHarness, (*harness).claude, false, testsuite.BodyCut(200, nil, `{"id":"msg_1","content":[`, testsuite.CutGoAway), false},
-		{"anthropic stream before content", newAnthropicHarness, (*harness).claude, true, testsuite.BodyCut(200, sseHeader, events(evMessageStart), testsuite.CutGoAway), false},
+		{"openai JSON body", newHarness, (*harness).route, false, providertest.BodyCut(200, nil, `{"id":"x","choices":[`, providertest.CutGoAway), false},
+		{"openai error body", newHarness, (*harness).route, false, providertest.BodyCut(500, nil, `{"error":{"message":"bo`, providertest.CutGoAway), false},
+		{"openai stream before content", newHarness, (*harness).route, true, providertest.StreamCut(0, providertest.CutGoAway), false},
+		{"openai stream after content", newHarness, (*harness).route, true, providertest.StreamCut(2, providertest.CutGoAway), true},
+		{"anthropic JSON body", newAnthropicHarness, (*harness).claude, false, providertest.BodyCut(200, nil, `{"id":"msg_1","content":[`, providertest.CutGoAway), false},
+		{"anthropic stream before content", newAnthropicHarness, (*harness).claude, true, providertest.BodyCut(200, sseHeader, events(evMessageStart), providertest.CutGoAway), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h(t)
@@ -506,7 +506,7 @@ func TestGoAwayDebugDataNeverInBodyReadErrors(t *testing.T) {
 
 func TestResetBeforeContentIsAnError(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.StreamCut(0, testsuite.CutReset))
+	h.p.Push(providertest.StreamCut(0, providertest.CutReset))
 	o := h.call(context.Background(), h.route(), chat(true), &recSink{})
 	if o.err == nil || o.res.Response.Partial {
 		t.Fatalf("err %v result %+v", o.err, o.res)
@@ -532,7 +532,7 @@ const (
 
 func TestKeepAlivesAndRoleChunksDoNotCommit(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Status(200, sseHeader, sse(": keep-alive", ": keep-alive", roleChunk, "data: [DONE]")))
+	h.p.Push(providertest.Status(200, sseHeader, sse(": keep-alive", ": keep-alive", roleChunk, "data: [DONE]")))
 	sink := &recSink{}
 	o := h.call(context.Background(), h.route(), chat(true), sink)
 	if o.err != nil {
@@ -562,7 +562,7 @@ func TestStreamCutBeforeContentIsAmbiguous(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h(t)
-			h.p.Push(testsuite.Status(200, sseHeader, tc.body))
+			h.p.Push(providertest.Status(200, sseHeader, tc.body))
 			sink := &recSink{}
 			o := h.call(context.Background(), tc.route(h), chat(true), sink)
 			if o.err != nil || o.res.Signal != recovery.SignalStreamIncomplete {
@@ -589,22 +589,22 @@ func TestTruncatedBodyBeforeContentIsAmbiguous(t *testing.T) {
 		h      func(*testing.T) *harness
 		route  func(*harness) providers.Route
 		stream bool
-		b      testsuite.Behavior
+		b      providertest.Behavior
 	}{
 		{"openai event cut mid-line", newHarness, (*harness).route, true,
-			testsuite.Status(200, sseHeader, sse(": keep-alive", roleChunk)+`data: {"id":"c1","choices":[{"index":0,"delta":{"content":"CANARY`)},
+			providertest.Status(200, sseHeader, sse(": keep-alive", roleChunk)+`data: {"id":"c1","choices":[{"index":0,"delta":{"content":"CANARY`)},
 		{"openai event cut after a data line", newHarness, (*harness).route, true,
-			testsuite.Status(200, sseHeader, sse(roleChunk)+`data: {"id":"c1","choices":[{"index":0,"delta":{"content":"CANARY"}}`+"\n")},
+			providertest.Status(200, sseHeader, sse(roleChunk)+`data: {"id":"c1","choices":[{"index":0,"delta":{"content":"CANARY"}}`+"\n")},
 		{"openai [DONE] cut", newHarness, (*harness).route, true,
-			testsuite.Status(200, sseHeader, sse(roleChunk)+`data: [DO`)},
+			providertest.Status(200, sseHeader, sse(roleChunk)+`data: [DO`)},
 		{"anthropic event cut", newAnthropicHarness, (*harness).claude, true,
-			testsuite.Status(200, sseHeader, events(evMessageStart, evPing)+"event: content_block_delta\n"+`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"CANARY`)},
+			providertest.Status(200, sseHeader, events(evMessageStart, evPing)+"event: content_block_delta\n"+`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"CANARY`)},
 		{"openai JSON cut", newHarness, (*harness).route, false,
-			testsuite.Status(200, jsonHeader, `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"CANARY`)},
+			providertest.Status(200, jsonHeader, `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"CANARY`)},
 		{"openai JSON cut between members", newHarness, (*harness).route, false,
-			testsuite.Status(200, jsonHeader, `{"id":"chatcmpl-CANARY","object":"chat.completion",`)},
+			providertest.Status(200, jsonHeader, `{"id":"chatcmpl-CANARY","object":"chat.completion",`)},
 		{"anthropic JSON cut", newAnthropicHarness, (*harness).claude, false,
-			testsuite.Status(200, jsonHeader, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"CANARY`)},
+			providertest.Status(200, jsonHeader, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"CANARY`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h(t)
@@ -653,7 +653,7 @@ func TestTruncatedBodyAfterContent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h(t)
-			h.p.Push(testsuite.Status(200, sseHeader, tc.body))
+			h.p.Push(providertest.Status(200, sseHeader, tc.body))
 			sink := &recSink{}
 			o := h.call(context.Background(), tc.route(h), chat(true), sink)
 			if o.err != nil {
@@ -684,7 +684,7 @@ func TestTruncatedStream(t *testing.T) {
 	// finish_reason. The recovery engine saw a clean END_STREAM, so its
 	// classification is up to the caller (Response.Partial says it).
 	h := newHarness(t)
-	h.p.Push(testsuite.Status(200, sseHeader, sse(roleChunk, helloChunk)))
+	h.p.Push(providertest.Status(200, sseHeader, sse(roleChunk, helloChunk)))
 	sink := &recSink{}
 	o := h.call(context.Background(), h.route(), chat(true), sink)
 	if o.err != nil {
@@ -701,7 +701,7 @@ func TestTruncatedStream(t *testing.T) {
 
 func TestStreamCompleteWithFinishReasonWithoutDone(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Status(200, sseHeader, sse(helloChunk, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`)))
+	h.p.Push(providertest.Status(200, sseHeader, sse(helloChunk, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`)))
 	o := h.call(context.Background(), h.route(), chat(true), &recSink{})
 	if o.err != nil || o.res.Response.Partial || o.res.Response.FinishReason != "length" {
 		t.Fatalf("err %v response %+v", o.err, o.res.Response)
@@ -712,7 +712,7 @@ func TestStreamCompleteWithFinishReasonWithoutDone(t *testing.T) {
 func TestStreamErrorEvents(t *testing.T) {
 	t.Run("before content", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(testsuite.Status(200, sseHeader, sse(roleChunk, `data: {"error":{"type":"overloaded_error","message":"busy"}}`)))
+		h.p.Push(providertest.Status(200, sseHeader, sse(roleChunk, `data: {"error":{"type":"overloaded_error","message":"busy"}}`)))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
 		if o.err != nil || o.res.Signal != recovery.SignalOverloaded {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
@@ -721,7 +721,7 @@ func TestStreamErrorEvents(t *testing.T) {
 	})
 	t.Run("after content", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(testsuite.Status(200, sseHeader, sse(helloChunk, `event: error`+"\n"+`data: {"type":"server_error","message":"boom"}`, helloChunk)))
+		h.p.Push(providertest.Status(200, sseHeader, sse(helloChunk, `event: error`+"\n"+`data: {"type":"server_error","message":"boom"}`, helloChunk)))
 		sink := &recSink{}
 		o := h.call(context.Background(), h.route(), chat(true), sink)
 		if o.err != nil {
@@ -738,7 +738,7 @@ func TestStreamErrorEvents(t *testing.T) {
 func TestMalformedStreams(t *testing.T) {
 	t.Run("malformed before content", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(testsuite.Status(200, sseHeader, sse(roleChunk, "data: {not json")))
+		h.p.Push(providertest.Status(200, sseHeader, sse(roleChunk, "data: {not json")))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
 		if !errors.Is(o.err, providers.ErrMalformedStream) || o.res.Signal != recovery.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
@@ -747,7 +747,7 @@ func TestMalformedStreams(t *testing.T) {
 	})
 	t.Run("malformed after content", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(testsuite.Status(200, sseHeader, sse(helloChunk, "data: {not json", helloChunk)))
+		h.p.Push(providertest.Status(200, sseHeader, sse(helloChunk, "data: {not json", helloChunk)))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
 		if o.err != nil || !o.res.Response.Partial || o.res.Response.Incomplete != providers.IncompleteMalformed {
 			t.Fatalf("err %v response %+v", o.err, o.res.Response)
@@ -756,7 +756,7 @@ func TestMalformedStreams(t *testing.T) {
 	})
 	t.Run("endless line before content", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(testsuite.Status(200, sseHeader, "data: "+strings.Repeat("x", providers.MaxSSELineBytes+1024)))
+		h.p.Push(providertest.Status(200, sseHeader, "data: "+strings.Repeat("x", providers.MaxSSELineBytes+1024)))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
 		if !errors.Is(o.err, providers.ErrLineTooLong) || o.res.Signal != recovery.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
@@ -765,7 +765,7 @@ func TestMalformedStreams(t *testing.T) {
 	})
 	t.Run("non-JSON 200", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(testsuite.Status(200, http.Header{"Content-Type": {"text/html"}}, "<html>maintenance</html>"))
+		h.p.Push(providertest.Status(200, http.Header{"Content-Type": {"text/html"}}, "<html>maintenance</html>"))
 		o := h.call(context.Background(), h.route(), chat(false), nil)
 		if !errors.Is(o.err, providers.ErrMalformedResponse) || o.res.Signal != recovery.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
@@ -776,7 +776,7 @@ func TestMalformedStreams(t *testing.T) {
 
 func TestProviderIgnoringStreamFlag(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Status(200, nil, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"whole answer"},"finish_reason":"stop"}]}`))
+	h.p.Push(providertest.Status(200, nil, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"whole answer"},"finish_reason":"stop"}]}`))
 	sink := &recSink{}
 	o := h.call(context.Background(), h.route(), chat(true), sink)
 	if o.err != nil || o.res.Response.Text != "whole answer" || sink.text() != "whole answer" {
@@ -793,7 +793,7 @@ func TestCallerCancelAfterCommit(t *testing.T) {
 	}{{"plain", nil}, {"with a cause", stop}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.p.Push(testsuite.StreamStall(1))
+			h.p.Push(providertest.StreamStall(1))
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
 			sink := &recSink{onDelta: func() { cancel(tc.cause) }}
@@ -819,7 +819,7 @@ func TestCallerCancelAfterCommit(t *testing.T) {
 
 func TestCallerCancelBeforeContent(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Hold())
+	h.p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for h.p.ExecutedCount("key-"+t.Name()) == 0 {
@@ -895,7 +895,7 @@ func TestNoContentOrKeyInErrors(t *testing.T) {
 	}
 	echo := `{"error":{"message":"Invalid prompt: ` + promptCanary + ` ... ` + keyCanary + `","type":"invalid_request_error","code":"` + outputCanary + `"}}`
 
-	got := capture(h.p, testsuite.Answer(outputCanary+" and more"))
+	got := capture(h.p, providertest.Answer(outputCanary+" and more"))
 	if o := h.call(context.Background(), withKey, req(true), &recSink{}); o.err != nil || !strings.Contains(o.res.Response.Text, outputCanary) {
 		t.Fatalf("the canaries must actually flow: %v %+v", o.err, o.res.Response)
 	}
@@ -906,22 +906,22 @@ func TestNoContentOrKeyInErrors(t *testing.T) {
 
 	type scenario struct {
 		name  string
-		b     *testsuite.Behavior // nil: the request never reaches the provider
+		b     *providertest.Behavior // nil: the request never reaches the provider
 		route func(*providers.Route)
 		req   providers.Request
 		noErr bool // the scenario ends without a Go error; its result is checked instead
 	}
 	scenarios := []scenario{
-		{name: "first-byte timeout", b: ptr(testsuite.Hold()), route: func(r *providers.Route) { r.FirstByteTimeout = short }, req: req(true)},
-		{name: "attempt timeout", b: ptr(testsuite.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(false)},
-		{name: "reset before headers", b: ptr(testsuite.ResetStream(http2.ErrCodeInternal)), req: req(false)},
-		{name: "connection closed", b: ptr(testsuite.CloseAfterRead()), req: req(true)},
-		{name: "malformed body", b: ptr(testsuite.Status(200, nil, `{"choices":[{"message":{"content":"`+outputCanary)), req: req(false)},
-		{name: "malformed stream", b: ptr(testsuite.Status(200, sseHeader, sse(roleChunk, "data: {"+outputCanary))), req: req(true)},
-		{name: "endless line", b: ptr(testsuite.Status(200, sseHeader, "data: "+strings.Repeat(outputCanary, providers.MaxSSELineBytes/len(outputCanary)+10))), req: req(true)},
-		{name: "error body echoing the prompt", b: ptr(testsuite.Status(400, nil, echo)), req: req(false), noErr: true},
-		{name: "error event echoing the prompt", b: ptr(testsuite.Status(200, sseHeader, sse(`data: `+echo))), req: req(true), noErr: true},
-		{name: "attempt timeout while streaming", b: ptr(testsuite.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(true)},
+		{name: "first-byte timeout", b: ptr(providertest.Hold()), route: func(r *providers.Route) { r.FirstByteTimeout = short }, req: req(true)},
+		{name: "attempt timeout", b: ptr(providertest.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(false)},
+		{name: "reset before headers", b: ptr(providertest.ResetStream(http2.ErrCodeInternal)), req: req(false)},
+		{name: "connection closed", b: ptr(providertest.CloseAfterRead()), req: req(true)},
+		{name: "malformed body", b: ptr(providertest.Status(200, nil, `{"choices":[{"message":{"content":"`+outputCanary)), req: req(false)},
+		{name: "malformed stream", b: ptr(providertest.Status(200, sseHeader, sse(roleChunk, "data: {"+outputCanary))), req: req(true)},
+		{name: "endless line", b: ptr(providertest.Status(200, sseHeader, "data: "+strings.Repeat(outputCanary, providers.MaxSSELineBytes/len(outputCanary)+10))), req: req(true)},
+		{name: "error body echoing the prompt", b: ptr(providertest.Status(400, nil, echo)), req: req(false), noErr: true},
+		{name: "error event echoing the prompt", b: ptr(providertest.Status(200, sseHeader, sse(`data: `+echo))), req: req(true), noErr: true},
+		{name: "attempt timeout while streaming", b: ptr(providertest.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(true)},
 		{name: "invalid request", req: providers.Request{Messages: []providers.Message{{Role: "", Content: json.RawMessage(promptCanary)}}}},
 		{name: "key env holds a pasted key", route: func(r *providers.Route) { r.APIKeyFile, r.APIKeyEnv = "", keyCanary }, req: req(false)},
 		{name: "unreachable", route: func(r *providers.Route) { r.BaseURL = "https://" + closedAddr(t) + "/v1" }, req: req(false)},

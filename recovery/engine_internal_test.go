@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/providertest"
 )
 
 // Connection refs are "<engine tag>-c<n>": the tag is all that keeps two
@@ -34,9 +34,9 @@ func TestConnRefTagsCollideAcrossProcesses(t *testing.T) {
 }
 
 // newTestEngine returns an engine and a provider on loopback h2c.
-func newTestEngine(t *testing.T, cfg Config) (*Engine, *testsuite.Provider) {
+func newTestEngine(t *testing.T, cfg Config) (*Engine, *providertest.Provider) {
 	t.Helper()
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestContextEndingWhileWritingHeadersMaybeSent(t *testing.T) {
 	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != Completed {
 		t.Fatalf("warm-up: %s (%s) %v", c.Class, c.Reason, err)
 	}
-	p.SetDefault(testsuite.Hold())
+	p.SetDefault(providertest.Hold())
 
 	held, release := gc.arm()
 	defer release()
@@ -196,7 +196,7 @@ func TestContextEndingWhileWritingHeadersMaybeSent(t *testing.T) {
 	// Let the write through: the request does reach the server, which is
 	// why "unsent" would have been a lie.
 	release()
-	p.SetDefault(testsuite.Answer("ok"))
+	p.SetDefault(providertest.Answer("ok"))
 	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != Completed {
 		t.Fatalf("fence: %s (%s) %v", c.Class, c.Reason, err)
 	}
@@ -269,7 +269,7 @@ func TestNeverLeftAfterGoAwayNeedsNoBarrier(t *testing.T) {
 // new attempts to every authority. A pick must never wait on a
 // connection's writer.
 func TestAConnectionStuckInAWriteBlocksNoOtherPick(t *testing.T) {
-	stuck, err := testsuite.NewProvider()
+	stuck, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}

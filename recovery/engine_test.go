@@ -18,26 +18,26 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/testsuite"
 )
 
 // These tests drive the engine over real HTTP/2 frames against the
-// testsuite provider on loopback TLS (and h2c), and check two things for
+// providertest provider on loopback TLS (and h2c), and check two things for
 // each contract row: the classification the evidence yields, and the
 // provider's own record of what it executed.
 
 type harness struct {
 	t   *testing.T
-	p   *testsuite.Provider
+	p   *providertest.Provider
 	e   *recovery.Engine
 	log *bytes.Buffer
 	mu  *sync.Mutex
 }
 
-func newHarness(t *testing.T, opts ...testsuite.Option) *harness {
+func newHarness(t *testing.T, opts ...providertest.Option) *harness {
 	t.Helper()
-	p, err := testsuite.NewProvider(opts...)
+	p, err := providertest.NewProvider(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestRunbookGoAwayAboveBoundaryRetriedOnFreshConnection(t *testing.T) {
 			// stream 1 below the boundary.
 			h.want(h.send(t.Context(), recovery.Spec{IdempotencyKey: "warm-" + scheme}, url, false, nil), recovery.Completed)
 
-			h.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+			h.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 			first := h.send(t.Context(), recovery.Spec{IdempotencyKey: key, Attempt: 1}, url, false, nil)
 			h.want(first, recovery.Refused)
 			if first.ev.StreamID != 3 || first.ev.GoAway == nil || first.ev.GoAway.LastStreamID != 1 || first.ev.GoAway.Code != recovery.CodeNoError {
@@ -183,7 +183,7 @@ func TestRunbookGoAwayAboveBoundaryRetriedOnFreshConnection(t *testing.T) {
 func TestRunbookGoAwayAtBoundaryIsAmbiguousAndNotResent(t *testing.T) {
 	h := newHarness(t)
 	key := "key-runbook-2"
-	h.p.Push(testsuite.GoAwayAfterProcessing(http2.ErrCodeNo))
+	h.p.Push(providertest.GoAwayAfterProcessing(http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: key, Attempt: 1}, h.p.URL(), false, nil)
 	h.want(r, recovery.Ambiguous)
 	if r.c.Reason != "goaway_at_or_below_boundary" || r.ev.GoAway.LastStreamID < r.ev.StreamID {
@@ -198,7 +198,7 @@ func TestRunbookGoAwayAtBoundaryIsAmbiguousAndNotResent(t *testing.T) {
 // Runbook 3: a connection lost with no GOAWAY is ambiguous.
 func TestRunbookConnectionLossWithoutGoAwayIsAmbiguous(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.CloseAfterRead())
+	h.p.Push(providertest.CloseAfterRead())
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k3"}, h.p.URL(), false, nil)
 	h.want(r, recovery.Ambiguous)
 	if r.c.Reason != "connection_closed_without_goaway" || !r.ev.ConnClosed || r.ev.GoAway != nil {
@@ -211,7 +211,7 @@ func TestRunbookConnectionLossWithoutGoAwayIsAmbiguous(t *testing.T) {
 // fresh one; a second 421 on the fresh connection stops.
 func TestRunbookMisdirectedThenFreshConnection(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Misdirected())
+	h.p.Push(providertest.Misdirected())
 	first := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4", Attempt: 1}, h.p.URL(), false, nil)
 	h.want(first, recovery.Misdirected)
 
@@ -235,7 +235,7 @@ func TestRunbookMisdirectedThenFreshConnection(t *testing.T) {
 
 func TestRunbookMisdirectedRepeatedStops(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Misdirected(), testsuite.Misdirected())
+	h.p.Push(providertest.Misdirected(), providertest.Misdirected())
 	first := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4r", Attempt: 1}, h.p.URL(), false, nil)
 	h.want(first, recovery.Misdirected)
 	second := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4r", Attempt: 2, FreshConnection: true, AfterMisdirected: true}, h.p.URL(), false, nil)
@@ -249,10 +249,10 @@ func TestRunbookMisdirectedRepeatedStops(t *testing.T) {
 // Runbook 5: a stream whose content already started, then cut, is
 // committed_partial with the partial text kept.
 func TestRunbookStreamCutAfterContentIsCommittedPartial(t *testing.T) {
-	for _, how := range []testsuite.CutMode{testsuite.CutReset, testsuite.CutClose} {
+	for _, how := range []providertest.CutMode{providertest.CutReset, providertest.CutClose} {
 		t.Run(how.String(), func(t *testing.T) {
 			h := newHarness(t)
-			h.p.Push(testsuite.StreamCut(2, how))
+			h.p.Push(providertest.StreamCut(2, how))
 			r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k5"}, h.p.URL(), true, nil)
 			h.want(r, recovery.CommittedPartial)
 			if !r.ev.ContentStarted || r.ev.ResponseBytes == 0 || !strings.Contains(r.body, "data:") {
@@ -265,7 +265,7 @@ func TestRunbookStreamCutAfterContentIsCommittedPartial(t *testing.T) {
 
 func TestStreamStallAfterContentIsCommittedPartial(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.StreamStall(1))
+	h.p.Push(providertest.StreamStall(1))
 	ctx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
 	a := recovery.NewAttempt(recovery.Spec{IdempotencyKey: "stall"})
@@ -291,7 +291,7 @@ func TestStreamStallAfterContentIsCommittedPartial(t *testing.T) {
 
 func TestRefusedStream(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.RefuseStream())
+	h.p.Push(providertest.RefuseStream())
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "rs"}, h.p.URL(), false, nil)
 	h.want(r, recovery.Refused)
 	if r.c.Reason != "rst_refused_stream" || r.ev.RSTStream == nil || *r.ev.RSTStream != recovery.CodeRefusedStream {
@@ -316,7 +316,7 @@ func TestGoAwayCodesReadFromTheFrame(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code.String(), func(t *testing.T) {
 			h := newHarness(t)
-			h.p.Push(testsuite.GoAwayAbove(tt.code))
+			h.p.Push(providertest.GoAwayAbove(tt.code))
 			r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "ga"}, h.p.URL(), false, nil)
 			h.want(r, tt.class)
 			if r.c.RouteMisconfigured != tt.misconfigured || r.ev.GoAway == nil || uint32(r.ev.GoAway.Code) != uint32(tt.code) {
@@ -337,10 +337,10 @@ func TestGoAwayCodesReadFromTheFrame(t *testing.T) {
 func TestTwoGoAwaysForgetTheFirstCode(t *testing.T) {
 	h := newHarness(t)
 	h.want(h.send(t.Context(), recovery.Spec{IdempotencyKey: "warm"}, h.p.URL(), false, nil), recovery.Completed)
-	h.p.Push(testsuite.GoAwayAboveTwice(http2.ErrCodeEnhanceYourCalm, http2.ErrCodeNo))
+	h.p.Push(providertest.GoAwayAboveTwice(http2.ErrCodeEnhanceYourCalm, http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "twice"}, h.p.URL(), false, nil)
 	h.want(r, recovery.Throttled)
-	if r.c.Reason != "goaway_enhance_your_calm" || r.ev.GoAway == nil || *r.ev.GoAway != (recovery.GoAway{LastStreamID: 1, Code: recovery.CodeEnhanceYourCalm, DebugLen: len("durallm-testsuite")}) {
+	if r.c.Reason != "goaway_enhance_your_calm" || r.ev.GoAway == nil || *r.ev.GoAway != (recovery.GoAway{LastStreamID: 1, Code: recovery.CodeEnhanceYourCalm, DebugLen: len("durallm-providertest")}) {
 		t.Fatalf("reason %s, goaway %+v", r.c.Reason, r.ev.GoAway)
 	}
 	h.executed("twice", 0)
@@ -354,26 +354,26 @@ func TestStatusRows(t *testing.T) {
 	now := time.Now()
 	tests := []struct {
 		name       string
-		b          testsuite.Behavior
+		b          providertest.Behavior
 		class      recovery.Class
 		retryAfter time.Duration // exact, or -1 for "a positive value"
 		executed   int
 	}{
-		{"throttled: 429 Retry-After seconds", testsuite.TooManyRequests(testsuite.RetryAfterSeconds(3)), recovery.Throttled, 3 * time.Second, 0},
-		{"throttled: 429 Retry-After HTTP-date", testsuite.TooManyRequests(testsuite.RetryAfterDate(now.Add(time.Hour))), recovery.Throttled, -1, 0},
-		{"throttled: 429 retry-after-ms", testsuite.TooManyRequests(testsuite.RetryAfterMS(1500)), recovery.Throttled, 1500 * time.Millisecond, 0},
-		{"throttled: 503 garbage Retry-After is no hint", testsuite.Unavailable(testsuite.RetryAfterRaw("soonish")), recovery.Throttled, 0, 0},
-		{"throttled: 503 negative Retry-After is no hint", testsuite.Unavailable(testsuite.RetryAfterRaw("-4")), recovery.Throttled, 0, 0},
-		{"upstream_error: 500", testsuite.ServerError(500), recovery.UpstreamError, 0, 1},
-		{"upstream_error: 502", testsuite.ServerError(502), recovery.UpstreamError, 0, 1},
-		{"ambiguous: 504", testsuite.ServerError(504), recovery.Ambiguous, 0, 1},
-		{"rejected: 400", testsuite.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad"}}`), recovery.Rejected, 0, 0},
-		{"rejected: 401", testsuite.Status(401, nil, `{"error":{"type":"authentication_error"}}`), recovery.Rejected, 0, 0},
-		{"incompatible_route: model not found", testsuite.Status(404, nil, `{"error":{"type":"invalid_request_error","code":"model_not_found"}}`), recovery.IncompatibleRoute, 0, 0},
-		{"incompatible_route: context too long", testsuite.Status(400, nil, `{"error":{"type":"invalid_request_error","code":"context_length_exceeded"}}`), recovery.IncompatibleRoute, 0, 0},
-		{"empty_response: 200 with an empty body", testsuite.EmptyBody(), recovery.EmptyResponse, 0, 1},
-		{"empty_response: 200 with no choices", testsuite.NoChoices(), recovery.EmptyResponse, 0, 1},
-		{"completed", testsuite.Answer("hello there"), recovery.Completed, 0, 1},
+		{"throttled: 429 Retry-After seconds", providertest.TooManyRequests(providertest.RetryAfterSeconds(3)), recovery.Throttled, 3 * time.Second, 0},
+		{"throttled: 429 Retry-After HTTP-date", providertest.TooManyRequests(providertest.RetryAfterDate(now.Add(time.Hour))), recovery.Throttled, -1, 0},
+		{"throttled: 429 retry-after-ms", providertest.TooManyRequests(providertest.RetryAfterMS(1500)), recovery.Throttled, 1500 * time.Millisecond, 0},
+		{"throttled: 503 garbage Retry-After is no hint", providertest.Unavailable(providertest.RetryAfterRaw("soonish")), recovery.Throttled, 0, 0},
+		{"throttled: 503 negative Retry-After is no hint", providertest.Unavailable(providertest.RetryAfterRaw("-4")), recovery.Throttled, 0, 0},
+		{"upstream_error: 500", providertest.ServerError(500), recovery.UpstreamError, 0, 1},
+		{"upstream_error: 502", providertest.ServerError(502), recovery.UpstreamError, 0, 1},
+		{"ambiguous: 504", providertest.ServerError(504), recovery.Ambiguous, 0, 1},
+		{"rejected: 400", providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad"}}`), recovery.Rejected, 0, 0},
+		{"rejected: 401", providertest.Status(401, nil, `{"error":{"type":"authentication_error"}}`), recovery.Rejected, 0, 0},
+		{"incompatible_route: model not found", providertest.Status(404, nil, `{"error":{"type":"invalid_request_error","code":"model_not_found"}}`), recovery.IncompatibleRoute, 0, 0},
+		{"incompatible_route: context too long", providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","code":"context_length_exceeded"}}`), recovery.IncompatibleRoute, 0, 0},
+		{"empty_response: 200 with an empty body", providertest.EmptyBody(), recovery.EmptyResponse, 0, 1},
+		{"empty_response: 200 with no choices", providertest.NoChoices(), recovery.EmptyResponse, 0, 1},
+		{"completed", providertest.Answer("hello there"), recovery.Completed, 0, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -409,7 +409,7 @@ func TestUnsentWhenDialFails(t *testing.T) {
 
 func TestTimeoutAfterSendIsAmbiguous(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Hold())
+	h.p.Push(providertest.Hold())
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	r := h.send(ctx, recovery.Spec{IdempotencyKey: "hold"}, h.p.URL(), false, nil)
@@ -422,7 +422,7 @@ func TestTimeoutAfterSendIsAmbiguous(t *testing.T) {
 
 func TestCancelWithACauseIsStillCanceled(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Hold())
+	h.p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancelCause(t.Context())
 	done := make(chan result, 1)
 	go func() { done <- h.send(ctx, recovery.Spec{IdempotencyKey: "cause"}, h.p.URL(), false, nil) }()
@@ -433,7 +433,7 @@ func TestCancelWithACauseIsStillCanceled(t *testing.T) {
 
 func TestCancelIsNeverAProviderFailure(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.Hold())
+	h.p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan result, 1)
 	go func() { done <- h.send(ctx, recovery.Spec{IdempotencyKey: "cancel"}, h.p.URL(), false, nil) }()
@@ -453,7 +453,7 @@ func TestCancelIsNeverAProviderFailure(t *testing.T) {
 // classified by the evidence, not by the wrapper.
 func TestWrappedTransportErrorClassifiedByEvidence(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+	h.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "wrapped"}, h.p.URL(), false, nil)
 	wrapped := fmt.Errorf("rpc error: code = InvalidArgument desc = %w", r.err)
 	var ae *recovery.AttemptError
@@ -488,7 +488,7 @@ func TestHiddenReplayIsCaughtAndTheEngineNeverReplays(t *testing.T) {
 		},
 	}
 	defer bare.CloseIdleConnections()
-	h.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+	h.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 	obs.Track("bare-attempt")
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.p.URL()+"/v1/chat/completions", strings.NewReader(`{}`))
 	req.Header.Set(recovery.HeaderAttemptID, "bare-attempt")
@@ -503,7 +503,7 @@ func TestHiddenReplayIsCaughtAndTheEngineNeverReplays(t *testing.T) {
 	}
 
 	// The engine, same scenario.
-	h.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+	h.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "engine"}, h.p.URL(), false, nil)
 	h.want(r, recovery.Refused)
 	if r.ev.TransportReplays != 0 || receivedFor(h.p, r.ev.AttemptID) != 1 {
@@ -515,7 +515,7 @@ func TestHiddenReplayIsCaughtAndTheEngineNeverReplays(t *testing.T) {
 // A drain of many in-flight streams turns into one reconnect, not a storm.
 func TestDrainReconnectsWithinTheAuthorityLimit(t *testing.T) {
 	h := newHarness(t)
-	h.p.SetDefault(testsuite.Answer("ok").After(20 * time.Millisecond))
+	h.p.SetDefault(providertest.Answer("ok").After(20 * time.Millisecond))
 	const n = 64
 	var wg sync.WaitGroup
 	results := make([]result, n)
@@ -567,7 +567,7 @@ func TestDrainReconnectsWithinTheAuthorityLimit(t *testing.T) {
 // request's content, headers or GOAWAY debug data.
 func TestAttemptEventIsSanitized(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo))
+	h.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 	a := recovery.NewAttempt(recovery.Spec{ActionRef: "act-1", Attempt: 1, Route: "primary", IdempotencyKey: "idem-secret-key"})
 	req, _ := http.NewRequestWithContext(recovery.WithAttempt(t.Context(), a), http.MethodPost, h.p.URL()+"/v1/chat/completions",
 		strings.NewReader(`{"messages":[{"role":"user","content":"PROMPT-CANARY"}]}`))
@@ -579,15 +579,15 @@ func TestAttemptEventIsSanitized(t *testing.T) {
 	h.mu.Lock()
 	out := h.log.String()
 	h.mu.Unlock()
-	for _, secret := range []string{"PROMPT-CANARY", "sk-KEY-CANARY", "Bearer", "durallm-testsuite", "idem-secret-key"} {
+	for _, secret := range []string{"PROMPT-CANARY", "sk-KEY-CANARY", "Bearer", "durallm-providertest", "idem-secret-key"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("log holds %q: %s", secret, out)
 		}
 	}
 	// The error a caller gets says GOAWAY without the debug data either.
-	h.p.Push(testsuite.GoAwayAfterProcessing(http2.ErrCodeNo))
+	h.p.Push(providertest.GoAwayAfterProcessing(http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "sanitized"}, h.p.URL(), false, nil)
-	if r.err == nil || strings.Contains(r.err.Error(), "durallm-testsuite") || !strings.Contains(r.err.Error(), "GOAWAY") {
+	if r.err == nil || strings.Contains(r.err.Error(), "durallm-providertest") || !strings.Contains(r.err.Error(), "GOAWAY") {
 		t.Errorf("error %v: want GOAWAY named, without its debug data", r.err)
 	}
 	var ev map[string]any
@@ -612,11 +612,11 @@ func TestAttemptEventIsSanitized(t *testing.T) {
 func TestBodyReadErrorIsSanitized(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		b      testsuite.Behavior
+		b      providertest.Behavior
 		stream bool
 	}{
-		{"stream", testsuite.StreamCut(1, testsuite.CutGoAway), true},
-		{"json", testsuite.BodyCut(200, nil, `{"id":"x","choices":[`, testsuite.CutGoAway), false},
+		{"stream", providertest.StreamCut(1, providertest.CutGoAway), true},
+		{"json", providertest.BodyCut(200, nil, `{"id":"x","choices":[`, providertest.CutGoAway), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -625,7 +625,7 @@ func TestBodyReadErrorIsSanitized(t *testing.T) {
 			if r.err == nil || r.body == "" {
 				t.Fatalf("err %v body %q: want part of the body, then an error", r.err, r.body)
 			}
-			if strings.Contains(r.err.Error(), "durallm-testsuite") || !strings.Contains(r.err.Error(), "GOAWAY") {
+			if strings.Contains(r.err.Error(), "durallm-providertest") || !strings.Contains(r.err.Error(), "GOAWAY") {
 				t.Errorf("error %v: want GOAWAY named, without its debug data", r.err)
 			}
 			var ae *recovery.AttemptError
@@ -673,7 +673,7 @@ func TestAttemptCannotBeSentTwice(t *testing.T) {
 	}
 }
 
-func receivedFor(p *testsuite.Provider, attemptID string) int {
+func receivedFor(p *providertest.Provider, attemptID string) int {
 	n := 0
 	for _, r := range p.Received() {
 		if r.AttemptID == attemptID {
@@ -718,7 +718,7 @@ func TestIdempotencyKeyTheClientCannotEncodeIsRejected(t *testing.T) {
 // so the attempt is ambiguous, and the provider's record shows why.
 func TestResponseHeadersThenRefusedStreamIsAmbiguous(t *testing.T) {
 	h := newHarness(t)
-	h.p.Push(testsuite.HintsThenRefuse())
+	h.p.Push(providertest.HintsThenRefuse())
 	r := h.send(t.Context(), recovery.Spec{Attempt: 1}, h.p.URL(), false, nil)
 	h.want(r, recovery.Ambiguous)
 	if !r.ev.ResponseHeaders || r.ev.RSTStream == nil || *r.ev.RSTStream != recovery.CodeRefusedStream || r.c.Reason != "rst_refused_stream_after_response_headers" {

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/testsuite"
 )
 
 // unassignedCodes are HTTP/2 error codes RFC 9113 does not define. A peer
@@ -50,7 +50,7 @@ func TestPeerChosenErrorCodesDoNotBecomeLabelValues(t *testing.T) {
 
 	t.Run("engine GOAWAY counter", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(testsuite.GoAwayAbove(http2.ErrCode(0xdeadbeef)))
+		h.p.Push(providertest.GoAwayAbove(http2.ErrCode(0xdeadbeef)))
 		r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "ga-unknown"}, h.p.URL(), false, nil)
 		if r.ev.GoAway == nil || r.ev.GoAway.Code != 0xdeadbeef {
 			t.Fatalf("evidence goaway %+v, want the exact code 0xdeadbeef", r.ev.GoAway)

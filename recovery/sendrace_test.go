@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/testsuite"
 )
 
 // slowConn makes every write to the socket take a while, so a header block
@@ -37,11 +37,11 @@ func (c *slowConn) Write(b []byte) (int, error) {
 // before, some during and some after the block is written. The server
 // records every request whose header block it decoded.
 func TestContextEndingWhileWritingHeadersRecordedUnsent(t *testing.T) {
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.SetDefault(testsuite.Hold())
+	p.SetDefault(providertest.Hold())
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
@@ -83,7 +83,7 @@ func TestContextEndingWhileWritingHeadersRecordedUnsent(t *testing.T) {
 	// Every header block x/net began is written whole, and in order: once
 	// a later request has been answered on the same connection, the
 	// server's record holds every block of the loop.
-	p.SetDefault(testsuite.Answer("ok"))
+	p.SetDefault(providertest.Answer("ok"))
 	a := recovery.NewAttempt(recovery.Spec{IdempotencyKey: "fence"})
 	req, _ := http.NewRequestWithContext(recovery.WithAttempt(t.Context(), a), http.MethodPost, p.H2CURL()+"/v1/chat/completions", strings.NewReader(`{}`))
 	resp, err := e.RoundTrip(req)

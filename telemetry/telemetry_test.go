@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/telemetry"
-	"github.com/durallm/durallm/testsuite"
 )
 
 func newTelemetry(t *testing.T) *telemetry.Telemetry {
@@ -40,13 +40,13 @@ func scrape(t *testing.T, tel *telemetry.Telemetry) string {
 
 // wire is a scripted provider and an engine pointed at it, watched by tel.
 type wire struct {
-	p *testsuite.Provider
+	p *providertest.Provider
 	e *recovery.Engine
 }
 
 func newWire(t *testing.T, tel *telemetry.Telemetry) *wire {
 	t.Helper()
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestPeerChosenErrorCodesDoNotBecomeMetricLabelValues(t *testing.T) {
 	tel := newTelemetry(t)
 	w := newWire(t, tel)
 	const peerCode = http2.ErrCode(0xdeadbeef)
-	w.p.Push(testsuite.GoAwayAbove(peerCode), testsuite.ResetStream(peerCode))
+	w.p.Push(providertest.GoAwayAbove(peerCode), providertest.ResetStream(peerCode))
 
 	ga := w.attempt(t, "goaway")
 	if ga.Evidence.GoAway == nil || uint32(ga.Evidence.GoAway.Code) != uint32(peerCode) {
@@ -105,10 +105,10 @@ func TestPeerChosenErrorCodesDoNotBecomeMetricLabelValues(t *testing.T) {
 	tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: odd, Class: recovery.Classify(odd)})
 
 	body := scrape(t, tel)
-	if got := testsuite.MetricSum(body, "durallm_goaways_total", `http2_error_code="UNKNOWN"`); got != 1 {
+	if got := providertest.MetricSum(body, "durallm_goaways_total", `http2_error_code="UNKNOWN"`); got != 1 {
 		t.Errorf(`durallm_goaways_total{http2_error_code="UNKNOWN"} = %v, want 1`, got)
 	}
-	if got := testsuite.MetricSum(body, "durallm_ambiguous_total", `durallm_reason="rst_stream_UNKNOWN"`); got != 1 {
+	if got := providertest.MetricSum(body, "durallm_ambiguous_total", `durallm_reason="rst_stream_UNKNOWN"`); got != 1 {
 		t.Errorf(`durallm_ambiguous_total{durallm_reason="rst_stream_UNKNOWN"} = %v, want 1`, got)
 	}
 	for _, line := range strings.Split(body, "\n") {
@@ -153,16 +153,16 @@ func TestProviderHealthIsExported(t *testing.T) {
 	body := scrape(t, tel)
 	for _, a := range attempts {
 		class := `durallm_classification="` + string(a.class) + `"`
-		if got := testsuite.MetricSum(body, "durallm_attempts_total", class, `durallm_provider_health="`+a.health+`"`); got != 1 {
+		if got := providertest.MetricSum(body, "durallm_attempts_total", class, `durallm_provider_health="`+a.health+`"`); got != 1 {
 			t.Errorf(`durallm_attempts_total{%s,durallm_provider_health=%q} = %v, want 1`, class, a.health, got)
 		}
 	}
 	// The dashboard's proof: attempts counted against health are exactly
 	// the throttled and the upstream_error one, never the canceled one.
-	if got := testsuite.MetricSum(body, "durallm_attempts_total", `durallm_provider_health="true"`); got != 2 {
+	if got := providertest.MetricSum(body, "durallm_attempts_total", `durallm_provider_health="true"`); got != 2 {
 		t.Errorf(`sum(durallm_attempts_total{durallm_provider_health="true"}) = %v, want 2`, got)
 	}
-	if got := testsuite.MetricSum(body, "durallm_attempts_total", `durallm_classification="canceled"`, `durallm_provider_health="true"`); got != 0 {
+	if got := providertest.MetricSum(body, "durallm_attempts_total", `durallm_classification="canceled"`, `durallm_provider_health="true"`); got != 0 {
 		t.Errorf("a canceled attempt counted against provider health: %v", got)
 	}
 }

@@ -35,7 +35,7 @@ type Options struct {
 	// validated in full at New.
 	Config providers.Config
 	// TLS, when set, replaces the system roots for provider connections
-	// (tests use the testsuite provider's). Verification stays on unless a
+	// (tests use the providertest provider's). Verification stays on unless a
 	// route sets insecure_skip_verify, which logs a warning.
 	TLS *tls.Config
 	// AllowH2C lets routes use http:// base URLs as cleartext HTTP/2 with

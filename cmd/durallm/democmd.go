@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/providertest"
 )
 
-// runDemoProvider serves the testsuite's fault-injecting provider on its
+// runDemoProvider serves the providertest's fault-injecting provider on its
 // own, for setups where the worker runs elsewhere (docker-compose).
 func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo-provider", "[flags]", stderr)
@@ -32,22 +32,22 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "durallm demo-provider: --goaway-every and --misdirected-every must not be negative")
 		return exitUsage
 	}
-	p, err := testsuite.NewProvider(testsuite.WithListenAddrs(*tlsAddr, *h2cAddr), testsuite.WithModel(*model))
+	p, err := providertest.NewProvider(providertest.WithListenAddrs(*tlsAddr, *h2cAddr), providertest.WithModel(*model))
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm demo-provider: %v\n", err)
 		return exitError
 	}
 	defer p.Close()
 	var n atomic.Int64
-	p.Script(func(testsuite.Request) (testsuite.Behavior, bool) {
+	p.Script(func(providertest.Request) (providertest.Behavior, bool) {
 		i := n.Add(1)
 		switch {
 		case *goawayEvery > 0 && i%int64(*goawayEvery) == 0:
-			return testsuite.GoAwayAbove(http2.ErrCodeNo), true
+			return providertest.GoAwayAbove(http2.ErrCodeNo), true
 		case *misdirectedEvery > 0 && i%int64(*misdirectedEvery) == 0:
-			return testsuite.Misdirected(), true
+			return providertest.Misdirected(), true
 		}
-		return testsuite.Behavior{}, false
+		return providertest.Behavior{}, false
 	})
 	fmt.Fprintf(stdout, "demo provider (OpenAI chat-completions shape) on %s and %s; Ctrl-C stops\n", p.URL(), p.H2CURL())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

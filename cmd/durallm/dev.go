@@ -25,9 +25,9 @@ import (
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
-	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
@@ -144,7 +144,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
 	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, AllowH2C: true,
 		WorkflowPollers: 8, ActivityPollers: 8}
-	var demo *testsuite.Provider
+	var demo *providertest.Provider
 	if *routesFile != "" {
 		cfg, err := providers.LoadConfig(*routesFile, os.Getenv)
 		if err != nil {
@@ -154,7 +154,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		opts.Config = cfg
 		say("  · routes from %s: %s", *routesFile, strings.Join(cfg.Names(), ", "))
 	} else {
-		demo, err = testsuite.NewProvider(testsuite.WithModel("demo-model"))
+		demo, err = providertest.NewProvider(providertest.WithModel("demo-model"))
 		if err != nil {
 			fmt.Fprintf(stderr, "durallm dev: demo provider: %v\n", err)
 			return exitError
@@ -213,22 +213,22 @@ func demoRoutes(base string) providers.Config {
 // its first request, and what the action should end as.
 type demoCase struct {
 	name  string
-	first func() testsuite.Behavior // nil: answer normally
+	first func() providertest.Behavior // nil: answer normally
 	want  workflows.State
 	note  string
 }
 
 var demoCases = []demoCase{
 	{"happy", nil, workflows.StateCompleted, "answered on the first attempt"},
-	{"goaway", func() testsuite.Behavior { return testsuite.GoAwayAbove(http2.ErrCodeNo) }, workflows.StateCompleted, "GOAWAY above the boundary: provably unprocessed, resent on a fresh connection, executed once"},
-	{"misdirected", testsuite.Misdirected, workflows.StateCompleted, "421: connection quarantined, retried on a fresh one"},
-	{"ambiguous", func() testsuite.Behavior { return testsuite.GoAwayAfterProcessing(http2.ErrCodeNo) }, workflows.StateAwaitingReconciliation, "GOAWAY at the boundary: maybe processed, so not resent; waits for your verdict"},
-	{"canceled", testsuite.Hold, workflows.StateCanceled, "canceled by user_stop while the provider was generating"},
+	{"goaway", func() providertest.Behavior { return providertest.GoAwayAbove(http2.ErrCodeNo) }, workflows.StateCompleted, "GOAWAY above the boundary: provably unprocessed, resent on a fresh connection, executed once"},
+	{"misdirected", providertest.Misdirected, workflows.StateCompleted, "421: connection quarantined, retried on a fresh one"},
+	{"ambiguous", func() providertest.Behavior { return providertest.GoAwayAfterProcessing(http2.ErrCodeNo) }, workflows.StateAwaitingReconciliation, "GOAWAY at the boundary: maybe processed, so not resent; waits for your verdict"},
+	{"canceled", providertest.Hold, workflows.StateCanceled, "canceled by user_stop while the provider was generating"},
 }
 
 // demonstrate runs the demo actions one after another, so each fault is
 // easy to find in the UI, and prints what happened to each.
-func demonstrate(ctx context.Context, out io.Writer, srv *devserver.Server, c *durallm.Client, p *testsuite.Provider) error {
+func demonstrate(ctx context.Context, out io.Writer, srv *devserver.Server, c *durallm.Client, p *providertest.Provider) error {
 	prefix := "demo-" + time.Now().Format("150405")
 	var mu sync.Mutex
 	seen := map[string]bool{}
@@ -236,12 +236,12 @@ func demonstrate(ctx context.Context, out io.Writer, srv *devserver.Server, c *d
 	for _, dc := range demoCases {
 		byKey[prefix+"-"+dc.name] = dc
 	}
-	p.Script(func(r testsuite.Request) (testsuite.Behavior, bool) {
+	p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		dc, ok := byKey[r.IdempotencyKey]
 		if !ok || dc.first == nil || seen[r.IdempotencyKey] {
-			return testsuite.Behavior{}, false
+			return providertest.Behavior{}, false
 		}
 		seen[r.IdempotencyKey] = true
 		return dc.first(), true
@@ -282,7 +282,7 @@ func demonstrate(ctx context.Context, out io.Writer, srv *devserver.Server, c *d
 	return nil
 }
 
-func runDemoCase(ctx context.Context, c *durallm.Client, p *testsuite.Provider, id string, dc demoCase) (workflows.Status, error) {
+func runDemoCase(ctx context.Context, c *durallm.Client, p *providertest.Provider, id string, dc demoCase) (workflows.Status, error) {
 	in := workflows.ActionInput{
 		Request:  providers.Request{Messages: []providers.Message{providers.TextMessage("user", "Say hello to the demo.")}},
 		Routes:   []string{"demo-primary", "demo-fallback"},

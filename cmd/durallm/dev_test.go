@@ -19,7 +19,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/providertest"
 )
 
 // devRun is one 'durallm dev' running in this process.
@@ -104,7 +104,7 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 	}
 
 	// The counters say what happened: 5 actions, 7 attempts.
-	body, err := testsuite.Scrape(metrics)
+	body, err := providertest.Scrape(metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 		{"gen_ai_client_operation_duration_seconds_count", []string{`gen_ai_provider_name="openai"`}, 7},
 		{"gen_ai_client_token_usage_count", []string{`gen_ai_token_type="output"`}, 3},
 	} {
-		if got := testsuite.MetricSum(body, c.name, c.labels...); got != c.want {
+		if got := providertest.MetricSum(body, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}

@@ -33,7 +33,7 @@ import (
 	"github.com/durallm/durallm/internal/chaos/report"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
@@ -86,7 +86,7 @@ type Options struct {
 	Stream bool
 }
 
-// Run starts the embedded server, the testsuite provider, haproxy in front
+// Run starts the embedded server, the providertest provider, haproxy in front
 // of it and a durallm worker whose route goes through haproxy; runs the
 // actions while reloading haproxy; then checks the invariants.
 func Run(ctx context.Context, o Options) (*Report, error) {
@@ -155,7 +155,7 @@ type rig struct {
 	say     func(format string, a ...any)
 	srv     *devserver.Server
 	srvOpts devserver.Options
-	p       *testsuite.Provider
+	p       *providertest.Provider
 	hp      *haproxy
 	tc      client.Client
 	w       *worker.Worker
@@ -184,7 +184,7 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 	_, portText, _ := net.SplitHostPort(srv.FrontendHostPort())
 	r.srvOpts.FrontendPort, _ = strconv.Atoi(portText)
 
-	if r.p, err = testsuite.NewProvider(); err != nil {
+	if r.p, err = providertest.NewProvider(); err != nil {
 		return r, fmt.Errorf("chaos: provider: %w", err)
 	}
 	r.undo = append(r.undo, func() { r.p.Close() })
@@ -194,13 +194,13 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 	if o.KillWorker {
 		gen = 300 * time.Millisecond
 	}
-	r.p.SetDefault(testsuite.Answer("ok").After(gen))
+	r.p.SetDefault(providertest.Answer("ok").After(gen))
 	if o.Faults > 0 {
 		mix := faultMix
 		if o.Stream {
-			mix = append(append([]testsuite.Behavior(nil), faultMix...), streamFaults...)
+			mix = append(append([]providertest.Behavior(nil), faultMix...), streamFaults...)
 		}
-		r.p.Script(func(req testsuite.Request) (testsuite.Behavior, bool) {
+		r.p.Script(func(req providertest.Request) (providertest.Behavior, bool) {
 			return faultFor(req.AttemptID, o.Faults, mix)
 		})
 	}
@@ -393,33 +393,33 @@ func runAction(ctx context.Context, c *durallm.Client, i int, stream bool) (work
 }
 
 // defaultBehavior is the name the provider records for its default answer.
-var defaultBehavior = testsuite.Answer("ok").String()
+var defaultBehavior = providertest.Answer("ok").String()
 
 // faultMix is what a faulty provider does instead of answering, each as
 // likely as the others. Each is a row of the classification table seen
 // through the proxy, which may translate it (a reset or a closed origin
 // connection reaches the client as a 502).
-var faultMix = []testsuite.Behavior{
-	testsuite.TooManyRequests(testsuite.RetryAfterMS(50)),
-	testsuite.Unavailable(nil),
-	testsuite.ServerError(http.StatusInternalServerError),
-	testsuite.Status(http.StatusBadRequest, nil, ""),
-	testsuite.Misdirected(),
-	testsuite.ServerError(http.StatusGatewayTimeout),
-	testsuite.NoChoices(),
-	testsuite.RefuseStream(),
-	testsuite.ResetStream(http2.ErrCodeInternal),
-	testsuite.CloseAfterRead(),
-	testsuite.GoAwayAbove(http2.ErrCodeNo),
-	testsuite.GoAwayAfterProcessing(http2.ErrCodeNo),
+var faultMix = []providertest.Behavior{
+	providertest.TooManyRequests(providertest.RetryAfterMS(50)),
+	providertest.Unavailable(nil),
+	providertest.ServerError(http.StatusInternalServerError),
+	providertest.Status(http.StatusBadRequest, nil, ""),
+	providertest.Misdirected(),
+	providertest.ServerError(http.StatusGatewayTimeout),
+	providertest.NoChoices(),
+	providertest.RefuseStream(),
+	providertest.ResetStream(http2.ErrCodeInternal),
+	providertest.CloseAfterRead(),
+	providertest.GoAwayAbove(http2.ErrCodeNo),
+	providertest.GoAwayAfterProcessing(http2.ErrCodeNo),
 }
 
 // streamFaults join faultMix when the actions stream.
-var streamFaults = []testsuite.Behavior{
-	testsuite.StreamStall(2),
-	testsuite.StreamCut(2, testsuite.CutReset),
-	testsuite.StreamCut(2, testsuite.CutClose),
-	testsuite.StreamCut(0, testsuite.CutReset),
+var streamFaults = []providertest.Behavior{
+	providertest.StreamStall(2),
+	providertest.StreamCut(2, providertest.CutReset),
+	providertest.StreamCut(2, providertest.CutClose),
+	providertest.StreamCut(0, providertest.CutReset),
 }
 
 // streamIdle is the chaos route's idle timeout: a stalled stream ends
@@ -428,12 +428,12 @@ const streamIdle = time.Second
 
 // faultFor decides by a hash of the attempt id whether the request gets a
 // fault (with probability rate) and which, from mix.
-func faultFor(attemptID string, rate float64, mix []testsuite.Behavior) (testsuite.Behavior, bool) {
+func faultFor(attemptID string, rate float64, mix []providertest.Behavior) (providertest.Behavior, bool) {
 	h := fnv.New64a()
 	h.Write([]byte(attemptID))
 	x := h.Sum64()
 	if float64(x%10000) >= rate*10000 {
-		return testsuite.Behavior{}, false
+		return providertest.Behavior{}, false
 	}
 	return mix[(x/10000)%uint64(len(mix))], true
 }

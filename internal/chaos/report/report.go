@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -58,7 +58,7 @@ func New(actions int) *Report {
 // Add checks one action's result (or the error that kept it from one)
 // against the provider's record, and counts it. With faults, it also
 // records how each origin behaviour was classified through the proxy.
-func (r *Report) Add(p *testsuite.Provider, id string, res workflows.ActionResult, err error, faults bool) {
+func (r *Report) Add(p *providertest.Provider, id string, res workflows.ActionResult, err error, faults bool) {
 	if err != nil {
 		r.Violations = append(r.Violations, fmt.Sprintf("%s: %v", id, err))
 		return
@@ -83,7 +83,7 @@ func (r *Report) Add(p *testsuite.Provider, id string, res workflows.ActionResul
 
 // AddFaults counts the faults the provider injected: every behaviour it
 // recorded but its default answer.
-func (r *Report) AddFaults(p *testsuite.Provider, defaultBehavior string) {
+func (r *Report) AddFaults(p *providertest.Provider, defaultBehavior string) {
 	for _, rec := range p.Received() {
 		if rec.Behavior != "" && rec.Behavior != defaultBehavior {
 			r.Faults[rec.Behavior]++
@@ -96,7 +96,7 @@ func (r *Report) AddFaults(p *testsuite.Provider, defaultBehavior string) {
 // empty_response is retried, and a proxy's 502 may hide an origin that
 // ran); what must still hold is that its completing attempt ran exactly
 // once and that nothing was sent after an outcome that forbids it.
-func Check(p *testsuite.Provider, id string, res workflows.ActionResult, faults bool) []string {
+func Check(p *providertest.Provider, id string, res workflows.ActionResult, faults bool) []string {
 	var v []string
 	for i, a := range res.Attempts {
 		ev, cl := a.Evidence, a.Classification
@@ -150,7 +150,7 @@ func Check(p *testsuite.Provider, id string, res workflows.ActionResult, faults 
 }
 
 // BehaviorOf names what the provider did with an attempt's request(s).
-func BehaviorOf(p *testsuite.Provider, attemptID string) string {
+func BehaviorOf(p *providertest.Provider, attemptID string) string {
 	var names []string
 	for _, r := range p.Received() {
 		if r.AttemptID == attemptID {

@@ -9,14 +9,14 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/testsuite"
 	"github.com/durallm/durallm/workflows"
 )
 
 // send has the provider execute one request of action as attempt, over
 // real HTTP/2, so the invariants are checked against its own record.
-func send(t *testing.T, p *testsuite.Provider, action, attempt string) {
+func send(t *testing.T, p *providertest.Provider, action, attempt string) {
 	t.Helper()
 	c := &http.Client{Transport: &http2.Transport{TLSClientConfig: p.ClientTLSConfig()}}
 	req, err := http.NewRequest(http.MethodPost, p.URL()+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
@@ -40,7 +40,7 @@ func attempt(n int, id string, class recovery.Class) workflows.AttemptRecord {
 // it must fail for every way an action can break the contract, and hold
 // for the ways the contract allows.
 func TestCheckFindsEveryViolation(t *testing.T) {
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}

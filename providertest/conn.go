@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"bufio"
@@ -45,8 +45,8 @@ const (
 )
 
 var (
-	errStreamDone  = errors.New("testsuite: stream ended")
-	errConnClosing = errors.New("testsuite: connection closing")
+	errStreamDone  = errors.New("providertest: stream ended")
+	errConnClosing = errors.New("providertest: connection closing")
 )
 
 // connError is a connection error found while processing a frame; the
@@ -57,7 +57,7 @@ type connError struct {
 }
 
 func (e connError) Error() string {
-	return fmt.Sprintf("testsuite: connection error %s: %s", e.code, e.reason)
+	return fmt.Sprintf("providertest: connection error %s: %s", e.code, e.reason)
 }
 
 // stream is one client-initiated stream the provider accepted.
@@ -735,7 +735,7 @@ func (c *conn) writeLocked(fn func() error) error {
 		// A failed or partial write leaves the framing and HPACK state
 		// unknown: the connection cannot be used any further.
 		_ = c.raw.Close()
-		return fmt.Errorf("testsuite: write frame: %w", err)
+		return fmt.Errorf("providertest: write frame: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"encoding/json"
@@ -362,7 +362,7 @@ func usageFor(req Request, text string) *usage {
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic(fmt.Sprintf("testsuite: marshal response: %v", err))
+		panic(fmt.Sprintf("providertest: marshal response: %v", err))
 	}
 	return b
 }

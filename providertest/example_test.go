@@ -1,11 +1,11 @@
-package testsuite_test
+package providertest_test
 
 import (
 	"fmt"
 	"net/http"
 	"strings"
 
-	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/providertest"
 	"golang.org/x/net/http2"
 )
 
@@ -13,12 +13,12 @@ import (
 // silently re-sends it on a new connection. The client sees one success,
 // while the provider's records show two sends and one execution.
 func Example() {
-	p, err := testsuite.NewProvider()
+	p, err := providertest.NewProvider()
 	if err != nil {
 		panic(err)
 	}
 	defer p.Close()
-	p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo), testsuite.Answer("hello"))
+	p.Push(providertest.GoAwayAbove(http2.ErrCodeNo), providertest.Answer("hello"))
 
 	tr := &http2.Transport{TLSClientConfig: p.ClientTLSConfig()}
 	defer tr.CloseIdleConnections()

@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"fmt"
@@ -13,15 +13,15 @@ import (
 func Scrape(url string) (string, error) {
 	resp, err := http.Get(url)
 	if err != nil {
-		return "", fmt.Errorf("testsuite: scrape %s: %w", url, err)
+		return "", fmt.Errorf("providertest: scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("testsuite: scrape %s: %s", url, resp.Status)
+		return "", fmt.Errorf("providertest: scrape %s: %s", url, resp.Status)
 	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", fmt.Errorf("testsuite: scrape %s: %w", url, err)
+		return "", fmt.Errorf("providertest: scrape %s: %w", url, err)
 	}
 	return string(b), nil
 }

@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"context"
@@ -143,10 +143,10 @@ func NewProvider(opts ...Option) (*Provider, error) {
 		}
 	}
 	if o.maxStreams == 0 {
-		return nil, errors.New("testsuite: WithMaxConcurrentStreams: must be at least 1")
+		return nil, errors.New("providertest: WithMaxConcurrentStreams: must be at least 1")
 	}
 	if o.model == "" {
-		return nil, errors.New("testsuite: WithModel: empty model name")
+		return nil, errors.New("providertest: WithModel: empty model name")
 	}
 	cert, leaf, err := newSelfSignedCert()
 	if err != nil {
@@ -154,12 +154,12 @@ func NewProvider(opts ...Option) (*Provider, error) {
 	}
 	tlsLn, err := net.Listen("tcp", o.tlsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("testsuite: listen (tls): %w", err)
+		return nil, fmt.Errorf("providertest: listen (tls): %w", err)
 	}
 	h2cLn, err := net.Listen("tcp", o.h2cAddr)
 	if err != nil {
 		_ = tlsLn.Close()
-		return nil, fmt.Errorf("testsuite: listen (h2c): %w", err)
+		return nil, fmt.Errorf("providertest: listen (h2c): %w", err)
 	}
 	p := &Provider{
 		model:      o.model,
@@ -232,7 +232,7 @@ func (p *Provider) Close() error {
 	var errs []error
 	for _, ln := range []net.Listener{p.tlsLn, p.h2cLn} {
 		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("testsuite: close listener: %w", err))
+			errs = append(errs, fmt.Errorf("providertest: close listener: %w", err))
 		}
 	}
 	// Closing the sockets unblocks every read, write and handshake; each

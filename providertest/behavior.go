@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"fmt"
@@ -43,7 +43,7 @@ const defaultAnswer = "ok"
 
 // goAwayDebug is the debug data of every GOAWAY a behaviour or Drain sends.
 // Clients must never depend on it; it only helps a human reading a capture.
-const goAwayDebug = "durallm-testsuite"
+const goAwayDebug = "durallm-providertest"
 
 // CutMode says how [StreamCut] ends a stream after its chunks.
 type CutMode int
@@ -56,7 +56,7 @@ const (
 	// other stream on it down as well.
 	CutClose
 	// CutGoAway sends GOAWAY NO_ERROR with last-stream-id equal to this
-	// stream's id and debug data "durallm-testsuite", then closes the
+	// stream's id and debug data "durallm-providertest", then closes the
 	// connection without ending the stream, as a server whose graceful
 	// shutdown ran out of time does. Go's client then fails the body
 	// read with an http2.GoAwayError that carries the debug data.
@@ -208,7 +208,7 @@ func Answer(text string) Behavior {
 
 // GoAwayAbove refuses the request without executing it: it sends GOAWAY
 // with last-stream-id set to the stream id just below this one (id−2, or
-// 0 for stream 1), the given code and debug data "durallm-testsuite", and
+// 0 for stream 1), the given code and debug data "durallm-providertest", and
 // never answers this stream or any later one on the connection. Streams
 // at or below the last-stream-id keep being served; the connection is
 // closed as soon as none is left in flight, and at the latest 2 s after

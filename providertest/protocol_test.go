@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"encoding/binary"
@@ -51,8 +51,8 @@ func TestRawGoAwayAboveKeepsServingLowerStreams(t *testing.T) {
 	waitFor(t, "stream 1 executing", func() bool { return p.AttemptExecutions("held") == 1 })
 	rc.request(3, "goaway", `{"model":"m"}`)
 	ga := rc.expectGoAway()
-	if ga.last != 1 || ga.code != http2.ErrCodeNo || ga.debug != "durallm-testsuite" {
-		t.Fatalf("GOAWAY %+v, want last 1, NO_ERROR, durallm-testsuite", ga)
+	if ga.last != 1 || ga.code != http2.ErrCodeNo || ga.debug != "durallm-providertest" {
+		t.Fatalf("GOAWAY %+v, want last 1, NO_ERROR, durallm-providertest", ga)
 	}
 	// A stream opened after the GOAWAY is ignored, but recorded.
 	rc.request(5, "late", "")

@@ -26,11 +26,11 @@
 // [Provider.Script]; the FIFO queue filled by [Provider.Push]; and finally
 // the default set with [Provider.SetDefault] (Answer("ok") unless changed).
 //
-//	p, err := testsuite.NewProvider()
+//	p, err := providertest.NewProvider()
 //	if err != nil { ... }
 //	defer p.Close()
-//	p.Push(testsuite.GoAwayAbove(http2.ErrCodeNo)) // first request: refused by GOAWAY
-//	p.Push(testsuite.Answer("hello world"))        // second request: answered
+//	p.Push(providertest.GoAwayAbove(http2.ErrCodeNo)) // first request: refused by GOAWAY
+//	p.Push(providertest.Answer("hello world"))        // second request: answered
 //
 // # Ground truth
 //
@@ -47,4 +47,4 @@
 // [Provider.Close] closes both listeners and every connection at once,
 // interrupts every stalled or delayed stream and waits for all of the
 // provider's goroutines to exit, so it returns promptly and leaks nothing.
-package testsuite
+package providertest

@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"crypto/ecdsa"
@@ -22,16 +22,16 @@ const certValidity = 24 * time.Hour
 func newSelfSignedCert() (tls.Certificate, *x509.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("testsuite: generate key: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("providertest: generate key: %w", err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("testsuite: generate serial: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("providertest: generate serial: %w", err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "durallm-testsuite", Organization: []string{"durallm testsuite"}},
+		Subject:      pkix.Name{CommonName: "durallm-providertest", Organization: []string{"durallm testsuite"}},
 		// Backdate a little so a client clock slightly behind ours still
 		// accepts the certificate.
 		NotBefore:   now.Add(-time.Hour),
@@ -47,11 +47,11 @@ func newSelfSignedCert() (tls.Certificate, *x509.Certificate, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("testsuite: create certificate: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("providertest: create certificate: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("testsuite: parse certificate: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("providertest: parse certificate: %w", err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf, nil
 }

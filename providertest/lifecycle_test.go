@@ -1,4 +1,4 @@
-package testsuite
+package providertest
 
 import (
 	"bufio"
@@ -106,7 +106,7 @@ func providerGoroutines() []string {
 	}
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "testsuite.(*Provider).") || strings.Contains(g, "testsuite.(*conn).") {
+		if strings.Contains(g, "providertest.(*Provider).") || strings.Contains(g, "providertest.(*conn).") {
 			out = append(out, g)
 		}
 	}
