@@ -26,10 +26,10 @@ const DefaultAnthropicMaxTokens = 1024
 
 // CallAnthropic makes one attempt against Anthropic's Messages API: one
 // POST to {BaseURL}/messages with rt.RoundTrip, never retried, the key in
-// x-api-key and "anthropic-version: 2023-06-01". It has CallOpenAI's
-// contract in every respect (the commit boundary, timers, partial
-// streams, what is an error and what is a Result, no content in errors);
-// only the wire format differs.
+// x-api-key and "anthropic-version: 2023-06-01". Its contract (the commit
+// boundary, timers, partial streams, what is an error and what is a
+// Result, no content in errors) is the exchange's, as for CallOpenAI
+// (call in exchange.go); only the wire format differs.
 //
 // The OpenAI-shaped Request is translated before anything is sent:
 // system and developer messages become the top-level system prompt (in

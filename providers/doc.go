@@ -63,58 +63,11 @@
 //
 // # Route configuration
 //
-// LoadConfig reads a YAML file like this one:
-//
-//	reconciler: usage-ledger          # optional: which reconciler the worker uses
-//	routes:
-//	  - name: openai-primary          # required, unique; workflows use it
-//	    kind: openai                  # required: "openai" or "anthropic"
-//	    base_url: https://api.openai.com/v1   # required, http or https
-//	    model: gpt-4o-mini            # required
-//	    api_key_env: OPENAI_API_KEY   # the variable holding the key, or:
-//	    # api_key_file: /run/secrets/openai   # a file holding it (relative
-//	    #                                      # paths: to this file's directory)
-//	    capabilities:
-//	      tools: true
-//	      structured_output: true
-//	      streaming: true
-//	      vision: true
-//	      context_tokens: 128000      # 0 or absent: unknown/unbounded
-//	      data_tags: [no-retention]
-//	    attempt_timeout: 60s          # Go durations; these are the defaults
-//	    first_byte_timeout: 20s
-//	    idle_timeout: 30s
-//	    honours_idempotency_key: false
-//	    idempotency_window: 24h       # required (positive) when the above is true
-//	    intermediary: false           # true when base_url is a proxy/gateway
-//	    insecure_skip_verify: false   # never in production; the caller warns
-//	  - name: anthropic-fallback
-//	    kind: anthropic               # CallAnthropic: x-api-key, anthropic-version
-//	    base_url: https://api.anthropic.com/v1
-//	    model: claude-sonnet-4-5
-//	    api_key_env: ANTHROPIC_API_KEY
-//	    capabilities:                 # structured_output must stay false here
-//	      tools: true
-//	      streaming: true
-//	      vision: true
-//	      context_tokens: 200000
-//	  - name: local
-//	    kind: openai
-//	    base_url: http://127.0.0.1:8000/v1    # loopback: a key source is optional
-//	    model: llama3                 # (http:// is h2c: the engine speaks HTTP/2 only)
-//
-// Unknown keys are errors, so a misspelt timeout cannot pass silently.
-// Four environment variables override a route, NAME being the route's
-// name upper-cased with every character other than A-Z and 0-9 replaced
-// by "_" (see EnvPrefix): DURALLM_ROUTE_<NAME>_BASE_URL,
-// DURALLM_ROUTE_<NAME>_MODEL, DURALLM_ROUTE_<NAME>_API_KEY_ENV (which
-// replaces the key source, clearing api_key_file) and
-// DURALLM_ROUTE_<NAME>_INTERMEDIARY (true or false). For the route
-// "openai-primary" the first is DURALLM_ROUTE_OPENAI_PRIMARY_BASE_URL.
-//
-// Config.Validate reports every problem at once, each naming the route and
-// the field. docs/providers.md has the operator's view: every key with its
-// default, fallback across vendors, error mapping and the streaming
-// contract. Keys are read when a request is made (Route.APIKey), so a
-// rotated key needs no restart, and no key ever enters a Config.
+// LoadConfig reads a routes YAML file. Its one reference, every key with
+// its default, the environment overrides and the capabilities fallback
+// uses, is docs/providers.md ("A routes file" and "Every key"). Unknown
+// keys are errors, so a misspelt timeout cannot pass silently;
+// Config.Validate reports every problem at once, each naming the route
+// and the field. Keys are read when a request is made (Route.APIKey), so
+// a rotated key needs no restart, and no key ever enters a Config.
 package providers

@@ -175,7 +175,46 @@ func acceptFor(r Request) string {
 	return "application/json"
 }
 
-// call makes one attempt in dialect d; see CallOpenAI for the contract.
+// call makes one attempt in dialect d. It is every adapter's contract
+// (CallOpenAI, CallAnthropic):
+//
+// ctx should carry the attempt (recovery.WithAttempt), created with
+// Spec.ManualCommit: the exchange commits it exactly when the first content
+// (text, refusal or tool-call delta) is handed on, never on keep-alives or
+// role-only chunks; for a non-streaming 2xx, once the body is read, parsed
+// and found usable. ManualCommit is required for a stream and advisable
+// for a non-streaming request too: without it the engine commits on the
+// first body byte, so a JSON body cut halfway classifies as
+// committed_partial (with nothing usable) rather than ambiguous.
+//
+// How it ends:
+//   - The provider answered (any status, body read): Result with the
+//     Response and the Signal, nil error. HTTP error statuses are not
+//     errors: the caller classifies from the evidence plus the Signal.
+//   - A 2xx body that is not JSON, or passes MaxResponseBytes: Result with
+//     SignalEmptyResponse and an error (ErrMalformedResponse,
+//     ErrResponseTooLarge).
+//   - A 2xx body cut before content and then ended cleanly: a JSON body
+//     that stops mid-value, or a stream that ends inside an event whose
+//     data is not complete: Result with SignalStreamIncomplete
+//     (ambiguous: the provider ran the request) and an error wrapping
+//     ErrTruncatedBody. A stream that ends cleanly on an event boundary
+//     with no content and no end marker gets the same signal and no
+//     error. A final event that is complete without its blank line
+//     ("data: [DONE]" at the end of the body) is read as usual.
+//   - A stream that fails before its first content (timer, reset,
+//     over-long line): an error wrapping the cause (ErrFirstByteTimeout,
+//     ErrIdleTimeout, ErrLineTooLong, the transport's error, ...), and the
+//     Signal when the body said something (an error event, or
+//     SignalEmptyResponse for a malformed stream).
+//   - A stream that fails after its first content: Result with
+//     Response.Partial, Response.Incomplete naming why (a cut inside an
+//     event is IncompleteTruncated), the text so far, and nil error;
+//     Sink.Incomplete is called. If the caller's context
+//     was canceled, the error wrapping context.Canceled is returned too.
+//   - The send failed: the transport's error, wrapped.
+//
+// Errors never contain the prompt, the output, headers or the key.
 func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result, error) {
 	route := c.Route.WithDefaults()
 	fail := func(err error) (Result, error) {
