@@ -222,7 +222,7 @@ func (r *resolved) buildServerOptions(conf *config.Config, p ports) ([]temporal.
 		temporal.WithLogger(logger),
 		temporal.WithAuthorizer(authorizer),
 		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
-		temporal.WithDynamicConfigClient(devDynamicConfig()),
+		temporal.WithDynamicConfigClient(r.dynamicConfig()),
 	}, nil
 }
 
@@ -242,6 +242,19 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		dynamicconfig.FrontendEnableUpdateWorkflowExecution.Key():              true,
 		dynamicconfig.FrontendEnableUpdateWorkflowExecutionAsyncAccepted.Key(): true,
 	}
+}
+
+// dynamicConfig is devDynamicConfig with Options.DynamicConfig applied.
+func (r *resolved) dynamicConfig() dynamicconfig.StaticClient {
+	dc := devDynamicConfig()
+	for k, v := range r.DynamicConfig {
+		if v == nil {
+			delete(dc, dynamicconfig.MakeKey(k))
+			continue
+		}
+		dc[dynamicconfig.MakeKey(k)] = v
+	}
+	return dc
 }
 
 // buildUIServer configures the Web UI to proxy to the frontend.
