@@ -236,6 +236,20 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		// The server's 128k-entry mutable state cache is sized for
 		// production hosts; 8k (the CLI's value) keeps memory modest.
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key(): 8096,
+		// Every workflow task (and every activity not dispatched eagerly)
+		// reaches matching through the history shard's transfer queue,
+		// whose reader takes a token from a per-shard limiter before each
+		// read (service/history/queues: ReaderImpl.loadAndSubmitTasks,
+		// newShardReaderRateLimiter). The server's default of 20 reads/s
+		// with a burst of 20 is sized for clusters of hundreds of shards;
+		// with our one shard, one caller drains the burst in about eight
+		// actions and from then on each workflow task waits for the next
+		// 50 ms token: 100 ms per one-activity action instead of ~15.
+		// 1000 bounds the wait at 1 ms, and each read still fetches up to
+		// history.transferTaskBatchSize (100) tasks, so SQLite is not
+		// polled any harder than there are tasks to move.
+		// BenchmarkSequentialLatency, docs/performance.md.
+		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 1000,
 		// The UI polls visibility for every open page; the default of 10
 		// RPS per namespace throttles even a single user with two tabs.
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key():       100,
