@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,13 +52,23 @@ const latencyWarmup = 10
 //
 //   - wft-wait-p50-ms: the run's workflow tasks' scheduled-to-started
 //     gaps added up (time a task sat between history and a poller);
+//   - wft-run-p50-ms: their started-to-completed times added up (the
+//     worker running the workflow code and the server taking its answer);
 //   - work-p50-ms: its activity's started-to-completed time, the work
 //     itself (for LLMAction, the CallModel attempt), the floor;
-//   - server-p50-ms: started event to completed event.
+//   - server-p50-ms: started event to completed event;
+//   - start-lead-p50-ms: the call to start until the started event;
+//   - result-lag-p50-ms: the completed event until the result is back;
+//   - cpu-ms/op: the process's user+system CPU per run (server, worker
+//     and caller all live in it).
 //
 // "embedded" is the embedded server as shipped; "server-default" puts back
 // the server's default for history.transferProcessorMaxPollRPS (20, see
-// devDynamicConfig) and nothing else.
+// devDynamicConfig) and nothing else. The other rows test what that limit
+// predicts: every transfer task on the critical path costs one 50 ms
+// token, so eager workflow start (the first workflow task skips the
+// transfer queue) should save one quantum and eager activities off (the
+// activity takes the queue too) should add one.
 //
 //	go test -run '^$' -bench BenchmarkSequentialLatency -benchtime 200x ./internal/devserver/
 func BenchmarkSequentialLatency(b *testing.B) {
@@ -152,6 +163,8 @@ func BenchmarkSequentialLatency(b *testing.B) {
 					}
 					lat := make([]time.Duration, 0, b.N)
 					ids := make([]string, 0, b.N)
+					starts, ends := make([]time.Time, 0, b.N), make([]time.Time, 0, b.N)
+					cpu0 := processCPU(b)
 					b.ResetTimer()
 					for range b.N {
 						id := next()
@@ -159,38 +172,59 @@ func BenchmarkSequentialLatency(b *testing.B) {
 						if err := k.run(ctx, id); err != nil {
 							b.Fatal(err)
 						}
-						lat = append(lat, time.Since(t0))
+						t1 := time.Now()
+						lat = append(lat, t1.Sub(t0))
 						ids = append(ids, id)
+						starts, ends = append(starts, t0), append(ends, t1)
 					}
 					b.StopTimer()
-					var wait, work, server []time.Duration
-					for _, id := range ids {
+					cpu := processCPU(b) - cpu0
+					var wait, run, work, server, lead, lag []time.Duration
+					for i, id := range ids {
 						h, err := historyTimes(ctx, tcl, id)
 						if err != nil {
 							b.Fatal(err)
 						}
-						wait, work, server = append(wait, h.wftWait), append(work, h.work), append(server, h.server)
+						wait, run = append(wait, h.wftWait), append(run, h.wftRun)
+						work, server = append(work, h.work), append(server, h.completed.Sub(h.started))
+						lead, lag = append(lead, h.started.Sub(starts[i])), append(lag, ends[i].Sub(h.completed))
 					}
 					reportPercentiles(b, "", lat)
 					b.ReportMetric(ms(percentile(wait, 50)), "wft-wait-p50-ms")
+					b.ReportMetric(ms(percentile(run, 50)), "wft-run-p50-ms")
 					b.ReportMetric(ms(percentile(work, 50)), "work-p50-ms")
 					b.ReportMetric(ms(percentile(server, 50)), "server-p50-ms")
+					b.ReportMetric(ms(percentile(lead, 50)), "start-lead-p50-ms")
+					b.ReportMetric(ms(percentile(lag, 50)), "result-lag-p50-ms")
+					b.ReportMetric(ms(cpu/time.Duration(b.N)), "cpu-ms/op")
 				})
 			}
 		})
 	}
 }
 
+// processCPU is the user+system CPU this process (server, worker and
+// caller alike) has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // runTimes are durations read from one run's history.
 type runTimes struct {
 	wftWait time.Duration // workflow tasks' scheduled-to-started gaps, summed
+	wftRun  time.Duration // workflow tasks' started-to-completed, summed
 	work    time.Duration // activity started to completed
-	server  time.Duration // execution started to completed
+	// started and completed are the execution's first and last events.
+	started, completed time.Time
 }
 
 func historyTimes(ctx context.Context, c client.Client, id string) (runTimes, error) {
 	var t runTimes
-	var wftScheduled, actStarted, execStarted time.Time
+	var wftScheduled, wftStarted, actStarted time.Time
 	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		e, err := it.Next()
@@ -200,17 +234,20 @@ func historyTimes(ctx context.Context, c client.Client, id string) (runTimes, er
 		at := e.GetEventTime().AsTime()
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-			execStarted = at
+			t.started = at
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
 			wftScheduled = at
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			wftStarted = at
 			t.wftWait += at.Sub(wftScheduled)
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			t.wftRun += at.Sub(wftStarted)
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 			actStarted = at
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
 			t.work += at.Sub(actStarted)
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-			t.server = at.Sub(execStarted)
+			t.completed = at
 		}
 	}
 	return t, nil
