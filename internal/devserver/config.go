@@ -244,11 +244,11 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		// with a burst of 20 is sized for clusters of hundreds of shards;
 		// with our one shard, one caller drains the burst in about eight
 		// actions and from then on each workflow task waits for the next
-		// 50 ms token: 100 ms per one-activity action instead of ~15.
-		// 1000 bounds the wait at 1 ms, and each read still fetches up to
-		// history.transferTaskBatchSize (100) tasks, so SQLite is not
-		// polled any harder than there are tasks to move.
-		// BenchmarkSequentialLatency, docs/performance.md.
+		// 50 ms token: a steady 100 ms per one-activity action, two or
+		// three times what the first eight took (issue 15). 1000 bounds
+		// the wait at 1 ms; the reader still reads only when new tasks
+		// were notified, up to history.transferTaskBatchSize (100) at a
+		// time. BenchmarkSequentialLatency, docs/performance.md.
 		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 1000,
 		// The UI polls visibility for every open page; the default of 10
 		// RPS per namespace throttles even a single user with two tabs.
