@@ -222,7 +222,7 @@ func (r *resolved) buildServerOptions(conf *config.Config, p ports) ([]temporal.
 		temporal.WithLogger(logger),
 		temporal.WithAuthorizer(authorizer),
 		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
-		temporal.WithDynamicConfigClient(devDynamicConfig()),
+		temporal.WithDynamicConfigClient(r.dynamicConfig()),
 	}, nil
 }
 
@@ -236,12 +236,39 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		// The server's 128k-entry mutable state cache is sized for
 		// production hosts; 8k (the CLI's value) keeps memory modest.
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key(): 8096,
+		// Every workflow task (and every activity not dispatched eagerly)
+		// reaches matching through the history shard's transfer queue,
+		// whose reader takes a token from a per-shard limiter before each
+		// read (service/history/queues: ReaderImpl.loadAndSubmitTasks,
+		// newShardReaderRateLimiter). The server's default of 20 reads/s
+		// with a burst of 20 is sized for clusters of hundreds of shards;
+		// with our one shard, one caller drains the burst in about eight
+		// actions and from then on each workflow task waits for the next
+		// 50 ms token: a steady 100 ms per one-activity action, two or
+		// three times what the first eight took (issue 15). 1000 bounds
+		// the wait at 1 ms; the reader still reads only when new tasks
+		// were notified, up to history.transferTaskBatchSize (100) at a
+		// time. BenchmarkSequentialLatency, docs/performance.md.
+		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 1000,
 		// The UI polls visibility for every open page; the default of 10
 		// RPS per namespace throttles even a single user with two tabs.
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key():       100,
 		dynamicconfig.FrontendEnableUpdateWorkflowExecution.Key():              true,
 		dynamicconfig.FrontendEnableUpdateWorkflowExecutionAsyncAccepted.Key(): true,
 	}
+}
+
+// dynamicConfig is devDynamicConfig with Options.DynamicConfig applied.
+func (r *resolved) dynamicConfig() dynamicconfig.StaticClient {
+	dc := devDynamicConfig()
+	for k, v := range r.DynamicConfig {
+		if v == nil {
+			delete(dc, dynamicconfig.MakeKey(k))
+			continue
+		}
+		dc[dynamicconfig.MakeKey(k)] = v
+	}
+	return dc
 }
 
 // buildUIServer configures the Web UI to proxy to the frontend.

@@ -99,6 +99,15 @@ type Options struct {
 	// benchmarks that compare settings.
 	SQLitePragmas map[string]string
 
+	// DynamicConfig overrides the server's dynamic config on top of the
+	// dev defaults (see devDynamicConfig), by key (for example
+	// "history.transferProcessorMaxPollRPS"); a nil value removes a dev
+	// default so the server's own default applies. Values take the types
+	// the server's settings expect (int, float64, bool, string,
+	// time.Duration). For benchmarks that compare settings and for
+	// experiments. Default none.
+	DynamicConfig map[string]any
+
 	// Namespace is created if it does not exist yet (idempotent across
 	// restarts). Default DefaultNamespace ("default").
 	Namespace string

@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"go.temporal.io/server/common/dynamicconfig"
 	temporalserver "go.temporal.io/server/temporal"
 )
 
@@ -398,4 +399,25 @@ func TestInternalPortRaceIsAnError(t *testing.T) {
 		return err
 	})
 	require.ErrorContains(t, err, "address already in use")
+}
+
+// TestDynamicConfigOverrides: Options.DynamicConfig sets keys on top of
+// the dev defaults (case-insensitively, as the server reads them), and a
+// nil value removes a dev default.
+func TestDynamicConfigOverrides(t *testing.T) {
+	def := devDynamicConfig()
+	cacheKey := dynamicconfig.HistoryCacheHostLevelMaxSize.Key()
+	require.Contains(t, def, cacheKey)
+	require.Equal(t, 1000, def[dynamicconfig.TransferProcessorMaxPollRPS.Key()], "issue 15: the server's 20/s makes every action wait")
+
+	r, err := Options{DataDir: t.TempDir(), DynamicConfig: map[string]any{
+		"History.HostLevelCacheMaxSize": nil,
+		"frontend.namespaceRPS":         5,
+	}}.resolve()
+	require.NoError(t, err)
+	dc := r.dynamicConfig()
+	require.NotContains(t, dc, cacheKey, "nil removes a dev default")
+	require.Equal(t, 5, dc[dynamicconfig.FrontendMaxNamespaceRPSPerInstance.Key()])
+	require.Len(t, dc, len(def))
+	require.Contains(t, devDynamicConfig(), cacheKey, "the defaults are not mutated")
 }

@@ -1,0 +1,269 @@
+package devserver_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/worker"
+	"github.com/durallm/durallm/workflows"
+)
+
+// oneActivityWorkflow is the smallest workflow with one activity.
+func oneActivityWorkflow(ctx workflow.Context, in string) (string, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var out string
+	err := workflow.ExecuteActivity(ctx, echoActivity, in).Get(ctx, &out)
+	return out, err
+}
+
+func echoActivity(_ context.Context, in string) (string, error) { return in, nil }
+
+// latencyWarmup runs are left out of every measurement: the first few
+// actions after a start ride on full token buckets and warm caches, and
+// the question is the steady state.
+const latencyWarmup = 10
+
+// BenchmarkSequentialLatency is one caller starting an action and waiting
+// for its result, then the next (concurrency 1), against the file-backed
+// embedded server with 'durallm dev's worker wiring (8 pollers each, eager
+// activities on, no eager start: the caller is another process). It runs
+// the smallest one-activity workflow and a happy LLMAction against the
+// testsuite provider, and reports start-to-result p50/p90/p99 after
+// latencyWarmup unmeasured runs, plus, read from each run's history:
+//
+//   - wft-wait-p50-ms: the run's workflow tasks' scheduled-to-started
+//     gaps added up (time a task sat between history and a poller);
+//   - wft-run-p50-ms: their started-to-completed times added up (the
+//     worker running the workflow code and the server taking its answer);
+//   - work-p50-ms: its activity's started-to-completed time, the work
+//     itself (for LLMAction, the CallModel attempt), the floor;
+//   - server-p50-ms: started event to completed event;
+//   - start-lead-p50-ms: the call to start until the started event;
+//   - result-lag-p50-ms: the completed event until the result is back;
+//   - cpu-ms/op: the process's user+system CPU per run (server, worker
+//     and caller all live in it).
+//
+// "embedded" is the embedded server as shipped; "server-default" puts back
+// the server's default for history.transferProcessorMaxPollRPS (20, see
+// devDynamicConfig) and nothing else. The other rows test what that limit
+// predicts: every transfer task on the critical path costs one 50 ms
+// token, so eager workflow start (the first workflow task skips the
+// transfer queue) should save one quantum and eager activities off (the
+// activity takes the queue too) should add one.
+//
+//	go test -run '^$' -bench BenchmarkSequentialLatency -benchtime 200x ./internal/devserver/
+func BenchmarkSequentialLatency(b *testing.B) {
+	serverDefault := map[string]any{"history.transferProcessorMaxPollRPS": nil}
+	for _, v := range []struct {
+		name       string
+		dc         map[string]any
+		eagerStart bool // the first workflow task comes back with the start
+		noEagerAct bool // the activity goes through a transfer task too
+	}{
+		{name: "embedded"},
+		{name: "server-default", dc: serverDefault},
+		{name: "server-default+eager-start", dc: serverDefault, eagerStart: true},
+		{name: "server-default-no-eager-activities", dc: serverDefault, noEagerAct: true},
+		{name: "embedded+eager-start", eagerStart: true},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			srv, err := devserver.Start(context.Background(), devserver.Options{
+				DataDir: b.TempDir(), FrontendPort: devserver.FreePort, DisableUI: true,
+				SearchAttributes: workflows.SearchAttributes, DynamicConfig: v.dc,
+				Logger: slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Stop()
+			p, err := testsuite.NewProvider()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			tcl, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tcl.Close()
+			w, err := worker.New(tcl, worker.Options{
+				TaskQueue: "lat", TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
+				WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct,
+				Config: providers.Config{Routes: []providers.Route{{Name: "r", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer w.Stop()
+			bw := sdkworker.New(tcl, "lat-base", sdkworker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8, DisableEagerActivities: v.noEagerAct})
+			bw.RegisterWorkflow(oneActivityWorkflow)
+			bw.RegisterActivity(echoActivity)
+			if err := bw.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer bw.Stop()
+			c := durallm.NewClient(tcl, "lat")
+			if v.eagerStart {
+				c.WithEagerStart()
+			}
+
+			var seq int
+			for _, k := range []struct {
+				name string
+				run  func(ctx context.Context, id string) error
+			}{
+				{"one-activity", func(ctx context.Context, id string) error {
+					run, err := tcl.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "lat-base", EnableEagerStart: v.eagerStart}, oneActivityWorkflow, "x")
+					if err != nil {
+						return err
+					}
+					return run.Get(ctx, nil)
+				}},
+				{"llmaction", func(ctx context.Context, id string) error {
+					a, err := c.Start(ctx, id, workflows.ActionInput{
+						Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}},
+						Routes:  []string{"r"},
+					})
+					if err != nil {
+						return err
+					}
+					_, err = a.Result(ctx)
+					return err
+				}},
+			} {
+				b.Run(k.name, func(b *testing.B) {
+					ctx := context.Background()
+					next := func() string { seq++; return fmt.Sprintf("%s-%d", k.name, seq) }
+					for range latencyWarmup {
+						if err := k.run(ctx, next()); err != nil {
+							b.Fatal(err)
+						}
+					}
+					lat := make([]time.Duration, 0, b.N)
+					ids := make([]string, 0, b.N)
+					starts, ends := make([]time.Time, 0, b.N), make([]time.Time, 0, b.N)
+					cpu0 := processCPU(b)
+					b.ResetTimer()
+					for range b.N {
+						id := next()
+						t0 := time.Now()
+						if err := k.run(ctx, id); err != nil {
+							b.Fatal(err)
+						}
+						t1 := time.Now()
+						lat = append(lat, t1.Sub(t0))
+						ids = append(ids, id)
+						starts, ends = append(starts, t0), append(ends, t1)
+					}
+					b.StopTimer()
+					cpu := processCPU(b) - cpu0
+					var wait, run, work, server, lead, lag []time.Duration
+					for i, id := range ids {
+						h, err := historyTimes(ctx, tcl, id)
+						if err != nil {
+							b.Fatal(err)
+						}
+						wait, run = append(wait, h.wftWait), append(run, h.wftRun)
+						work, server = append(work, h.work), append(server, h.completed.Sub(h.started))
+						lead, lag = append(lead, h.started.Sub(starts[i])), append(lag, ends[i].Sub(h.completed))
+					}
+					reportPercentiles(b, "", lat)
+					b.ReportMetric(ms(percentile(wait, 50)), "wft-wait-p50-ms")
+					b.ReportMetric(ms(percentile(run, 50)), "wft-run-p50-ms")
+					b.ReportMetric(ms(percentile(work, 50)), "work-p50-ms")
+					b.ReportMetric(ms(percentile(server, 50)), "server-p50-ms")
+					b.ReportMetric(ms(percentile(lead, 50)), "start-lead-p50-ms")
+					b.ReportMetric(ms(percentile(lag, 50)), "result-lag-p50-ms")
+					b.ReportMetric(ms(cpu/time.Duration(b.N)), "cpu-ms/op")
+				})
+			}
+		})
+	}
+}
+
+// processCPU is the user+system CPU this process (server, worker and
+// caller alike) has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runTimes are durations read from one run's history.
+type runTimes struct {
+	wftWait time.Duration // workflow tasks' scheduled-to-started gaps, summed
+	wftRun  time.Duration // workflow tasks' started-to-completed, summed
+	work    time.Duration // activity started to completed
+	// started and completed are the execution's first and last events.
+	started, completed time.Time
+}
+
+func historyTimes(ctx context.Context, c client.Client, id string) (runTimes, error) {
+	var t runTimes
+	var wftScheduled, wftStarted, actStarted time.Time
+	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return t, err
+		}
+		at := e.GetEventTime().AsTime()
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			t.started = at
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+			wftScheduled = at
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			wftStarted = at
+			t.wftWait += at.Sub(wftScheduled)
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			t.wftRun += at.Sub(wftStarted)
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			actStarted = at
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+			t.work += at.Sub(actStarted)
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+			t.completed = at
+		}
+	}
+	return t, nil
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// reportPercentiles reports p50, p90 and p99 of lat in milliseconds.
+func reportPercentiles(b *testing.B, prefix string, lat []time.Duration) {
+	for _, p := range []int{50, 90, 99} {
+		b.ReportMetric(ms(percentile(lat, p)), fmt.Sprintf("%sp%d-ms", prefix, p))
+	}
+}
