@@ -19,7 +19,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/testsuite"
+	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
@@ -95,7 +95,7 @@ func BenchmarkSequentialLatency(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer srv.Stop()
-			p, err := testsuite.NewProvider()
+			p, err := providertest.NewProvider()
 			if err != nil {
 				b.Fatal(err)
 			}
