@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
@@ -58,7 +59,7 @@ type benchStack struct {
 
 func newBenchStack(b *testing.B, baseline func(sdkworker.Registry)) *benchStack {
 	b.Helper()
-	ts := temporaltest.NewServer()
+	ts := temporaltest.NewServer(temporaltest.WithBaseServerOptions(devserver.TemporaltestOption()))
 	b.Cleanup(ts.Stop)
 	tc := ts.GetDefaultClient()
 	p, err := providertest.NewProvider()
@@ -383,7 +384,7 @@ func BenchmarkHistoryCost(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkWorkerMemory -benchtime 1x .
 func BenchmarkWorkerMemory(b *testing.B) {
 	for range b.N {
-		ts := temporaltest.NewServer()
+		ts := temporaltest.NewServer(temporaltest.WithBaseServerOptions(devserver.TemporaltestOption()))
 		tc := ts.GetDefaultClient()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		if _, err := tc.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{

@@ -32,6 +32,7 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
@@ -59,7 +60,7 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	ts := temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(devserver.TemporaltestOption()))
 	tc := ts.GetDefaultClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -226,6 +226,24 @@ func (r *resolved) buildServerOptions(conf *config.Config, p ports) ([]temporal.
 	}, nil
 }
 
+// transferReadsPerSecond is the history shard's transfer-queue read rate
+// every server the project starts uses; see devDynamicConfig.
+const transferReadsPerSecond = 1000
+
+// TemporaltestOption is the server option a
+// go.temporal.io/server/temporaltest server needs for the same latency as
+// the embedded default (pass it with temporaltest.WithBaseServerOptions):
+// temporaltest's own dynamic config (it refreshes the search-attribute
+// cache on read), plus the transfer-queue read rate of devDynamicConfig,
+// without which each workflow task waits up to 50 ms once a burst of 20
+// is spent.
+func TemporaltestOption() temporal.ServerOption {
+	return temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
+		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: transferReadsPerSecond}},
+	})
+}
+
 // devDynamicConfig holds the dynamic config overrides for a dev server on a
 // small machine. Updates (frontend.enableUpdateWorkflowExecution) and
 // SQL-visibility search attribute queries are on by default in server
@@ -249,7 +267,7 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		// the wait at 1 ms; the reader still reads only when new tasks
 		// were notified, up to history.transferTaskBatchSize (100) at a
 		// time. BenchmarkSequentialLatency, docs/performance.md.
-		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 1000,
+		dynamicconfig.TransferProcessorMaxPollRPS.Key(): transferReadsPerSecond,
 		// The UI polls visibility for every open page; the default of 10
 		// RPS per namespace throttles even a single user with two tabs.
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key():       100,
