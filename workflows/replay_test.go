@@ -12,7 +12,7 @@ import (
 
 // TestReplayRecordedHistories replays histories recorded from real runs on
 // the embedded Temporal server (regenerate them with
-// `go test -run TestE2E -update-histories .` from the repository root). A
+// `go test -run TestE2E -update-histories ./internal/e2e` from the repository root). A
 // change that makes LLMAction non-deterministic against them fails here.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))

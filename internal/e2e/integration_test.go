@@ -1,4 +1,4 @@
-package durallm_test
+package e2e_test
 
 import (
 	"bytes"
@@ -172,7 +172,7 @@ func (s *stack) saveHistory(id, name string) {
 		events = append(events, b)
 	}
 	b, _ := json.MarshalIndent(map[string]any{"events": events}, "", " ")
-	path := filepath.Join("workflows", "testdata", name+".json")
+	path := filepath.Join("..", "..", "workflows", "testdata", name+".json")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		s.t.Fatal(err)
 	}
