@@ -110,8 +110,9 @@ type Action struct {
 // Start validates the input and starts an action with the given id (the
 // action ref; it is also the default idempotency key). An invalid input
 // returns ErrInvalidInput (errors.Is) naming every bad field, and starts
-// nothing. Starting an id that is already running
-// returns an error wrapping serviceerror.WorkflowExecutionAlreadyStarted.
+// nothing. Starting an id that is already taken, by a running action or
+// an ended one, returns an error wrapping
+// serviceerror.WorkflowExecutionAlreadyStarted and starts nothing.
 func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput) (*Action, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty action id", ErrInvalidInput)
@@ -126,7 +127,11 @@ func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput)
 		TaskQueue:                c.taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		EnableEagerStart:         c.eager,
+		// Without it the SDK hands back the existing run for an id that is
+		// taken, and the caller would read the old action's result as if a
+		// new action had run.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		EnableEagerStart:                         c.eager,
 	}, workflows.WorkflowName, in)
 	if err != nil {
 		return nil, fmt.Errorf("durallm: start action %s: %w", id, err)

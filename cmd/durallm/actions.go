@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 
@@ -163,7 +164,13 @@ func runStart(args []string, stdout, stderr io.Writer, wait bool) int {
 	act, err := c.Start(ctx, *id, in)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm %s: %v\n", name, err)
-		if errors.Is(err, durallm.ErrInvalidInput) {
+		var taken *serviceerror.WorkflowExecutionAlreadyStarted
+		switch {
+		case errors.Is(err, durallm.ErrInvalidInput):
+			return exitUsage
+		case errors.As(err, &taken):
+			// An id names one action, once: nothing was started.
+			fmt.Fprintf(stderr, "action id %q is taken; see it with: durallm status --id %s\n", *id, *id)
 			return exitUsage
 		}
 		return exitError

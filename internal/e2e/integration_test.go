@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	sdklog "go.temporal.io/sdk/log"
@@ -751,5 +752,34 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal(fmt.Sprintf("condition not met in %s", 30*time.Second))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Starting an action id that already exists returned a handle on the old
+// action, and its old result, as if a new one had run: the Go SDK returns
+// the existing run unless WorkflowExecutionErrorWhenAlreadyStarted is set.
+// Start promises an error wrapping serviceerror.WorkflowExecutionAlreadyStarted,
+// whether the first action is still running or has ended.
+func TestE2EStartingAnExistingActionIDIsAnError(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	if _, err := s.run("same-id", actionInput(false)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.c.Start(context.Background(), "same-id", actionInput(false))
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if !errors.As(err, &started) {
+		t.Fatalf("starting an ended action's id again: %v, want WorkflowExecutionAlreadyStarted", err)
+	}
+	s.p.Push(providertest.Hold())
+	if _, err := s.c.Start(context.Background(), "running-id", actionInput(false)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return s.p.ExecutedCount("running-id") == 1 })
+	if _, err := s.c.Start(context.Background(), "running-id", actionInput(false)); !errors.As(err, &started) {
+		t.Fatalf("starting a running action's id again: %v, want WorkflowExecutionAlreadyStarted", err)
+	}
+	if n := len(s.p.Received()); n != 2 {
+		t.Fatalf("provider received %d requests", n)
 	}
 }

@@ -1,0 +1,182 @@
+package devserver_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/worker"
+	"github.com/durallm/durallm/workflows"
+)
+
+// firstDelta is a providers.Sink that notes when the first text arrives.
+type firstDelta struct{ at chan time.Time }
+
+func (f *firstDelta) Delta(string) {
+	select {
+	case f.at <- time.Now():
+	default:
+	}
+}
+func (f *firstDelta) Incomplete(string) {}
+
+// BenchmarkTimeToFirstToken is what a chat user feels: from the call to
+// the first generated text of a streamed answer, at concurrency 1, in the
+// same run for three paths to the same provider (the providertest
+// provider over loopback TLS, streaming its answer at once):
+//
+//   - direct: the request sent straight to the provider through the
+//     recovery engine (providers.CallOpenAI), the baseline;
+//   - durable-sink: a streamed LLMAction started through durallm.Client,
+//     the text read from the worker's in-process hub (Streams.Subscribe);
+//   - durable-sse: the same, the text read as server-sent events from the
+//     worker's stream endpoint, as a caller in another process would;
+//   - durable-sink+eager-start: durable-sink with eager workflow start,
+//     which a caller in the worker's process can use.
+//
+// Each reports ttft-p50/p90/p99-ms after latencyWarmup unmeasured runs;
+// the durable rows' overhead is theirs minus direct's, in the same run.
+//
+//	go test -run '^$' -bench BenchmarkTimeToFirstToken -benchtime 200x ./internal/devserver/
+func BenchmarkTimeToFirstToken(b *testing.B) {
+	srv, err := devserver.Start(context.Background(), devserver.Options{
+		DataDir: b.TempDir(), FrontendPort: devserver.FreePort, DisableUI: true,
+		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	p, err := providertest.NewProvider()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	tcl, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tcl.Close()
+	route := providers.Route{Name: "r", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}}
+	w, err := worker.New(tcl, worker.Options{
+		TaskQueue: "ttft", TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
+		WorkflowPollers: 8, ActivityPollers: 8, StreamAddr: "127.0.0.1:0",
+		Config: providers.Config{Routes: []providers.Route{route}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	c := durallm.NewClient(tcl, "ttft")
+	engine := recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler)})
+	defer engine.Close()
+	req := providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hello")}, Stream: true}
+	in := workflows.ActionInput{Request: req, Routes: []string{"r"}}
+	ctx := context.Background()
+
+	direct := func(int) (time.Duration, error) {
+		sink := &firstDelta{at: make(chan time.Time, 1)}
+		t0 := time.Now()
+		if _, err := providers.CallOpenAI(ctx, engine, providers.Call{Route: route, Request: req, Sink: sink}); err != nil {
+			return 0, err
+		}
+		return (<-sink.at).Sub(t0), nil
+	}
+	viaSink := func(c *durallm.Client) func(int) (time.Duration, error) {
+		return func(i int) (time.Duration, error) {
+			id := fmt.Sprintf("ttft-sink-%d", i)
+			events, stop := w.Streams().Subscribe(id, 64)
+			defer stop()
+			t0 := time.Now()
+			a, err := c.Start(ctx, id, in)
+			if err != nil {
+				return 0, err
+			}
+			for {
+				select {
+				case ev := <-events:
+					if ev.Delta != "" {
+						d := time.Since(t0)
+						_, err := a.Result(ctx)
+						return d, err
+					}
+				case <-time.After(10 * time.Second):
+					res, err := a.Result(ctx)
+					return 0, fmt.Errorf("%s: no delta within 10s (a bound, not a timing): %s %+v %v", id, res.State, res.Response, err)
+				}
+			}
+		}
+	}
+	viaSSE := func(i int) (time.Duration, error) {
+		id := fmt.Sprintf("ttft-sse-%d", i)
+		resp, err := http.Get("http://" + w.StreamAddr() + "/v1/streams/" + id)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		t0 := time.Now()
+		a, err := c.Start(ctx, id, in)
+		if err != nil {
+			return 0, err
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "event: delta") {
+				d := time.Since(t0)
+				_, err := a.Result(ctx)
+				return d, err
+			}
+		}
+		return 0, fmt.Errorf("%s: no delta event (%v)", id, sc.Err())
+	}
+	// Go runs each sub-benchmark more than once (b.N = 1 first); every
+	// action id must be new.
+	seq := 0
+	fresh := func() int { seq++; return seq }
+	for _, m := range []struct {
+		name string
+		run  func(int) (time.Duration, error)
+	}{
+		{"direct", direct},
+		{"durable-sink", viaSink(c)},
+		{"durable-sse", viaSSE},
+		// The caller shares the worker's process and Temporal client, so
+		// the first workflow task can come back with the start.
+		{"durable-sink+eager-start", viaSink(durallm.NewClient(tcl, "ttft").WithEagerStart())},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			for range latencyWarmup {
+				if _, err := m.run(fresh()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				d, err := m.run(fresh())
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, d)
+			}
+			b.StopTimer()
+			reportPercentiles(b, "ttft-", lat)
+		})
+	}
+}
