@@ -3,7 +3,6 @@ package devserver_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"syscall"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -19,7 +17,6 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
@@ -86,37 +83,10 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		{name: "embedded+eager-start", eagerStart: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			srv, err := devserver.Start(context.Background(), devserver.Options{
-				DataDir: b.TempDir(), FrontendPort: devserver.FreePort, DisableUI: true,
-				SearchAttributes: workflows.SearchAttributes, DynamicConfig: v.dc,
-				Logger: slog.New(slog.DiscardHandler),
+			st := newBenchStack(b, func(o *devserver.Options) { o.DynamicConfig = v.dc }, worker.Options{
+				TaskQueue: "lat", WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct,
 			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Stop()
-			p, err := providertest.NewProvider()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			tcl, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer tcl.Close()
-			w, err := worker.New(tcl, worker.Options{
-				TaskQueue: "lat", TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
-				WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct,
-				Config: providers.Config{Routes: []providers.Route{{Name: "r", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := w.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer w.Stop()
+			tcl := st.tc
 			bw := sdkworker.New(tcl, "lat-base", sdkworker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8, DisableEagerActivities: v.noEagerAct})
 			bw.RegisterWorkflow(oneActivityWorkflow)
 			bw.RegisterActivity(echoActivity)

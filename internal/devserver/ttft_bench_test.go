@@ -10,13 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
-
 	"github.com/durallm/durallm"
-	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -52,37 +47,8 @@ func (f *firstDelta) Incomplete(string) {}
 //
 //	go test -run '^$' -bench BenchmarkTimeToFirstToken -benchtime 200x ./internal/devserver/
 func BenchmarkTimeToFirstToken(b *testing.B) {
-	srv, err := devserver.Start(context.Background(), devserver.Options{
-		DataDir: b.TempDir(), FrontendPort: devserver.FreePort, DisableUI: true,
-		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Stop()
-	p, err := providertest.NewProvider()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	tcl, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tcl.Close()
-	route := providers.Route{Name: "r", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}}
-	w, err := worker.New(tcl, worker.Options{
-		TaskQueue: "ttft", TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
-		WorkflowPollers: 8, ActivityPollers: 8, StreamAddr: "127.0.0.1:0",
-		Config: providers.Config{Routes: []providers.Route{route}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
+	st := newBenchStack(b, nil, worker.Options{TaskQueue: "ttft", WorkflowPollers: 8, ActivityPollers: 8, StreamAddr: "127.0.0.1:0"})
+	p, tcl, w, route := st.p, st.tc, st.w, st.route
 	c := durallm.NewClient(tcl, "ttft")
 	engine := recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler)})
 	defer engine.Close()

@@ -3,20 +3,15 @@ package devserver_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
-
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
@@ -45,37 +40,10 @@ func BenchmarkEmbeddedServerTuning(b *testing.B) {
 		{name: "all", eager: true, pollers: 8},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			srv, err := devserver.Start(context.Background(), devserver.Options{
-				DataDir: b.TempDir(), FrontendPort: devserver.FreePort, DisableUI: true,
-				SearchAttributes: workflows.SearchAttributes, SQLitePragmas: tc.pragmas,
-				Logger: slog.New(slog.DiscardHandler),
+			st := newBenchStack(b, func(o *devserver.Options) { o.SQLitePragmas = tc.pragmas }, worker.Options{
+				TaskQueue: "tune", WorkflowPollers: tc.pollers, ActivityPollers: tc.pollers, DisableEagerActivities: tc.noEager,
 			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Stop()
-			p, err := providertest.NewProvider()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			tcl, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer tcl.Close()
-			w, err := worker.New(tcl, worker.Options{
-				TaskQueue: "tune", TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
-				WorkflowPollers: tc.pollers, ActivityPollers: tc.pollers, DisableEagerActivities: tc.noEager,
-				Config: providers.Config{Routes: []providers.Route{{Name: "r", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := w.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer w.Stop()
+			tcl := st.tc
 			c := durallm.NewClient(tcl, "tune")
 			if tc.eager {
 				c.WithEagerStart()
