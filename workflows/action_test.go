@@ -758,7 +758,7 @@ func TestAutomaticReplayIgnoresTheCommitBoundary(t *testing.T) {
 // its outcome as the cancellation's details and the workflow keeps it.
 // (The SDK's test environment drops the details of a cancellation the
 // workflow requested, so this checks outcomeOfError directly; the
-// end-to-end test TestE2ECanceledAttemptKeepsItsEvidence runs it through a
+// end-to-end test TestE2ECancelStopsTheAttempt runs it through a
 // real server.)
 func TestCanceledAttemptWireEvidenceReachesHistory(t *testing.T) {
 	in := activities.AttemptInput{ActionRef: "act", Attempt: 1, AttemptID: "run-1", Route: "a"}
