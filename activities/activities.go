@@ -17,6 +17,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"time"
 
@@ -41,7 +43,7 @@ type Activities struct {
 	InsecureEngine *recovery.Engine
 	// Routes are the configured routes by name. Keys never leave the
 	// worker: the workflow refers to routes by name only.
-	Routes map[string]providers.Route
+	Routes map[string]routes.Route
 	// Reconciler, when set, is asked for application evidence before an
 	// ambiguous action waits for a person or program. Nil means none.
 	Reconciler Reconciler
@@ -165,7 +167,7 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
 	stop := a.heartbeat(ctx, att)
-	var sink providers.Sink
+	var sink exchange.Sink
 	if a.Streams != nil {
 		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
 	}
@@ -173,7 +175,7 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
 		engine = a.InsecureEngine
 	}
-	res, err := providers.CallRoute(recovery.WithAttempt(ctx, att), engine, providers.Call{Route: route, Request: in.Request, Sink: sink})
+	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
 	ev, class := att.FinishWith(facts(ctx, res, err))
 	out := Outcome{Evidence: ev, Classification: class}
@@ -224,10 +226,10 @@ func (a *Activities) endOnWorkerStop(ctx context.Context) (context.Context, func
 
 // facts gathers what the activity knows of an attempt that the wire
 // cannot show.
-func facts(ctx context.Context, res providers.Result, err error) recovery.Facts {
+func facts(ctx context.Context, res exchange.Result, err error) recovery.Facts {
 	f := recovery.Facts{Signal: res.Signal, Stop: stopCause(ctx)}
 	switch {
-	case errors.Is(err, providers.ErrUnsupported), errors.Is(err, providers.ErrUnknownKind):
+	case errors.Is(err, exchange.ErrUnsupported), errors.Is(err, exchange.ErrUnknownKind):
 		f.Unsendable = recovery.UnsendableRoute
 	case errors.Is(err, providers.ErrInvalidRequest):
 		f.Unsendable = recovery.UnsendableInvalid
@@ -272,7 +274,7 @@ func stopCause(ctx context.Context) recovery.StopCause {
 // temporal.CanceledError) carrying the outcome as its details, so the
 // workflow's timeline keeps the connection, the stream and whether content
 // had been delivered.
-func (a *Activities) finish(ctx context.Context, in AttemptInput, route providers.Route, out Outcome, usage providers.Usage) (Outcome, error) {
+func (a *Activities) finish(ctx context.Context, in AttemptInput, route routes.Route, out Outcome, usage providers.Usage) (Outcome, error) {
 	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
 		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: out.Evidence, Class: out.Classification,
 		InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens,

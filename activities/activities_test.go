@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"strings"
 	"testing"
@@ -29,9 +30,9 @@ func newActs(t *testing.T) (*Activities, *providertest.Provider) {
 	}
 	e := recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { e.Close(); p.Close() })
-	return &Activities{Engine: e, Routes: map[string]providers.Route{
-		"openai":    {Name: "openai", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"},
-		"anthropic": {Name: "anthropic", Kind: providers.KindAnthropic, BaseURL: p.URL() + "/v1", Model: "claude"},
+	return &Activities{Engine: e, Routes: map[string]routes.Route{
+		"openai":    {Name: "openai", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"},
+		"anthropic": {Name: "anthropic", Kind: routes.KindAnthropic, BaseURL: p.URL() + "/v1", Model: "claude"},
 	}}, p
 }
 

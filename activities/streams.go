@@ -1,9 +1,8 @@
 package activities
 
 import (
+	"github.com/durallm/durallm/providers/exchange"
 	"sync"
-
-	"github.com/durallm/durallm/providers"
 )
 
 // StreamEvent is one event of an action's stream as a subscriber sees it.
@@ -18,7 +17,7 @@ type StreamEvent struct {
 }
 
 // Streams is the hub of the streams of the actions this worker runs: it
-// fans each attempt's deltas (received through a providers.Sink, one per
+// fans each attempt's deltas (received through a exchange.Sink, one per
 // attempt) out to in-process subscribers, by action.
 // It is for app code that runs its own worker. A subscriber that falls
 // more than its buffer behind loses deltas (counted in Dropped) rather
@@ -82,7 +81,7 @@ func (s *Streams) publish(ev StreamEvent) {
 }
 
 // forAttempt returns the provider-layer sink for one attempt.
-func (s *Streams) forAttempt(actionRef string, attempt int) providers.Sink {
+func (s *Streams) forAttempt(actionRef string, attempt int) exchange.Sink {
 	return attemptSink{s: s, ref: actionRef, n: attempt}
 }
 

@@ -40,18 +40,22 @@ type Request struct {
 // code may call it.
 func (r Request) Needs() Capabilities {
 	n := Capabilities{Tools: len(r.Tools) > 0, Streaming: r.Stream}
-	var rf struct {
+	// Only the "type" members matter; a member of another shape is no
+	// evidence of a need, and Validate, not this, judges the request.
+	var typed struct {
 		Type string `json:"type"`
 	}
-	if obj(r.ResponseFormat, &rf) && rf.Type == "json_schema" {
+	if json.Unmarshal(r.ResponseFormat, &typed) == nil && typed.Type == "json_schema" {
 		n.StructuredOutput = true
 	}
 	for _, m := range r.Messages {
-		for _, part := range arr(m.Content) {
-			var p struct {
-				Type string `json:"type"`
-			}
-			if obj(part, &p) && (p.Type == "image_url" || p.Type == "image" || p.Type == "input_image") {
+		var parts []json.RawMessage
+		if json.Unmarshal(m.Content, &parts) != nil {
+			continue // a string, or not parts: no image
+		}
+		for _, part := range parts {
+			typed.Type = ""
+			if json.Unmarshal(part, &typed) == nil && (typed.Type == "image_url" || typed.Type == "image" || typed.Type == "input_image") {
 				n.Vision = true
 			}
 		}

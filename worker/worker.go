@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,7 +20,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/activities"
-	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
@@ -33,7 +33,7 @@ type Options struct {
 	TaskQueue string
 	// Config holds the routes (and their keys' sources). Required, and
 	// validated in full at New.
-	Config providers.Config
+	Config routes.Config
 	// TLS, when set, replaces the system roots for provider connections
 	// (tests use the providertest provider's). Verification stays on unless a
 	// route sets insecure_skip_verify, which logs a warning.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"strings"
 	"sync"
@@ -31,7 +32,7 @@ import (
 // the real recovery.Classify, so each row is the workflow's view of the
 // contract's row.
 
-var testRoutes = map[string]providers.Route{
+var testRoutes = map[string]routes.Route{
 	"a":       {Name: "a", Kind: "openai", Model: "model-a", Capabilities: providers.Capabilities{Streaming: true}},
 	"b":       {Name: "b", Kind: "openai", Model: "model-b", Capabilities: providers.Capabilities{Tools: true, Streaming: true}},
 	"c":       {Name: "c", Kind: "openai", Model: "model-c", Capabilities: providers.Capabilities{Tools: true}},

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"net"
@@ -146,7 +147,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		WorkflowPollers: 8, ActivityPollers: 8}
 	var demo *providertest.Provider
 	if *routesFile != "" {
-		cfg, err := providers.LoadConfig(*routesFile, os.Getenv)
+		cfg, err := routes.LoadConfig(*routesFile, os.Getenv)
 		if err != nil {
 			fmt.Fprintf(stderr, "durallm dev: %v\n", err)
 			return exitUsage
@@ -201,11 +202,11 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func demoRoutes(base string) providers.Config {
+func demoRoutes(base string) routes.Config {
 	caps := providers.Capabilities{Tools: true, StructuredOutput: true, Streaming: true}
-	return providers.Config{Routes: []providers.Route{
-		{Name: "demo-primary", Kind: providers.KindOpenAI, BaseURL: base + "/v1", Model: "demo-primary-model", Capabilities: caps},
-		{Name: "demo-fallback", Kind: providers.KindOpenAI, BaseURL: base + "/v1", Model: "demo-fallback-model", Capabilities: caps},
+	return routes.Config{Routes: []routes.Route{
+		{Name: "demo-primary", Kind: routes.KindOpenAI, BaseURL: base + "/v1", Model: "demo-primary-model", Capabilities: caps},
+		{Name: "demo-fallback", Kind: routes.KindOpenAI, BaseURL: base + "/v1", Model: "demo-fallback-model", Capabilities: caps},
 	}}
 }
 

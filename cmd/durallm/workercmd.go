@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"os"
@@ -12,7 +13,6 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
-	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/worker"
@@ -42,7 +42,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "durallm worker: --routes (or DURALLM_ROUTES) is required")
 		return exitUsage
 	}
-	cfg, err := providers.LoadConfig(*routesFile, os.Getenv)
+	cfg, err := routes.LoadConfig(*routesFile, os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitUsage

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/routes"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -218,8 +219,8 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 	r.w, err = worker.New(r.tc, worker.Options{
 		TaskQueue: "durallm-chaos", AllowH2C: true, SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
 		MaxConcurrentAttempts: o.Concurrency * 2,
-		Config: providers.Config{Routes: []providers.Route{{
-			Name: "via-haproxy", Kind: providers.KindOpenAI, BaseURL: "http://" + r.hp.addr + "/v1", Model: "m",
+		Config: routes.Config{Routes: []routes.Route{{
+			Name: "via-haproxy", Kind: routes.KindOpenAI, BaseURL: "http://" + r.hp.addr + "/v1", Model: "m",
 			// haproxy answers REFUSED_STREAM when its origin fails after
 			// the request was forwarded; see Route.Intermediary.
 			Intermediary: true,

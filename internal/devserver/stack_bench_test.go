@@ -2,6 +2,7 @@ package devserver_test
 
 import (
 	"context"
+	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"testing"
 
@@ -24,7 +25,7 @@ type benchStack struct {
 	p     *providertest.Provider
 	tc    client.Client
 	w     *worker.Worker
-	route providers.Route
+	route routes.Route
 }
 
 // newBenchStack starts a stack; server adjusts the server's options and
@@ -55,9 +56,9 @@ func newBenchStack(b *testing.B, server func(*devserver.Options), wo worker.Opti
 	}
 	b.Cleanup(tc.Close)
 	s := &benchStack{srv: srv, p: p, tc: tc,
-		route: providers.Route{Name: "r", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}}}
+		route: routes.Route{Name: "r", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}}}
 	wo.TLS, wo.SearchAttributes, wo.Logger = p.ClientTLSConfig(), true, slog.New(slog.DiscardHandler)
-	wo.Config = providers.Config{Routes: []providers.Route{s.route}}
+	wo.Config = routes.Config{Routes: []routes.Route{s.route}}
 	if s.w, err = worker.New(tc, wo); err != nil {
 		b.Fatal(err)
 	}

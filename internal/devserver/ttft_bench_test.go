@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/durallm/durallm/providers/exchange"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -17,7 +18,7 @@ import (
 	"github.com/durallm/durallm/workflows"
 )
 
-// firstDelta is a providers.Sink that notes when the first text arrives.
+// firstDelta is a exchange.Sink that notes when the first text arrives.
 type firstDelta struct{ at chan time.Time }
 
 func (f *firstDelta) Delta(string) {
@@ -34,7 +35,7 @@ func (f *firstDelta) Incomplete(string) {}
 // provider over loopback TLS, streaming its answer at once):
 //
 //   - direct: the request sent straight to the provider through the
-//     recovery engine (providers.CallOpenAI), the baseline;
+//     recovery engine (exchange.CallOpenAI), the baseline;
 //   - durable-sink: a streamed LLMAction started through durallm.Client,
 //     the text read from the worker's in-process hub (Streams.Subscribe);
 //   - durable-sse: the same, the text read as server-sent events from the
@@ -59,7 +60,7 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 	direct := func(int) (time.Duration, error) {
 		sink := &firstDelta{at: make(chan time.Time, 1)}
 		t0 := time.Now()
-		if _, err := providers.CallOpenAI(ctx, engine, providers.Call{Route: route, Request: req, Sink: sink}); err != nil {
+		if _, err := exchange.CallOpenAI(ctx, engine, exchange.Call{Route: route, Request: req, Sink: sink}); err != nil {
 			return 0, err
 		}
 		return (<-sink.at).Sub(t0), nil

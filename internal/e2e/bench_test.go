@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -71,7 +72,7 @@ func newBenchStack(b *testing.B, baseline func(sdkworker.Registry)) *benchStack 
 	b.Cleanup(base.Stop)
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: "durallm-bench", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
-		Config: providers.Config{Routes: []providers.Route{{Name: "bench", Kind: providers.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
+		Config: routes.Config{Routes: []routes.Route{{Name: "bench", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -81,9 +82,9 @@ func newStack(t *testing.T) *stack {
 	return s
 }
 
-func (s *stack) routes() providers.Config {
+func (s *stack) routes() routes.Config {
 	caps := providers.Capabilities{Tools: true, Streaming: true, StructuredOutput: true}
-	return providers.Config{Routes: []providers.Route{
+	return routes.Config{Routes: []routes.Route{
 		{Name: "primary", Kind: "openai", BaseURL: s.p.URL() + "/v1", Model: "model-primary", Capabilities: caps},
 		{Name: "fallback", Kind: "openai", BaseURL: s.p.URL() + "/v1", Model: "model-fallback", Capabilities: caps},
 	}}
@@ -699,7 +700,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: os.Getenv("DURALLM_HELPER_QUEUE"), AllowH2C: true, SearchAttributes: true,
 		Logger: slog.New(slog.DiscardHandler), MaxConcurrentAttempts: maxAttempts,
-		Config: providers.Config{Routes: []providers.Route{
+		Config: routes.Config{Routes: []routes.Route{
 			{Name: "primary", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
 			{Name: "fallback", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
 		}},

@@ -1,10 +1,12 @@
-package providers
+package exchange
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
 	"net/http"
 	"net/url"
 	"sort"
@@ -29,7 +31,7 @@ func CallOpenAI(ctx context.Context, rt http.RoundTripper, c Call) (Result, erro
 
 // openaiDialect is the chat-completions API, sent by the official client.
 var openaiDialect = dialect{
-	kind:      KindOpenAI,
+	kind:      routes.KindOpenAI,
 	path:      []string{"chat", "completions"},
 	send:      sendChatCompletion,
 	whole:     parseCompletion,
@@ -149,7 +151,7 @@ func baseQuery(base string) []option.RequestOption {
 // typed fields would drop what the SDK does not model. The variant is
 // chosen by role or type, so the request reads as the SDK's own. Params
 // go in as extra fields, verbatim.
-func chatParams(model string, r Request) (openai.ChatCompletionNewParams, error) {
+func chatParams(model string, r providers.Request) (openai.ChatCompletionNewParams, error) {
 	p := openai.ChatCompletionNewParams{Model: model}
 	p.Messages = make([]openai.ChatCompletionMessageParamUnion, 0, len(r.Messages))
 	for i, m := range r.Messages {

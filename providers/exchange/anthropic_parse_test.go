@@ -1,7 +1,8 @@
-package providers
+package exchange
 
 import (
 	"errors"
+	"github.com/durallm/durallm/providers"
 	"strings"
 	"testing"
 
@@ -16,7 +17,7 @@ func TestParseAnthropicMessageDriftedShapes(t *testing.T) {
 		wantText   string
 		wantTools  string
 		wantFinish string
-		wantUsage  Usage
+		wantUsage  providers.Usage
 		wantSig    recovery.Signal
 		wantErr    error
 	}{
@@ -25,7 +26,7 @@ func TestParseAnthropicMessageDriftedShapes(t *testing.T) {
 			body:       `{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Hi!"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":3}}`,
 			wantText:   "Hi!",
 			wantFinish: "stop",
-			wantUsage:  Usage{10, 3, 13},
+			wantUsage:  providers.Usage{PromptTokens: 10, CompletionTokens: 3, TotalTokens: 13},
 		},
 		{
 			name:       "thinking and server-tool blocks are skipped, text joined",
@@ -44,7 +45,7 @@ func TestParseAnthropicMessageDriftedShapes(t *testing.T) {
 			body:       `{"content":"plain","stop_reason":"max_tokens","usage":{"input_tokens":"7","output_tokens":2.0,"cache_creation_input_tokens":"5","cache_read_input_tokens":null}}`,
 			wantText:   "plain",
 			wantFinish: "length",
-			wantUsage:  Usage{12, 2, 14},
+			wantUsage:  providers.Usage{PromptTokens: 12, CompletionTokens: 2, TotalTokens: 14},
 		},
 		{
 			name:       "blocks without a type, and bare strings",
@@ -152,7 +153,7 @@ func TestAnthropicStreamEvents(t *testing.T) {
 	if string(r.ToolCalls) != want || r.Text != "prefix" || r.FinishReason != "tool_calls" || r.ID != "msg_1" || r.Model != "claude-x" {
 		t.Fatalf("response %+v\ntool calls %s", r, r.ToolCalls)
 	}
-	if r.Usage != (Usage{31, 40, 71}) {
+	if r.Usage != (providers.Usage{PromptTokens: 31, CompletionTokens: 40, TotalTokens: 71}) {
 		t.Fatalf("usage %+v: message_delta's counts replace message_start's", r.Usage)
 	}
 }

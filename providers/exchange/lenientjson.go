@@ -1,10 +1,11 @@
-package providers
+package exchange
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers"
 	"io"
 	"math"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 
 // ErrMalformedResponse is returned for a 2xx body that is not JSON at all.
 // It never quotes the body.
-var ErrMalformedResponse = errors.New("providers: response body is not JSON")
+var ErrMalformedResponse = errors.New("exchange: response body is not JSON")
 
 // ErrTruncatedBody is returned, with recovery.SignalStreamIncomplete, for
 // a 2xx body that ended cleanly in the middle of what it was sending: a
@@ -25,14 +26,14 @@ var ErrMalformedResponse = errors.New("providers: response body is not JSON")
 // that relays an origin's failure as a clean end produces: before content
 // that is ambiguous, not an empty response to fall back from. It never
 // quotes the body.
-var ErrTruncatedBody = errors.New("providers: response body cut short")
+var ErrTruncatedBody = errors.New("exchange: response body cut short")
 
 // ErrMalformedStream is returned when an SSE event's data is not JSON.
-var ErrMalformedStream = errors.New("providers: stream event is not JSON")
+var ErrMalformedStream = errors.New("exchange: stream event is not JSON")
 
 // ErrResponseTooLarge is returned when a body, or the answer accumulated
 // from a stream, passes MaxResponseBytes.
-var ErrResponseTooLarge = errors.New("providers: response too large")
+var ErrResponseTooLarge = errors.New("exchange: response too large")
 
 // The wire shapes, every member kept raw: drifted types (a number sent as
 // a string, null where an array belongs) then never fail the decode, and
@@ -183,12 +184,12 @@ func contentText(raw json.RawMessage) string {
 	return b.String()
 }
 
-func parseUsage(raw json.RawMessage) Usage {
+func parseUsage(raw json.RawMessage) providers.Usage {
 	var w wireUsage
 	if !obj(raw, &w) {
-		return Usage{}
+		return providers.Usage{}
 	}
-	var u Usage
+	var u providers.Usage
 	var ok bool
 	if u.PromptTokens, ok = num(w.PromptTokens); !ok {
 		u.PromptTokens, _ = num(w.InputTokens)
@@ -204,24 +205,24 @@ func parseUsage(raw json.RawMessage) Usage {
 
 // parseAPIError reads an error member: an object, or a bare string taken
 // as the message. Nil when absent or null.
-func parseAPIError(raw json.RawMessage) *APIError {
+func parseAPIError(raw json.RawMessage) *providers.APIError {
 	if isNull(raw) {
 		return nil
 	}
 	var w wireError
 	if obj(raw, &w) {
-		return &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
+		return &providers.APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
 	}
 	if s := str(raw); s != "" {
-		return &APIError{Message: s}
+		return &providers.APIError{Message: s}
 	}
-	return &APIError{}
+	return &providers.APIError{}
 }
 
 // errorSignal maps a provider error object to the signal the classifier
 // needs. Codes and types are compared case-insensitively; either member
 // may carry any of the values, since providers disagree on which to use.
-func errorSignal(e *APIError) recovery.Signal {
+func errorSignal(e *providers.APIError) recovery.Signal {
 	if e == nil {
 		return recovery.SignalNone
 	}
@@ -275,16 +276,16 @@ func truncatedJSON(t []byte) bool {
 // is not an object, a body cut mid-value (ErrTruncatedBody) or a body
 // that is not JSON at all (then err says where it stops being JSON,
 // without quoting it). Raw is empty for the last two.
-func decodeBody(data []byte, v any) (r Response, ok bool, err error) {
+func decodeBody(data []byte, v any) (r providers.Response, ok bool, err error) {
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 {
-		return Response{}, false, nil
+		return providers.Response{}, false, nil
 	}
 	if !json.Valid(t) {
 		if truncatedJSON(t) {
-			return Response{}, false, fmt.Errorf("%w (JSON ends early, after %d bytes)", ErrTruncatedBody, len(t))
+			return providers.Response{}, false, fmt.Errorf("%w (JSON ends early, after %d bytes)", ErrTruncatedBody, len(t))
 		}
-		return Response{}, false, syntaxOffset(t)
+		return providers.Response{}, false, syntaxOffset(t)
 	}
 	r.Raw = json.RawMessage(t)
 	return r, obj(t, v), nil
@@ -305,7 +306,7 @@ func unreadSignal(err error) recovery.Signal {
 // is not JSON at all is an error with SignalEmptyResponse, since an
 // executed request produced nothing usable; one cut mid-value is
 // ErrTruncatedBody with SignalStreamIncomplete.
-func parseCompletion(data []byte) (Response, recovery.Signal, error) {
+func parseCompletion(data []byte) (providers.Response, recovery.Signal, error) {
 	var b wireBody
 	r, ok, err := decodeBody(data, &b)
 	if !ok {
@@ -332,14 +333,16 @@ func parseCompletion(data []byte) (Response, recovery.Signal, error) {
 
 // completionSignal says whether a parsed 2xx chat-completions response is
 // usable.
-func completionSignal(r Response) recovery.Signal { return completionSignalWith(r, errorSignal) }
+func completionSignal(r providers.Response) recovery.Signal {
+	return completionSignalWith(r, errorSignal)
+}
 
 // completionSignalWith says whether a parsed 2xx response is usable,
 // mapping an error member with the dialect's errSignal. A status
 // (in_progress, queued) exempts nothing: only a background Responses-API
 // call has an answer that comes later, and no adapter makes one, so a
 // chat completion that says so and carries nothing is empty.
-func completionSignalWith(r Response, errSignal func(*APIError) recovery.Signal) recovery.Signal {
+func completionSignalWith(r providers.Response, errSignal func(*providers.APIError) recovery.Signal) recovery.Signal {
 	switch {
 	case r.Text != "" || r.Refusal != "" || r.ToolCalls != nil:
 		return recovery.SignalNone
@@ -399,12 +402,12 @@ func toolCallsOf(calls, fn json.RawMessage) json.RawMessage {
 // ({"error": {...}}, {"error": "..."}, a top-level error object, or the
 // first element of an array of those) and the signal it maps to. A body
 // that is not JSON maps to no signal; it is never an error.
-func parseErrorBody(data []byte) (Response, recovery.Signal) {
+func parseErrorBody(data []byte) (providers.Response, recovery.Signal) {
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 || !json.Valid(t) {
-		return Response{}, recovery.SignalNone
+		return providers.Response{}, recovery.SignalNone
 	}
-	r := Response{Raw: json.RawMessage(t)}
+	r := providers.Response{Raw: json.RawMessage(t)}
 	v := json.RawMessage(t)
 	if t[0] == '[' {
 		if els := arr(t); len(els) > 0 {
@@ -419,7 +422,7 @@ func parseErrorBody(data []byte) (Response, recovery.Signal) {
 	if r.Error == nil {
 		var w wireError
 		if obj(v, &w) && (str(w.Code) != "" || str(w.Type) != "") {
-			r.Error = &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
+			r.Error = &providers.APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
 		}
 	}
 	return r, errorSignal(r.Error)

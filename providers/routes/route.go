@@ -1,91 +1,15 @@
-package providers
+package routes
 
 import (
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers"
 	"net"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 )
-
-// Capabilities is what a route offers, or what an action needs of every
-// route it uses (docs/contract.md section 4.6). The zero value offers,
-// or needs, nothing.
-type Capabilities struct {
-	// Tools: function/tool calling.
-	Tools bool `json:"tools,omitempty"`
-	// StructuredOutput: response_format with a JSON schema.
-	StructuredOutput bool `json:"structured_output,omitempty"`
-	// Streaming: server-sent-event streams.
-	Streaming bool `json:"streaming,omitempty"`
-	// Vision: image content parts.
-	Vision bool `json:"vision,omitempty"`
-	// ContextTokens is the context window. For a route, 0 means unknown
-	// or unbounded (never a reason to skip it); for a need, 0 means no
-	// requirement.
-	ContextTokens int `json:"context_tokens,omitempty"`
-	// DataTags are data-handling promises such as "eu" or "no-retention".
-	// A need lists tags every route must carry. Compared exactly.
-	DataTags []string `json:"data_tags,omitempty"`
-}
-
-// Union returns the needs of both c and o: every capability either asks
-// for, the larger context, and the tags of both (c's first, no repeats).
-// It is deterministic, so workflow code may call it.
-func (c Capabilities) Union(o Capabilities) Capabilities {
-	u := Capabilities{
-		Tools:            c.Tools || o.Tools,
-		StructuredOutput: c.StructuredOutput || o.StructuredOutput,
-		Streaming:        c.Streaming || o.Streaming,
-		Vision:           c.Vision || o.Vision,
-		ContextTokens:    max(c.ContextTokens, o.ContextTokens),
-	}
-	for _, t := range append(append([]string(nil), c.DataTags...), o.DataTags...) {
-		if !slices.Contains(u.DataTags, t) {
-			u.DataTags = append(u.DataTags, t)
-		}
-	}
-	return u
-}
-
-// Satisfies reports whether have offers everything need asks for, and
-// names each gap, in a fixed order: "tools", "structured_output",
-// "streaming", "vision", "context_tokens", then "data_tag:<tag>" per
-// missing tag in need's order. It is deterministic, so workflow code may
-// call it.
-func (have Capabilities) Satisfies(need Capabilities) (ok bool, missing []string) {
-	if need.Tools && !have.Tools {
-		missing = append(missing, "tools")
-	}
-	if need.StructuredOutput && !have.StructuredOutput {
-		missing = append(missing, "structured_output")
-	}
-	if need.Streaming && !have.Streaming {
-		missing = append(missing, "streaming")
-	}
-	if need.Vision && !have.Vision {
-		missing = append(missing, "vision")
-	}
-	if need.ContextTokens > 0 && have.ContextTokens > 0 && need.ContextTokens > have.ContextTokens {
-		missing = append(missing, "context_tokens")
-	}
-	for _, tag := range need.DataTags {
-		found := false
-		for _, t := range have.DataTags {
-			if t == tag {
-				found = true
-				break
-			}
-		}
-		if !found {
-			missing = append(missing, "data_tag:"+tag)
-		}
-	}
-	return len(missing) == 0, missing
-}
 
 // Route kinds: the API dialect a route speaks. CallRoute picks the adapter
 // by it.
@@ -132,7 +56,7 @@ type Route struct {
 	// is then sent).
 	APIKeyFile string
 	// Capabilities are what the route offers.
-	Capabilities Capabilities
+	Capabilities providers.Capabilities
 	// AttemptTimeout bounds one attempt, from send to the end of the body,
 	// for an action that sets no attempt_timeout of its own (an action's
 	// replaces it). Zero means DefaultAttemptTimeout (60s).
@@ -183,7 +107,7 @@ func (r Route) WithDefaults() Route {
 
 // ErrMissingAPIKey is wrapped by Route.APIKey when a key source is
 // configured but yields no key.
-var ErrMissingAPIKey = errors.New("providers: API key missing")
+var ErrMissingAPIKey = errors.New("routes: API key missing")
 
 // HasKeySource reports whether the route names a place to read a key from.
 func (r Route) HasKeySource() bool { return r.APIKeyEnv != "" || r.APIKeyFile != "" }
@@ -195,12 +119,12 @@ func (r Route) HasKeySource() bool { return r.APIKeyEnv != "" || r.APIKeyFile !=
 func (r Route) APIKey() (string, error) {
 	switch {
 	case r.APIKeyEnv != "" && r.APIKeyFile != "":
-		return "", fmt.Errorf("providers: route %q: both api_key_env and api_key_file are set", r.Name)
+		return "", fmt.Errorf("routes: route %q: both api_key_env and api_key_file are set", r.Name)
 	case r.APIKeyEnv != "":
 		if !validEnvName(r.APIKeyEnv) {
 			// The value may be a key pasted into the wrong field: never
 			// repeat it.
-			return "", fmt.Errorf("providers: route %q: api_key_env is not an environment variable name", r.Name)
+			return "", fmt.Errorf("routes: route %q: api_key_env is not an environment variable name", r.Name)
 		}
 		k := strings.TrimSpace(os.Getenv(r.APIKeyEnv))
 		if k == "" {
@@ -211,7 +135,7 @@ func (r Route) APIKey() (string, error) {
 		b, err := os.ReadFile(r.APIKeyFile)
 		if err != nil {
 			// *fs.PathError names the path and the OS reason, not content.
-			return "", fmt.Errorf("providers: route %q: read api_key_file: %w", r.Name, err)
+			return "", fmt.Errorf("routes: route %q: read api_key_file: %w", r.Name, err)
 		}
 		k := strings.TrimSpace(string(b))
 		if k == "" {
@@ -250,21 +174,24 @@ func isLoopbackURL(u *url.URL) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// endpointURL returns the URL of path under base, keeping base's query
-// (some gateways carry an api-version there).
+// Endpoint returns the URL of path under the route's base URL, keeping
+// the base's query (some gateways carry an api-version there). The error
+// never repeats the URL, which may carry credentials.
+func (r Route) Endpoint(path ...string) (string, error) { return endpointURL(r.BaseURL, path...) }
+
 func endpointURL(base string, path ...string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		return "", fmt.Errorf("providers: base_url: %w", urlReason(err))
+		return "", fmt.Errorf("routes: base_url: %w", urlReason(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", errors.New("providers: base_url: scheme must be http or https")
+		return "", errors.New("routes: base_url: scheme must be http or https")
 	}
 	if u.Host == "" {
-		return "", errors.New("providers: base_url: no host")
+		return "", errors.New("routes: base_url: no host")
 	}
 	if u.User != nil {
-		return "", errors.New("providers: base_url: must not carry credentials")
+		return "", errors.New("routes: base_url: must not carry credentials")
 	}
 	return u.JoinPath(path...).String(), nil
 }

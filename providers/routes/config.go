@@ -1,4 +1,4 @@
-package providers
+package routes
 
 import (
 	"bytes"
@@ -55,7 +55,7 @@ func (c Config) Names() []string {
 }
 
 // ErrInvalidConfig is wrapped by every FieldError.
-var ErrInvalidConfig = errors.New("providers: invalid config")
+var ErrInvalidConfig = errors.New("routes: invalid config")
 
 // FieldError is one configuration problem. Config.Validate and LoadConfig
 // return all of them joined with errors.Join; errors.As finds the first.
@@ -76,11 +76,11 @@ type FieldError struct {
 func (e *FieldError) Error() string {
 	switch {
 	case e.Route != "":
-		return fmt.Sprintf("providers: route %q: %s: %s", e.Route, e.Field, e.Problem)
+		return fmt.Sprintf("routes: route %q: %s: %s", e.Route, e.Field, e.Problem)
 	case e.Index >= 0:
-		return fmt.Sprintf("providers: routes[%d]: %s: %s", e.Index, e.Field, e.Problem)
+		return fmt.Sprintf("routes: routes[%d]: %s: %s", e.Index, e.Field, e.Problem)
 	default:
-		return fmt.Sprintf("providers: config: %s: %s", e.Field, e.Problem)
+		return fmt.Sprintf("routes: config: %s: %s", e.Field, e.Problem)
 	}
 }
 
@@ -260,7 +260,7 @@ func LoadConfig(path string, env func(string) string) (Config, error) {
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("providers: read config: %w", err)
+		return Config{}, fmt.Errorf("routes: read config: %w", err)
 	}
 	var raw rawConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -268,7 +268,7 @@ func LoadConfig(path string, env func(string) string) (Config, error) {
 	// a timeout or a capability.
 	dec.KnownFields(true)
 	if err := dec.Decode(&raw); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("providers: parse config %s: %w", filepath.Base(path), err)
+		return Config{}, fmt.Errorf("routes: parse config %s: %w", filepath.Base(path), err)
 	}
 	cfg := Config{Reconciler: raw.Reconciler}
 	var errs []error

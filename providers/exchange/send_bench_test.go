@@ -1,8 +1,10 @@
-package providers
+package exchange
 
 import (
 	"context"
 	"encoding/json"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"net/http"
 	"strings"
@@ -20,13 +22,13 @@ func BenchmarkSend(b *testing.B) {
 		_, _ = io.Copy(io.Discard, req.Body)
 		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: req}, nil
 	})
-	route := Route{Name: "r", Kind: KindOpenAI, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}
-	req := Request{
-		Messages: []Message{TextMessage("system", "be brief"), TextMessage("user", strings.Repeat("word ", 200))},
+	route := routes.Route{Name: "r", Kind: routes.KindOpenAI, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}
+	req := providers.Request{
+		Messages: []providers.Message{providers.TextMessage("system", "be brief"), providers.TextMessage("user", strings.Repeat("word ", 200))},
 		Params:   map[string]json.RawMessage{"temperature": json.RawMessage(`0.2`)},
 	}
 	o := outgoing{route: route, key: "sk-bench", url: "http://127.0.0.1:1/v1/chat/completions", request: req}
-	direct := postJSON(func(model string, r Request) ([]byte, error) {
+	direct := postJSON(func(model string, r providers.Request) ([]byte, error) {
 		p, err := chatParams(model, r)
 		if err != nil {
 			return nil, err

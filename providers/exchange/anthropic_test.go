@@ -1,4 +1,4 @@
-package providers_test
+package exchange_test
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"net/http"
 	"os"
@@ -26,12 +28,12 @@ import (
 // so the dispatch is exercised too.
 func newAnthropicHarness(t *testing.T) *harness {
 	h := newHarness(t)
-	h.adapter = providers.CallRoute
+	h.adapter = exchange.CallRoute
 	return h
 }
 
-func (h *harness) claude() providers.Route {
-	return providers.Route{Name: "claude", Kind: providers.KindAnthropic, BaseURL: h.p.URL() + "/v1", Model: "claude-test"}
+func (h *harness) claude() routes.Route {
+	return routes.Route{Name: "claude", Kind: routes.KindAnthropic, BaseURL: h.p.URL() + "/v1", Model: "claude-test"}
 }
 
 // A recorded Messages response (API reference example, trimmed), plus a
@@ -225,8 +227,8 @@ func TestAnthropicRequestTranslation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rt, got := recordRequest(t)
-			route := providers.Route{Name: "claude", Kind: providers.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "claude-test"}
-			if _, err := providers.CallAnthropic(context.Background(), rt, providers.Call{Route: route, Request: tc.req}); err != nil {
+			route := routes.Route{Name: "claude", Kind: routes.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "claude-test"}
+			if _, err := exchange.CallAnthropic(context.Background(), rt, exchange.Call{Route: route, Request: tc.req}); err != nil {
 				t.Fatal(err)
 			}
 			_, body := got()
@@ -254,39 +256,39 @@ func TestAnthropicRequestRefusals(t *testing.T) {
 	}{
 		{"json_schema response_format", with(func(r *providers.Request) {
 			r.ResponseFormat = raw(`{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object"},"strict":true}}`)
-		}), providers.ErrUnsupported, "response_format"},
-		{"json_object response_format", with(func(r *providers.Request) { r.ResponseFormat = raw(`{"type":"json_object"}`) }), providers.ErrUnsupported, "response_format"},
-		{"several choices", with(func(r *providers.Request) { r.Params = map[string]json.RawMessage{"n": raw(`2`)} }), providers.ErrUnsupported, `params["n"]`},
-		{"unknown param", with(func(r *providers.Request) { r.Params = map[string]json.RawMessage{"web_search_options": raw(`{}`)} }), providers.ErrUnsupported, `params["web_search_options"]`},
+		}), exchange.ErrUnsupported, "response_format"},
+		{"json_object response_format", with(func(r *providers.Request) { r.ResponseFormat = raw(`{"type":"json_object"}`) }), exchange.ErrUnsupported, "response_format"},
+		{"several choices", with(func(r *providers.Request) { r.Params = map[string]json.RawMessage{"n": raw(`2`)} }), exchange.ErrUnsupported, `params["n"]`},
+		{"unknown param", with(func(r *providers.Request) { r.Params = map[string]json.RawMessage{"web_search_options": raw(`{}`)} }), exchange.ErrUnsupported, `params["web_search_options"]`},
 		{"zero max_tokens", with(func(r *providers.Request) { r.Params = map[string]json.RawMessage{"max_tokens": raw(`0`)} }), providers.ErrInvalidRequest, `params["max_tokens"]`},
 		{"stop twice", with(func(r *providers.Request) {
 			r.Params = map[string]json.RawMessage{"stop": raw(`"x"`), "stop_sequences": raw(`["y"]`)}
-		}), providers.ErrUnsupported, `params["stop_sequences"]`},
-		{"function role", with(func(r *providers.Request) { r.Messages = append(r.Messages, providers.TextMessage("function", "x")) }), providers.ErrUnsupported, "messages[1].role"},
+		}), exchange.ErrUnsupported, `params["stop_sequences"]`},
+		{"function role", with(func(r *providers.Request) { r.Messages = append(r.Messages, providers.TextMessage("function", "x")) }), exchange.ErrUnsupported, "messages[1].role"},
 		{"audio part", with(func(r *providers.Request) {
 			r.Messages[0].Content = raw(`[{"type":"text","text":"hi"},{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]`)
-		}), providers.ErrUnsupported, "messages[0].content[1].type"},
+		}), exchange.ErrUnsupported, "messages[0].content[1].type"},
 		{"image in the system prompt", with(func(r *providers.Request) {
 			r.Messages = append([]providers.Message{{Role: "system", Content: raw(`[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]`)}}, r.Messages...)
-		}), providers.ErrUnsupported, "messages[0].content[0]"},
+		}), exchange.ErrUnsupported, "messages[0].content[0]"},
 		{"image by file path", with(func(r *providers.Request) {
 			r.Messages[0].Content = raw(`[{"type":"image_url","image_url":{"url":"file:///etc/passwd"}}]`)
-		}), providers.ErrUnsupported, "messages[0].content[0].image_url"},
+		}), exchange.ErrUnsupported, "messages[0].content[0].image_url"},
 		{"custom tool", with(func(r *providers.Request) {
 			r.Tools = []json.RawMessage{raw(`{"type":"custom","function":{"name":"x"}}`)}
-		}), providers.ErrUnsupported, "tools[0].type"},
+		}), exchange.ErrUnsupported, "tools[0].type"},
 		{"arguments not an object", with(func(r *providers.Request) {
 			r.Messages = append(r.Messages, providers.Message{Role: "assistant", ToolCalls: raw(`[{"id":"c","type":"function","function":{"name":"f","arguments":"[1,2]"}}]`)})
-		}), providers.ErrUnsupported, "messages[1].tool_calls[0].function.arguments"},
+		}), exchange.ErrUnsupported, "messages[1].tool_calls[0].function.arguments"},
 		{"tool result without an id", with(func(r *providers.Request) { r.Messages = append(r.Messages, providers.TextMessage("tool", "42")) }), providers.ErrInvalidRequest, "messages[1].tool_call_id"},
-		{"system prompt only", providers.Request{Messages: []providers.Message{providers.TextMessage("system", "x")}}, providers.ErrUnsupported, "messages"},
-		{"allowed_tools choice", with(func(r *providers.Request) { r.ToolChoice = raw(`{"type":"allowed_tools","allowed_tools":{}}`) }), providers.ErrUnsupported, "tool_choice"},
+		{"system prompt only", providers.Request{Messages: []providers.Message{providers.TextMessage("system", "x")}}, exchange.ErrUnsupported, "messages"},
+		{"allowed_tools choice", with(func(r *providers.Request) { r.ToolChoice = raw(`{"type":"allowed_tools","allowed_tools":{}}`) }), exchange.ErrUnsupported, "tool_choice"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := neverSend(t)
-			route := providers.Route{Name: "claude", Kind: providers.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}
-			res, err := providers.CallRoute(context.Background(), rt, providers.Call{Route: route, Request: tc.req})
+			route := routes.Route{Name: "claude", Kind: routes.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}
+			res, err := exchange.CallRoute(context.Background(), rt, exchange.Call{Route: route, Request: tc.req})
 			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.field+":") {
 				t.Fatalf("err = %v, want %v naming %s", err, tc.is, tc.field)
 			}
@@ -300,8 +302,8 @@ func TestAnthropicRequestRefusals(t *testing.T) {
 		r.ResponseFormat = raw(`{"type":"json_object"}`)
 		r.Params = map[string]json.RawMessage{"n": raw(`3`)}
 	})
-	_, err := providers.CallAnthropic(context.Background(), neverSend(t), providers.Call{
-		Route: providers.Route{Name: "c", Kind: providers.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}, Request: req})
+	_, err := exchange.CallAnthropic(context.Background(), neverSend(t), exchange.Call{
+		Route: routes.Route{Name: "c", Kind: routes.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}, Request: req})
 	if msg := fmt.Sprint(err); !strings.Contains(msg, "response_format:") || !strings.Contains(msg, `params["n"]:`) {
 		t.Fatalf("not every problem reported: %v", err)
 	}
@@ -444,15 +446,15 @@ func TestAnthropicStreamCutAfterFirstTextDelta(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		end    func(w *io.PipeWriter)
-		route  func(*providers.Route)
+		route  func(*routes.Route)
 		reason string
 	}{
 		{"connection lost", func(w *io.PipeWriter) { w.CloseWithError(io.ErrUnexpectedEOF) }, nil, providers.IncompleteConnectionClosed},
-		{"stalled", func(*io.PipeWriter) {}, func(r *providers.Route) { r.IdleTimeout = short }, providers.IncompleteIdleTimeout},
+		{"stalled", func(*io.PipeWriter) {}, func(r *routes.Route) { r.IdleTimeout = short }, providers.IncompleteIdleTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt, w := pipeTransport()
-			route := providers.Route{Name: "pipe", Kind: providers.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}
+			route := routes.Route{Name: "pipe", Kind: routes.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "m"}
 			if tc.route != nil {
 				tc.route(&route)
 			}
@@ -461,7 +463,7 @@ func TestAnthropicStreamCutAfterFirstTextDelta(t *testing.T) {
 				tc.end(w)
 			}()
 			sink := &recSink{}
-			res, err := providers.CallRoute(context.Background(), rt, providers.Call{Route: route, Request: chat(true), Sink: sink})
+			res, err := exchange.CallRoute(context.Background(), rt, exchange.Call{Route: route, Request: chat(true), Sink: sink})
 			r := res.Response
 			if err != nil || !r.Partial || r.Incomplete != tc.reason || r.Text != "Hello" || sink.text() != "Hello" {
 				t.Fatalf("err %v response %+v sink %q", err, r, sink.deltas)
@@ -550,7 +552,7 @@ func TestAnthropicFirstByteTimeout(t *testing.T) {
 	route := h.claude()
 	route.FirstByteTimeout = short
 	o := h.call(context.Background(), route, chat(true), &recSink{})
-	if !errors.Is(o.err, providers.ErrFirstByteTimeout) {
+	if !errors.Is(o.err, exchange.ErrFirstByteTimeout) {
 		t.Fatalf("err = %v", o.err)
 	}
 	o.want(t, recovery.Ambiguous)
@@ -563,18 +565,18 @@ func TestCallRouteDispatch(t *testing.T) {
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{}`))}, nil
 	})
 	t.Setenv("DURALLM_TEST_DISPATCH_KEY", "k-123")
-	base := providers.Route{Name: "r", BaseURL: "http://127.0.0.1:1/v1", Model: "m", APIKeyEnv: "DURALLM_TEST_DISPATCH_KEY"}
+	base := routes.Route{Name: "r", BaseURL: "http://127.0.0.1:1/v1", Model: "m", APIKeyEnv: "DURALLM_TEST_DISPATCH_KEY"}
 	for _, tc := range []struct {
 		kind, path, header, value string
 	}{
-		{providers.KindOpenAI, "/v1/chat/completions", "Authorization", "Bearer k-123"},
+		{routes.KindOpenAI, "/v1/chat/completions", "Authorization", "Bearer k-123"},
 		{"", "/v1/chat/completions", "Authorization", "Bearer k-123"},
-		{providers.KindAnthropic, "/v1/messages", "X-Api-Key", "k-123"},
+		{routes.KindAnthropic, "/v1/messages", "X-Api-Key", "k-123"},
 	} {
 		sent = nil
 		route := base
 		route.Kind = tc.kind
-		if _, err := providers.CallRoute(context.Background(), rt, providers.Call{Route: route, Request: chat(false)}); err != nil {
+		if _, err := exchange.CallRoute(context.Background(), rt, exchange.Call{Route: route, Request: chat(false)}); err != nil {
 			t.Fatalf("kind %q: %v", tc.kind, err)
 		}
 		if sent.URL.Path != tc.path || sent.Header.Get(tc.header) != tc.value {
@@ -584,11 +586,11 @@ func TestCallRouteDispatch(t *testing.T) {
 	sent = nil
 	route := base
 	route.Kind = "gemini"
-	if _, err := providers.CallRoute(context.Background(), rt, providers.Call{Route: route, Request: chat(false)}); !errors.Is(err, providers.ErrUnknownKind) || sent != nil {
+	if _, err := exchange.CallRoute(context.Background(), rt, exchange.Call{Route: route, Request: chat(false)}); !errors.Is(err, exchange.ErrUnknownKind) || sent != nil {
 		t.Fatalf("unknown kind: err %v, sent %v", err, sent != nil)
 	}
-	route.Kind = providers.KindOpenAI
-	if _, err := providers.CallAnthropic(context.Background(), rt, providers.Call{Route: route, Request: chat(false)}); !errors.Is(err, providers.ErrWrongKind) || sent != nil {
+	route.Kind = routes.KindOpenAI
+	if _, err := exchange.CallAnthropic(context.Background(), rt, exchange.Call{Route: route, Request: chat(false)}); !errors.Is(err, exchange.ErrWrongKind) || sent != nil {
 		t.Fatalf("an openai route through CallAnthropic: err %v, sent %v", err, sent != nil)
 	}
 }

@@ -1,4 +1,4 @@
-package providers
+package exchange
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
 	"net/http"
 	"sort"
 	"strconv"
@@ -71,7 +73,7 @@ func CallAnthropic(ctx context.Context, rt http.RoundTripper, c Call) (Result, e
 
 // anthropicDialect is the Messages API.
 var anthropicDialect = dialect{
-	kind: KindAnthropic,
+	kind: routes.KindAnthropic,
 	path: []string{"messages"},
 	send: postJSON(anthropicRequestBody, func(h http.Header, key string) {
 		h.Set("anthropic-version", AnthropicVersion)
@@ -177,13 +179,13 @@ func (t *anthropicTx) unsupported(field, problem string) {
 }
 
 func (t *anthropicTx) invalid(field, problem string) {
-	t.errs = append(t.errs, fmt.Errorf("%w: %s: %s", ErrInvalidRequest, field, problem))
+	t.errs = append(t.errs, fmt.Errorf("%w: %s: %s", providers.ErrInvalidRequest, field, problem))
 }
 
 // anthropicRequestBody translates the envelope into a Messages request
 // for model; see CallAnthropic for the rules. The error joins every
 // problem, each wrapping ErrUnsupported or ErrInvalidRequest.
-func anthropicRequestBody(model string, r Request) ([]byte, error) {
+func anthropicRequestBody(model string, r providers.Request) ([]byte, error) {
 	t := &anthropicTx{}
 	out := anthropicRequest{Model: model, MaxTokens: DefaultAnthropicMaxTokens, Stream: r.Stream}
 	var system []string
@@ -432,7 +434,7 @@ func toolInput(raw json.RawMessage) (json.RawMessage, bool) {
 }
 
 // toolResult translates a tool message into a tool_result block.
-func (t *anthropicTx) toolResult(field string, m Message) toolResultBlock {
+func (t *anthropicTx) toolResult(field string, m providers.Message) toolResultBlock {
 	if m.ToolCallID == "" {
 		t.invalid(field+".tool_call_id", "required by the Messages API")
 	}

@@ -1,4 +1,4 @@
-package providers
+package exchange
 
 import (
 	"bufio"
@@ -18,11 +18,11 @@ const MaxSSELineBytes = 1 << 20
 const sseReadBuffer = 32 << 10
 
 // ErrLineTooLong is returned when an SSE line passes MaxSSELineBytes.
-var ErrLineTooLong = errors.New("providers: SSE line too long")
+var ErrLineTooLong = errors.New("exchange: SSE line too long")
 
 // ErrEventTooLarge is returned when one SSE event's data passes
 // MaxSSELineBytes.
-var ErrEventTooLarge = errors.New("providers: SSE event too large")
+var ErrEventTooLarge = errors.New("exchange: SSE event too large")
 
 // sseDecoder reads server-sent events (the WHATWG event-stream format)
 // incrementally with bounded memory: lines end in LF, CRLF or a lone CR;

@@ -1,4 +1,4 @@
-package providers_test
+package exchange_test
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"net"
@@ -38,7 +40,7 @@ type harness struct {
 	mu  sync.Mutex
 	log bytes.Buffer // the engine's attempt events
 	// adapter makes the attempts: CallOpenAI unless a test says otherwise.
-	adapter func(context.Context, http.RoundTripper, providers.Call) (providers.Result, error)
+	adapter func(context.Context, http.RoundTripper, exchange.Call) (exchange.Result, error)
 	// manual makes every attempt ManualCommit, as the CallModel activity
 	// does; by default only streams are.
 	manual bool
@@ -50,7 +52,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, p: p, adapter: providers.CallOpenAI}
+	h := &harness{t: t, p: p, adapter: exchange.CallOpenAI}
 	logger := slog.New(slog.NewJSONHandler(lockedWriter{h}, nil))
 	h.e = recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: logger})
 	// An attempt that never reached the engine (refused before sending)
@@ -81,8 +83,8 @@ func (h *harness) logText() string {
 }
 
 // route is a loopback route to the provider, without a key source.
-func (h *harness) route() providers.Route {
-	return providers.Route{Name: "testsuite", Kind: providers.KindOpenAI, BaseURL: h.p.URL() + "/v1", Model: "m-test"}
+func (h *harness) route() routes.Route {
+	return routes.Route{Name: "testsuite", Kind: routes.KindOpenAI, BaseURL: h.p.URL() + "/v1", Model: "m-test"}
 }
 
 // recSink records what a stream delivered.
@@ -117,20 +119,20 @@ func (s *recSink) text() string {
 
 // outcome is one attempt as the activity would see it.
 type outcome struct {
-	res providers.Result
+	res exchange.Result
 	err error
 	ev  recovery.Evidence
 	c   recovery.Classification
 }
 
-func (h *harness) call(ctx context.Context, route providers.Route, req providers.Request, sink providers.Sink) outcome {
+func (h *harness) call(ctx context.Context, route routes.Route, req providers.Request, sink exchange.Sink) outcome {
 	h.t.Helper()
 	a := recovery.NewAttempt(recovery.Spec{
 		ActionRef: "act-" + h.t.Name(), Attempt: 1, Route: route.Name,
 		IdempotencyKey: "key-" + h.t.Name(), ManualCommit: req.Stream || h.manual,
 	})
 	var o outcome
-	o.res, o.err = h.adapter(recovery.WithAttempt(ctx, a), h.e, providers.Call{Route: route, Request: req, Sink: sink})
+	o.res, o.err = h.adapter(recovery.WithAttempt(ctx, a), h.e, exchange.Call{Route: route, Request: req, Sink: sink})
 	o.ev, o.c = a.Finish(o.res.Signal)
 	return o
 }
@@ -333,7 +335,7 @@ type statusCase struct {
 // checkStatusCases runs each case, streaming and not, on a fresh harness:
 // an error status is a Result with a signal, never a Go error, and never
 // reaches the sink or commits.
-func checkStatusCases(t *testing.T, cases []statusCase, newH func(*testing.T) *harness, route func(*harness) providers.Route) {
+func checkStatusCases(t *testing.T, cases []statusCase, newH func(*testing.T) *harness, route func(*harness) routes.Route) {
 	t.Helper()
 	for _, tc := range cases {
 		for _, stream := range []bool{false, true} {
@@ -423,7 +425,7 @@ func TestFirstByteTimeoutBeforeContent(t *testing.T) {
 			route.FirstByteTimeout = short
 			sink := &recSink{}
 			o := h.call(context.Background(), route, chat(true), sink)
-			if !errors.Is(o.err, providers.ErrFirstByteTimeout) {
+			if !errors.Is(o.err, exchange.ErrFirstByteTimeout) {
 				t.Fatalf("err = %v, want ErrFirstByteTimeout", o.err)
 			}
 			var ae *recovery.AttemptError
@@ -444,7 +446,7 @@ func TestAttemptTimeoutNonStreaming(t *testing.T) {
 	route := h.route()
 	route.AttemptTimeout = short
 	o := h.call(context.Background(), route, chat(false), nil)
-	if !errors.Is(o.err, providers.ErrAttemptTimeout) {
+	if !errors.Is(o.err, exchange.ErrAttemptTimeout) {
 		t.Fatalf("err = %v", o.err)
 	}
 	o.want(t, recovery.Ambiguous)
@@ -463,7 +465,7 @@ func TestGoAwayDebugDataNeverInBodyReadErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		h       func(*testing.T) *harness
-		route   func(*harness) providers.Route
+		route   func(*harness) routes.Route
 		stream  bool
 		b       providertest.Behavior
 		partial bool // the cut comes after content: a partial result, no error
@@ -553,7 +555,7 @@ func TestStreamCutBeforeContentIsAmbiguous(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		h     func(*testing.T) *harness
-		route func(*harness) providers.Route
+		route func(*harness) routes.Route
 		body  string
 	}{
 		{"openai", newHarness, (*harness).route, sse(": keep-alive", roleChunk)},
@@ -587,7 +589,7 @@ func TestTruncatedBodyBeforeContentIsAmbiguous(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		h      func(*testing.T) *harness
-		route  func(*harness) providers.Route
+		route  func(*harness) routes.Route
 		stream bool
 		b      providertest.Behavior
 	}{
@@ -612,7 +614,7 @@ func TestTruncatedBodyBeforeContentIsAmbiguous(t *testing.T) {
 			h.p.Push(tc.b)
 			sink := &recSink{}
 			o := h.call(context.Background(), tc.route(h), chat(tc.stream), sink)
-			if o.res.Signal != recovery.SignalStreamIncomplete || !errors.Is(o.err, providers.ErrTruncatedBody) {
+			if o.res.Signal != recovery.SignalStreamIncomplete || !errors.Is(o.err, exchange.ErrTruncatedBody) {
 				t.Fatalf("signal %q err %v, want %q and ErrTruncatedBody", o.res.Signal, o.err, recovery.SignalStreamIncomplete)
 			}
 			if strings.Contains(o.err.Error(), "CANARY") {
@@ -634,7 +636,7 @@ func TestTruncatedBodyAfterContent(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		h       func(*testing.T) *harness
-		route   func(*harness) providers.Route
+		route   func(*harness) routes.Route
 		body    string
 		partial bool
 		text    string
@@ -740,7 +742,7 @@ func TestMalformedStreams(t *testing.T) {
 		h := newHarness(t)
 		h.p.Push(providertest.Status(200, sseHeader, sse(roleChunk, "data: {not json")))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
-		if !errors.Is(o.err, providers.ErrMalformedStream) || o.res.Signal != recovery.SignalEmptyResponse {
+		if !errors.Is(o.err, exchange.ErrMalformedStream) || o.res.Signal != recovery.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
 		}
 		o.want(t, recovery.EmptyResponse)
@@ -756,9 +758,9 @@ func TestMalformedStreams(t *testing.T) {
 	})
 	t.Run("endless line before content", func(t *testing.T) {
 		h := newHarness(t)
-		h.p.Push(providertest.Status(200, sseHeader, "data: "+strings.Repeat("x", providers.MaxSSELineBytes+1024)))
+		h.p.Push(providertest.Status(200, sseHeader, "data: "+strings.Repeat("x", exchange.MaxSSELineBytes+1024)))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
-		if !errors.Is(o.err, providers.ErrLineTooLong) || o.res.Signal != recovery.SignalEmptyResponse {
+		if !errors.Is(o.err, exchange.ErrLineTooLong) || o.res.Signal != recovery.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
 		}
 		o.want(t, recovery.EmptyResponse)
@@ -767,7 +769,7 @@ func TestMalformedStreams(t *testing.T) {
 		h := newHarness(t)
 		h.p.Push(providertest.Status(200, http.Header{"Content-Type": {"text/html"}}, "<html>maintenance</html>"))
 		o := h.call(context.Background(), h.route(), chat(false), nil)
-		if !errors.Is(o.err, providers.ErrMalformedResponse) || o.res.Signal != recovery.SignalEmptyResponse {
+		if !errors.Is(o.err, exchange.ErrMalformedResponse) || o.res.Signal != recovery.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
 		}
 		o.want(t, recovery.EmptyResponse)
@@ -848,9 +850,9 @@ func TestPlainRoundTripperWithoutAttempt(t *testing.T) {
 		return &http.Response{StatusCode: 200, Header: sseHeader,
 			Body: io.NopCloser(strings.NewReader(sse(roleChunk, helloChunk, "data: [DONE]")))}, nil
 	})
-	route := providers.Route{Name: "plain", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1/", Model: "m"}
+	route := routes.Route{Name: "plain", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1/", Model: "m"}
 	sink := &recSink{}
-	res, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(true), Sink: sink})
+	res, err := exchange.CallOpenAI(context.Background(), rt, exchange.Call{Route: route, Request: chat(true), Sink: sink})
 	if err != nil || res.Response.Text != "hello" || sink.text() != "hello" {
 		t.Fatalf("err %v result %+v", err, res)
 	}
@@ -860,10 +862,10 @@ func TestPlainRoundTripperWithoutAttempt(t *testing.T) {
 	if !json.Valid(body) {
 		t.Fatalf("body %s", body)
 	}
-	if _, err := providers.CallOpenAI(context.Background(), nil, providers.Call{Route: route, Request: chat(false)}); !errors.Is(err, providers.ErrNoTransport) {
+	if _, err := exchange.CallOpenAI(context.Background(), nil, exchange.Call{Route: route, Request: chat(false)}); !errors.Is(err, exchange.ErrNoTransport) {
 		t.Fatalf("nil transport: %v", err)
 	}
-	if _, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route}); !errors.Is(err, providers.ErrInvalidRequest) {
+	if _, err := exchange.CallOpenAI(context.Background(), rt, exchange.Call{Route: route}); !errors.Is(err, providers.ErrInvalidRequest) {
 		t.Fatalf("invalid request: %v", err)
 	}
 }
@@ -907,24 +909,24 @@ func TestNoContentOrKeyInErrors(t *testing.T) {
 	type scenario struct {
 		name  string
 		b     *providertest.Behavior // nil: the request never reaches the provider
-		route func(*providers.Route)
+		route func(*routes.Route)
 		req   providers.Request
 		noErr bool // the scenario ends without a Go error; its result is checked instead
 	}
 	scenarios := []scenario{
-		{name: "first-byte timeout", b: ptr(providertest.Hold()), route: func(r *providers.Route) { r.FirstByteTimeout = short }, req: req(true)},
-		{name: "attempt timeout", b: ptr(providertest.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(false)},
+		{name: "first-byte timeout", b: ptr(providertest.Hold()), route: func(r *routes.Route) { r.FirstByteTimeout = short }, req: req(true)},
+		{name: "attempt timeout", b: ptr(providertest.Hold()), route: func(r *routes.Route) { r.AttemptTimeout = short }, req: req(false)},
 		{name: "reset before headers", b: ptr(providertest.ResetStream(http2.ErrCodeInternal)), req: req(false)},
 		{name: "connection closed", b: ptr(providertest.CloseAfterRead()), req: req(true)},
 		{name: "malformed body", b: ptr(providertest.Status(200, nil, `{"choices":[{"message":{"content":"`+outputCanary)), req: req(false)},
 		{name: "malformed stream", b: ptr(providertest.Status(200, sseHeader, sse(roleChunk, "data: {"+outputCanary))), req: req(true)},
-		{name: "endless line", b: ptr(providertest.Status(200, sseHeader, "data: "+strings.Repeat(outputCanary, providers.MaxSSELineBytes/len(outputCanary)+10))), req: req(true)},
+		{name: "endless line", b: ptr(providertest.Status(200, sseHeader, "data: "+strings.Repeat(outputCanary, exchange.MaxSSELineBytes/len(outputCanary)+10))), req: req(true)},
 		{name: "error body echoing the prompt", b: ptr(providertest.Status(400, nil, echo)), req: req(false), noErr: true},
 		{name: "error event echoing the prompt", b: ptr(providertest.Status(200, sseHeader, sse(`data: `+echo))), req: req(true), noErr: true},
-		{name: "attempt timeout while streaming", b: ptr(providertest.Hold()), route: func(r *providers.Route) { r.AttemptTimeout = short }, req: req(true)},
+		{name: "attempt timeout while streaming", b: ptr(providertest.Hold()), route: func(r *routes.Route) { r.AttemptTimeout = short }, req: req(true)},
 		{name: "invalid request", req: providers.Request{Messages: []providers.Message{{Role: "", Content: json.RawMessage(promptCanary)}}}},
-		{name: "key env holds a pasted key", route: func(r *providers.Route) { r.APIKeyFile, r.APIKeyEnv = "", keyCanary }, req: req(false)},
-		{name: "unreachable", route: func(r *providers.Route) { r.BaseURL = "https://" + closedAddr(t) + "/v1" }, req: req(false)},
+		{name: "key env holds a pasted key", route: func(r *routes.Route) { r.APIKeyFile, r.APIKeyEnv = "", keyCanary }, req: req(false)},
+		{name: "unreachable", route: func(r *routes.Route) { r.BaseURL = "https://" + closedAddr(t) + "/v1" }, req: req(false)},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -994,7 +996,7 @@ func pipeTransport() (http.RoundTripper, *io.PipeWriter) {
 // asserted about durations.
 func TestTimersFirstByteAndKeepAlives(t *testing.T) {
 	rt, w := pipeTransport()
-	route := providers.Route{Name: "pipe", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "m",
+	route := routes.Route{Name: "pipe", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "m",
 		FirstByteTimeout: 5 * time.Second, IdleTimeout: 300 * time.Millisecond}
 	go func() {
 		time.Sleep(400 * time.Millisecond) // longer than idle, shorter than first-byte
@@ -1008,7 +1010,7 @@ func TestTimersFirstByteAndKeepAlives(t *testing.T) {
 		_ = w.Close()
 	}()
 	sink := &recSink{}
-	res, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(true), Sink: sink})
+	res, err := exchange.CallOpenAI(context.Background(), rt, exchange.Call{Route: route, Request: chat(true), Sink: sink})
 	if err != nil || res.Response.Text != "hello" || res.Response.Partial {
 		t.Fatalf("err %v result %+v", err, res)
 	}
@@ -1018,10 +1020,10 @@ func TestTimersFirstByteAndKeepAlives(t *testing.T) {
 // not content, so the stream ends before commit with an error.
 func TestIdleTimeoutBeforeContentIsAnError(t *testing.T) {
 	rt, w := pipeTransport()
-	route := providers.Route{Name: "pipe", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "m", IdleTimeout: short}
+	route := routes.Route{Name: "pipe", Kind: "openai", BaseURL: "http://127.0.0.1:1/v1", Model: "m", IdleTimeout: short}
 	go func() { _, _ = io.WriteString(w, ": keep-alive\n\n"+roleChunk+"\n\n") }()
-	res, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(true), Sink: &recSink{}})
-	if !errors.Is(err, providers.ErrIdleTimeout) || res.Response.Partial {
+	res, err := exchange.CallOpenAI(context.Background(), rt, exchange.Call{Route: route, Request: chat(true), Sink: &recSink{}})
+	if !errors.Is(err, exchange.ErrIdleTimeout) || res.Response.Partial {
 		t.Fatalf("err %v result %+v", err, res)
 	}
 }
@@ -1031,8 +1033,8 @@ func TestWrongKindIsRefusedBeforeSending(t *testing.T) {
 		t.Fatal("sent")
 		return nil, nil
 	})
-	route := providers.Route{Name: "a", Kind: "anthropic", BaseURL: "https://x.example/v1", Model: "m"}
-	if _, err := providers.CallOpenAI(context.Background(), rt, providers.Call{Route: route, Request: chat(false)}); !errors.Is(err, providers.ErrWrongKind) {
+	route := routes.Route{Name: "a", Kind: "anthropic", BaseURL: "https://x.example/v1", Model: "m"}
+	if _, err := exchange.CallOpenAI(context.Background(), rt, exchange.Call{Route: route, Request: chat(false)}); !errors.Is(err, exchange.ErrWrongKind) {
 		t.Fatalf("err %v", err)
 	}
 }

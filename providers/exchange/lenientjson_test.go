@@ -1,8 +1,9 @@
-package providers
+package exchange
 
 import (
 	"encoding/json"
 	"errors"
+	"github.com/durallm/durallm/providers"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 		wantRef    string
 		wantTools  string // compacted JSON, "" for none
 		wantFinish string
-		wantUsage  Usage
+		wantUsage  providers.Usage
 		wantID     string
 		wantModel  string
 		wantStatus string
@@ -32,7 +33,7 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			body:       `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello.","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`,
 			wantText:   "Hello.",
 			wantFinish: "stop",
-			wantUsage:  Usage{9, 2, 11},
+			wantUsage:  providers.Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11},
 			wantID:     "chatcmpl-1",
 			wantModel:  "gpt-4o",
 		},
@@ -41,7 +42,7 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			body:       `{"id":"x","model":"m","system_fingerprint":"fp_1","service_tier":"default","choices":[{"index":0,"message":{"role":"assistant","content":"hi","annotations":[],"audio":null,"reasoning_content":"thinking"},"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2,"prompt_tokens_details":{"cached_tokens":0}},"x_groq":{"id":"req_1"}}`,
 			wantText:   "hi",
 			wantFinish: "stop",
-			wantUsage:  Usage{1, 1, 2},
+			wantUsage:  providers.Usage{PromptTokens: 1, CompletionTokens: 1, TotalTokens: 2},
 			wantID:     "x",
 			wantModel:  "m",
 			keepRaw:    `"x_groq"`,
@@ -55,7 +56,7 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			name:      "numbers as strings and floats",
 			body:      `{"choices":[{"index":"0","message":{"content":"n"},"finish_reason":"length"}],"usage":{"prompt_tokens":"12","completion_tokens":3.0,"total_tokens":" 15 "}}`,
 			wantText:  "n",
-			wantUsage: Usage{12, 3, 15},
+			wantUsage: providers.Usage{PromptTokens: 12, CompletionTokens: 3, TotalTokens: 15},
 			// finish_reason kept as sent
 			wantFinish: "length",
 		},
@@ -63,14 +64,14 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			name:      "usage without total, responses-style names",
 			body:      `{"choices":[{"message":{"content":"u"}}],"usage":{"input_tokens":4,"output_tokens":5}}`,
 			wantText:  "u",
-			wantUsage: Usage{4, 5, 9},
+			wantUsage: providers.Usage{PromptTokens: 4, CompletionTokens: 5, TotalTokens: 9},
 		},
 		{
 			name:      "null arrays and null usage",
 			body:      `{"id":"n","choices":[{"index":0,"message":{"role":"assistant","content":"ok","tool_calls":null},"finish_reason":"stop"}],"usage":null}`,
 			wantText:  "ok",
 			wantID:    "n",
-			wantUsage: Usage{},
+			wantUsage: providers.Usage{},
 			// tool_calls null: none
 			wantFinish: "stop",
 		},
@@ -300,7 +301,7 @@ func TestStreamAccumulatesToolCalls(t *testing.T) {
 	if got := compact(t, r.ToolCalls); got != compact(t, json.RawMessage(want)) {
 		t.Fatalf("tool calls = %s\nwant %s", got, want)
 	}
-	if r.FinishReason != "tool_calls" || r.Usage != (Usage{3, 4, 7}) || !acc.done || !acc.complete() {
+	if r.FinishReason != "tool_calls" || r.Usage != (providers.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}) || !acc.done || !acc.complete() {
 		t.Fatalf("finish %q usage %+v done %v", r.FinishReason, r.Usage, acc.done)
 	}
 	if streamSignal(r) != recovery.SignalNone {
@@ -398,7 +399,7 @@ func TestTruncatedJSONBodyIsACut(t *testing.T) {
 	}
 	for _, p := range []struct {
 		name  string
-		parse func([]byte) (Response, recovery.Signal, error)
+		parse func([]byte) (providers.Response, recovery.Signal, error)
 	}{{"openai", parseCompletion}, {"anthropic", parseAnthropicMessage}} {
 		for _, tc := range cases {
 			t.Run(p.name+"/"+tc.name, func(t *testing.T) {

@@ -1,7 +1,8 @@
-package providers
+package routes
 
 import (
 	"errors"
+	"github.com/durallm/durallm/providers"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -76,7 +77,7 @@ routes:
 		{
 			Name: "openai-primary", Kind: "openai", BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini",
 			APIKeyEnv: "OPENAI_API_KEY",
-			Capabilities: Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true,
+			Capabilities: providers.Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true,
 				ContextTokens: 128000, DataTags: []string{"no-retention"}},
 			AttemptTimeout: 60 * time.Second, FirstByteTimeout: 20 * time.Second, IdleTimeout: 30 * time.Second,
 			IdempotencyWindow: 24 * time.Hour,
@@ -84,7 +85,7 @@ routes:
 		{
 			Name: "anthropic-fallback", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "claude-sonnet-4-5",
 			APIKeyEnv:      "ANTHROPIC_API_KEY",
-			Capabilities:   Capabilities{Tools: true, Streaming: true, Vision: true, ContextTokens: 200000},
+			Capabilities:   providers.Capabilities{Tools: true, Streaming: true, Vision: true, ContextTokens: 200000},
 			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
 		},
 		{
@@ -167,8 +168,8 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		{Name: "a-b", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "a_b", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "kind", Kind: "gemini", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
-		{Name: "claude", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "m", APIKeyEnv: "K", Capabilities: Capabilities{Tools: true, Streaming: true}},
-		{Name: "claude-json", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "m", APIKeyEnv: "K", Capabilities: Capabilities{StructuredOutput: true}},
+		{Name: "claude", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "m", APIKeyEnv: "K", Capabilities: providers.Capabilities{Tools: true, Streaming: true}},
+		{Name: "claude-json", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "m", APIKeyEnv: "K", Capabilities: providers.Capabilities{StructuredOutput: true}},
 		{Name: "nokind", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "scheme", Kind: "openai", BaseURL: "ftp://a.example/v1", Model: "m", APIKeyEnv: "K"},
 		{Name: "unparseable", Kind: "openai", BaseURL: "https://a.example:port/v1", Model: "m", APIKeyEnv: "K"},
@@ -182,7 +183,7 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		{Name: "pasted", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: pastedKey},
 		{Name: "negative", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K",
 			AttemptTimeout: -1, FirstByteTimeout: -1, IdleTimeout: -1, IdempotencyWindow: -1,
-			Capabilities: Capabilities{ContextTokens: -1, DataTags: []string{"eu", " "}}},
+			Capabilities: providers.Capabilities{ContextTokens: -1, DataTags: []string{"eu", " "}}},
 		{Name: "window", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", HonoursIdempotencyKey: true},
 	}}
 	err := cfg.Validate()
@@ -343,18 +344,18 @@ func TestRouteAPIKey(t *testing.T) {
 }
 
 func TestCapabilitiesSatisfies(t *testing.T) {
-	full := Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true, ContextTokens: 128000, DataTags: []string{"eu", "no-retention"}}
+	full := providers.Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true, ContextTokens: 128000, DataTags: []string{"eu", "no-retention"}}
 	cases := []struct {
 		name        string
-		have, need  Capabilities
+		have, need  providers.Capabilities
 		wantMissing []string
 	}{
-		{"nothing needed", Capabilities{}, Capabilities{}, nil},
-		{"all offered", full, Capabilities{Tools: true, Vision: true, ContextTokens: 100000, DataTags: []string{"eu"}}, nil},
-		{"exact context", full, Capabilities{ContextTokens: 128000}, nil},
-		{"unknown context is unbounded", Capabilities{}, Capabilities{ContextTokens: 1 << 30}, nil},
-		{"everything missing, in order", Capabilities{ContextTokens: 8000, DataTags: []string{"eu"}},
-			Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true, ContextTokens: 16000, DataTags: []string{"no-retention", "eu", "us"}},
+		{"nothing needed", providers.Capabilities{}, providers.Capabilities{}, nil},
+		{"all offered", full, providers.Capabilities{Tools: true, Vision: true, ContextTokens: 100000, DataTags: []string{"eu"}}, nil},
+		{"exact context", full, providers.Capabilities{ContextTokens: 128000}, nil},
+		{"unknown context is unbounded", providers.Capabilities{}, providers.Capabilities{ContextTokens: 1 << 30}, nil},
+		{"everything missing, in order", providers.Capabilities{ContextTokens: 8000, DataTags: []string{"eu"}},
+			providers.Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true, ContextTokens: 16000, DataTags: []string{"no-retention", "eu", "us"}},
 			[]string{"tools", "structured_output", "streaming", "vision", "context_tokens", "data_tag:no-retention", "data_tag:us"}},
 	}
 	for _, tc := range cases {

@@ -1,10 +1,11 @@
-package providers
+package exchange
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers"
 	"io"
 	"strings"
 
@@ -22,7 +23,7 @@ const toolCallOverhead = 64
 
 // errProviderError stops a stream that carried an error event; the error
 // itself is in streamAcc.resp.Error.
-var errProviderError = errors.New("providers: stream carried an error event")
+var errProviderError = errors.New("exchange: stream carried an error event")
 
 // streamAcc accumulates one answer from a stream (choice index 0 for
 // chat completions) with bounded memory. The dialect's eventReader turns
@@ -30,7 +31,7 @@ var errProviderError = errors.New("providers: stream carried an error event")
 // them the same way for every dialect, so the size bound and the commit
 // point are one piece of code.
 type streamAcc struct {
-	resp    Response // ID, Model, FinishReason, Usage, Error
+	resp    providers.Response // ID, Model, FinishReason, Usage, Error
 	text    strings.Builder
 	refusal strings.Builder
 	calls   []*callAcc
@@ -91,20 +92,20 @@ func (a *streamAcc) payload(data []byte) ([]byte, error) {
 }
 
 // fail records the provider's error event and stops the stream.
-func (a *streamAcc) fail(e *APIError) error {
+func (a *streamAcc) fail(e *providers.APIError) error {
 	a.resp.Error = e
 	return errProviderError
 }
 
 // eventError reads an error event: its error member, or the event itself
 // as a flattened error object.
-func eventError(event []byte, member json.RawMessage) *APIError {
+func eventError(event []byte, member json.RawMessage) *providers.APIError {
 	if e := parseAPIError(member); e != nil {
 		return e
 	}
 	var w wireError
 	obj(event, &w)
-	return &APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
+	return &providers.APIError{Type: str(w.Type), Code: str(w.Code), Param: str(w.Param), Message: str(w.Message)}
 }
 
 // apply accumulates one event's deltas, all or nothing: past the size
@@ -288,7 +289,7 @@ func (a *streamAcc) applyToolDelta(d toolDelta) {
 }
 
 // response returns what has accumulated.
-func (a *streamAcc) response() Response {
+func (a *streamAcc) response() providers.Response {
 	r := a.resp
 	r.Text, r.Refusal = a.text.String(), a.refusal.String()
 	if len(a.calls) > 0 {
@@ -396,6 +397,6 @@ func completeData(data []byte) bool {
 
 // streamSignal says whether a stream that ended without a transport error
 // produced anything usable.
-func streamSignal(r Response) recovery.Signal {
+func streamSignal(r providers.Response) recovery.Signal {
 	return completionSignal(r)
 }

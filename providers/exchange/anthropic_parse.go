@@ -1,8 +1,9 @@
-package providers
+package exchange
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/durallm/durallm/providers"
 	"strings"
 
 	"github.com/durallm/durallm/recovery"
@@ -76,9 +77,9 @@ func (u *anthropicUsage) merge(raw json.RawMessage) bool {
 // usage counts cache reads and writes as prompt tokens: Anthropic's
 // input_tokens excludes them, OpenAI's prompt_tokens includes cached
 // tokens, and one Usage should mean the same whichever route answered.
-func (u anthropicUsage) usage() Usage {
+func (u anthropicUsage) usage() providers.Usage {
 	p := u.input + u.cacheWrite + u.cacheRead
-	return Usage{PromptTokens: p, CompletionTokens: u.output, TotalTokens: p + u.output}
+	return providers.Usage{PromptTokens: p, CompletionTokens: u.output, TotalTokens: p + u.output}
 }
 
 // anthropicFinish maps a stop_reason to OpenAI's finish_reason; an
@@ -119,7 +120,7 @@ func toolArgs(raw json.RawMessage) string {
 // parseAnthropicMessage reads a 2xx Messages body generously, with
 // parseCompletion's contract: only a body that is not JSON, or is cut
 // mid-value, is an error.
-func parseAnthropicMessage(data []byte) (Response, recovery.Signal, error) {
+func parseAnthropicMessage(data []byte) (providers.Response, recovery.Signal, error) {
 	var b wireAnthropicMessage
 	r, ok, err := decodeBody(data, &b)
 	if !ok {
@@ -158,7 +159,7 @@ func anthropicToolCalls(content json.RawMessage) json.RawMessage {
 // parseAnthropicError reads the body of an HTTP error status:
 // {"type": "error", "error": {"type": ..., "message": ...}} (or any shape
 // parseErrorBody reads), mapped with anthropicErrorSignal.
-func parseAnthropicError(data []byte) (Response, recovery.Signal) {
+func parseAnthropicError(data []byte) (providers.Response, recovery.Signal) {
 	r, _ := parseErrorBody(data)
 	return r, anthropicErrorSignal(r.Error)
 }
@@ -171,7 +172,7 @@ func parseAnthropicError(data []byte) (Response, recovery.Signal) {
 // overloaded (it matters in a stream's error event, where the status
 // is 200), and a prompt too long for the context window. Error messages
 // are read for that last case only, never copied anywhere.
-func anthropicErrorSignal(e *APIError) recovery.Signal {
+func anthropicErrorSignal(e *providers.APIError) recovery.Signal {
 	if s := errorSignal(e); s != recovery.SignalNone || e == nil {
 		return s
 	}

@@ -1,10 +1,12 @@
-package providers
+package exchange
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"net/http"
 	"strings"
@@ -33,9 +35,9 @@ type Sink interface {
 // Call is one attempt's input to an adapter.
 type Call struct {
 	// Route says where to send it and with which model and key.
-	Route Route
+	Route routes.Route
 	// Request is the envelope.
-	Request Request
+	Request providers.Request
 	// Sink receives streamed deltas; nil means none.
 	Sink Sink
 }
@@ -44,7 +46,7 @@ type Call struct {
 type Result struct {
 	// Response is what the provider answered, possibly partial; for an
 	// HTTP error status it carries the error object (Response.Error).
-	Response Response `json:"response"`
+	Response providers.Response `json:"response"`
 	// Signal is what the body said that the wire cannot: pass it to
 	// recovery.Attempt.Finish whether or not the adapter returned an error.
 	Signal recovery.Signal `json:"signal,omitempty"`
@@ -58,39 +60,39 @@ type Result struct {
 var (
 	// ErrFirstByteTimeout: no body byte within the route's
 	// FirstByteTimeout of the send (streams only).
-	ErrFirstByteTimeout = fmt.Errorf("providers: first-byte timeout: %w", recovery.ErrTimedOut)
+	ErrFirstByteTimeout = fmt.Errorf("exchange: first-byte timeout: %w", recovery.ErrTimedOut)
 	// ErrIdleTimeout: no byte for the route's IdleTimeout once the body
 	// had started (streams only).
-	ErrIdleTimeout = fmt.Errorf("providers: stream idle timeout: %w", recovery.ErrTimedOut)
+	ErrIdleTimeout = fmt.Errorf("exchange: stream idle timeout: %w", recovery.ErrTimedOut)
 	// ErrAttemptTimeout: the route's AttemptTimeout ran out.
-	ErrAttemptTimeout = fmt.Errorf("providers: attempt timeout: %w", recovery.ErrTimedOut)
+	ErrAttemptTimeout = fmt.Errorf("exchange: attempt timeout: %w", recovery.ErrTimedOut)
 	// ErrStreamAborted: the adapter stopped a committed stream itself (too
 	// large, malformed, an error event). It wraps recovery.ErrTimedOut
 	// because that is the engine's only way to record a body that ended
 	// badly on the caller's side without calling it the caller's
 	// cancellation; with content started it classifies as
 	// committed_partial, which is what happened.
-	ErrStreamAborted = fmt.Errorf("providers: stream aborted by the adapter: %w", recovery.ErrTimedOut)
+	ErrStreamAborted = fmt.Errorf("exchange: stream aborted by the adapter: %w", recovery.ErrTimedOut)
 )
 
 // ErrNoTransport is returned when an adapter is given a nil RoundTripper.
-var ErrNoTransport = errors.New("providers: no RoundTripper")
+var ErrNoTransport = errors.New("exchange: no RoundTripper")
 
 // ErrWrongKind is returned when an adapter is given a route of another
 // kind: its key must not be sent to an endpoint of another dialect by
 // mistake.
-var ErrWrongKind = errors.New("providers: route kind does not match the adapter")
+var ErrWrongKind = errors.New("exchange: route kind does not match the adapter")
 
 // ErrUnknownKind is returned by CallRoute for a route kind no adapter
 // serves.
-var ErrUnknownKind = errors.New("providers: unknown route kind")
+var ErrUnknownKind = errors.New("exchange: unknown route kind")
 
 // ErrUnsupported is returned, before anything is sent, when a request
 // uses something the route's dialect cannot express (CallAnthropic with a
 // response_format, say). The message names the field, never its value.
 // The workflow's capability filter is what should keep such requests
 // away from such routes.
-var ErrUnsupported = errors.New("providers: not supported by this route's kind")
+var ErrUnsupported = errors.New("exchange: not supported by this route's kind")
 
 // maxErrorBody bounds how much of an HTTP error body is read: enough for
 // any real error object, and a hostile endless one costs nothing more.
@@ -103,13 +105,13 @@ const maxErrorBody = 1 << 20
 // else, the error contract included, is the adapter's.
 func CallRoute(ctx context.Context, rt http.RoundTripper, c Call) (Result, error) {
 	switch c.Route.Kind {
-	case KindOpenAI, "":
+	case routes.KindOpenAI, "":
 		return CallOpenAI(ctx, rt, c)
-	case KindAnthropic:
+	case routes.KindAnthropic:
 		return CallAnthropic(ctx, rt, c)
 	default:
 		// A kind is configuration, never a secret, so it may be named.
-		return Result{}, fmt.Errorf("providers: route %q: %w %q", c.Route.Name, ErrUnknownKind, c.Route.Kind)
+		return Result{}, fmt.Errorf("exchange: route %q: %w %q", c.Route.Name, ErrUnknownKind, c.Route.Kind)
 	}
 }
 
@@ -127,13 +129,13 @@ type dialect struct {
 	// called once and must not retry.
 	send func(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error)
 	// whole reads a complete 2xx JSON body.
-	whole func(data []byte) (Response, recovery.Signal, error)
+	whole func(data []byte) (providers.Response, recovery.Signal, error)
 	// errorBody reads the body of an HTTP error status.
-	errorBody func(data []byte) (Response, recovery.Signal)
+	errorBody func(data []byte) (providers.Response, recovery.Signal)
 	// newStream returns an accumulator for the dialect's event stream.
 	newStream func() *streamAcc
 	// signal maps an error object to a signal.
-	signal func(*APIError) recovery.Signal
+	signal func(*providers.APIError) recovery.Signal
 }
 
 // outgoing is what a dialect's send needs: the route (base URL, model),
@@ -141,16 +143,16 @@ type dialect struct {
 // The OpenAI send ignores url: the official client joins the route's base
 // URL with its own path (the same base URL endpointURL has validated).
 type outgoing struct {
-	route   Route
+	route   routes.Route
 	key     string
 	url     string
-	request Request
+	request providers.Request
 }
 
 // postJSON is a send for a dialect whose request the adapter encodes
 // itself: one POST of body(model, request) to the endpoint URL with
 // rt.RoundTrip, the headers set by auth.
-func postJSON(body func(model string, r Request) ([]byte, error), auth func(h http.Header, key string)) func(context.Context, http.RoundTripper, outgoing) (*http.Response, error) {
+func postJSON(body func(model string, r providers.Request) ([]byte, error), auth func(h http.Header, key string)) func(context.Context, http.RoundTripper, outgoing) (*http.Response, error) {
 	return func(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error) {
 		b, err := body(o.route.Model, o.request)
 		if err != nil {
@@ -168,7 +170,7 @@ func postJSON(body func(model string, r Request) ([]byte, error), auth func(h ht
 }
 
 // acceptFor is the Accept header for r: an event stream or JSON.
-func acceptFor(r Request) string {
+func acceptFor(r providers.Request) string {
 	if r.Stream {
 		return "text/event-stream"
 	}
@@ -218,7 +220,7 @@ func acceptFor(r Request) string {
 func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result, error) {
 	route := c.Route.WithDefaults()
 	fail := func(err error) (Result, error) {
-		return Result{}, fmt.Errorf("providers: route %q: %w", route.Name, err)
+		return Result{}, fmt.Errorf("exchange: route %q: %w", route.Name, err)
 	}
 	if rt == nil {
 		return fail(ErrNoTransport)
@@ -230,7 +232,7 @@ func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result
 	if err := c.Request.Validate(); err != nil {
 		return fail(err)
 	}
-	url, err := endpointURL(route.BaseURL, d.path...)
+	url, err := route.Endpoint(d.path...)
 	if err != nil {
 		return fail(err)
 	}
@@ -280,7 +282,7 @@ func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result
 
 // exchange is the state of one attempt.
 type exchange struct {
-	route     Route
+	route     routes.Route
 	call      Call
 	d         *dialect
 	ctx       context.Context
@@ -291,7 +293,7 @@ type exchange struct {
 }
 
 func (x *exchange) wrap(err error) error {
-	return fmt.Errorf("providers: route %q: %w", x.route.Name, err)
+	return fmt.Errorf("exchange: route %q: %w", x.route.Name, err)
 }
 
 // causeOf adds the request context's cause to a transport error, so
@@ -383,13 +385,13 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 		// content (ambiguous).
 		return Result{Response: r, Signal: recovery.SignalStreamIncomplete}, nil
 	case err == nil:
-		return x.partial(r, IncompleteTruncated, nil)
+		return x.partial(r, providers.IncompleteTruncated, nil)
 	case errors.Is(err, ErrTruncatedBody) && !x.committed:
 		// Cut inside an event: as a cut on an event boundary (above), the
 		// provider ran the request and may have an answer.
 		return Result{Response: r, Signal: recovery.SignalStreamIncomplete}, x.wrap(err)
 	case errors.Is(err, ErrTruncatedBody):
-		return x.partial(r, IncompleteTruncated, nil)
+		return x.partial(r, providers.IncompleteTruncated, nil)
 	case errors.Is(err, errProviderError):
 		if !x.committed {
 			sig := x.d.signal(r.Error)
@@ -398,7 +400,7 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 			}
 			return Result{Response: r, Signal: sig}, nil
 		}
-		return x.abort(r, IncompleteProviderError)
+		return x.abort(r, providers.IncompleteProviderError)
 	}
 	if reason := selfReason(err); reason != "" {
 		// The adapter itself gave up on the body.
@@ -413,7 +415,7 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 	}
 	reason := x.incompleteReason(err)
 	var cerr error
-	if reason == IncompleteCanceled {
+	if reason == providers.IncompleteCanceled {
 		cerr = x.wrap(x.causeOf(err))
 	}
 	return x.partial(r, reason, cerr)
@@ -423,12 +425,12 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 // request context is canceled with a cause before the body closes, so the
 // engine records the attempt as cut (committed_partial) rather than
 // complete.
-func (x *exchange) abort(r Response, reason string) (Result, error) {
+func (x *exchange) abort(r providers.Response, reason string) (Result, error) {
 	x.cancel(fmt.Errorf("%w: %s", ErrStreamAborted, reason))
 	return x.partial(r, reason, nil)
 }
 
-func (x *exchange) partial(r Response, reason string, err error) (Result, error) {
+func (x *exchange) partial(r providers.Response, reason string, err error) (Result, error) {
 	r.Partial, r.Incomplete = true, reason
 	if x.call.Sink != nil {
 		x.call.Sink.Incomplete(reason)
@@ -441,13 +443,13 @@ func (x *exchange) partial(r Response, reason string, err error) (Result, error)
 func selfReason(err error) string {
 	switch {
 	case errors.Is(err, ErrLineTooLong):
-		return IncompleteLineTooLong
+		return providers.IncompleteLineTooLong
 	case errors.Is(err, ErrEventTooLarge):
-		return IncompleteEventTooLarge
+		return providers.IncompleteEventTooLarge
 	case errors.Is(err, ErrResponseTooLarge):
-		return IncompleteTooLarge
+		return providers.IncompleteTooLarge
 	case errors.Is(err, ErrMalformedStream):
-		return IncompleteMalformed
+		return providers.IncompleteMalformed
 	default:
 		return ""
 	}
@@ -460,16 +462,16 @@ func (x *exchange) incompleteReason(err error) string {
 	if cause := context.Cause(x.ctx); cause != nil {
 		switch {
 		case errors.Is(cause, ErrIdleTimeout):
-			return IncompleteIdleTimeout
+			return providers.IncompleteIdleTimeout
 		case errors.Is(cause, ErrAttemptTimeout):
-			return IncompleteAttemptTimeout
+			return providers.IncompleteAttemptTimeout
 		case errors.Is(cause, context.DeadlineExceeded):
-			return IncompleteDeadline
+			return providers.IncompleteDeadline
 		case errors.Is(cause, recovery.ErrTimedOut):
-			return IncompleteTimeout
+			return providers.IncompleteTimeout
 		default:
 			// The engine's rule: any other cause is the scope ending.
-			return IncompleteCanceled
+			return providers.IncompleteCanceled
 		}
 	}
 	if x.attempt != nil {
@@ -478,21 +480,21 @@ func (x *exchange) incompleteReason(err error) string {
 		ev := x.attempt.Evidence()
 		switch {
 		case ev.RSTStream != nil:
-			return IncompleteReset
+			return providers.IncompleteReset
 		case ev.GoAway != nil:
-			return IncompleteGoAway
+			return providers.IncompleteGoAway
 		case ev.ConnClosed:
-			return IncompleteConnectionClosed
+			return providers.IncompleteConnectionClosed
 		}
 	}
 	var se http2.StreamError
 	switch {
 	case errors.As(err, &se):
-		return IncompleteReset
+		return providers.IncompleteReset
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return IncompleteConnectionClosed
+		return providers.IncompleteConnectionClosed
 	default:
-		return IncompleteReadError
+		return providers.IncompleteReadError
 	}
 }
 
@@ -516,7 +518,7 @@ type streamTimers struct {
 	idle      *time.Timer
 }
 
-func newStreamTimers(r Route, cancel context.CancelCauseFunc) *streamTimers {
+func newStreamTimers(r routes.Route, cancel context.CancelCauseFunc) *streamTimers {
 	t := &streamTimers{idleAfter: r.IdleTimeout, cancel: cancel}
 	t.firstByte = time.AfterFunc(r.FirstByteTimeout, func() { t.fire(ErrFirstByteTimeout) })
 	return t
