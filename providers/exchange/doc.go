@@ -62,5 +62,4 @@
 // Memory is bounded: a non-streaming body and a stream's accumulated
 // answer at MaxResponseBytes (32 MiB), one SSE line and one SSE event at
 // MaxSSELineBytes (1 MiB), an HTTP error body at 1 MiB.
-//
 package exchange
