@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -86,49 +87,7 @@ type Activities struct {
 // attempt was executed: a stored result, a usage record, a provider
 // lookup. It returns a Verdict, or VerdictNone when it cannot tell.
 type Reconciler interface {
-	Reconcile(ctx context.Context, in ReconcileInput) (ReconcileOutput, error)
-}
-
-// AttemptInput is one CallModel execution: one attempt of one action.
-type AttemptInput struct {
-	ActionRef      string            `json:"action_ref"`
-	Attempt        int               `json:"attempt"`
-	AttemptID      string            `json:"attempt_id"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	Route          string            `json:"route"`
-	Request        providers.Request `json:"request"`
-	// Avoid lists connection refs earlier attempts saw GOAWAY or 421 on.
-	Avoid []string `json:"avoid,omitempty"`
-	// FreshConnection demands a newly dialed connection (after a 421).
-	FreshConnection bool `json:"fresh_connection,omitempty"`
-	// AfterMisdirected marks the retry of a 421.
-	AfterMisdirected bool `json:"after_misdirected,omitempty"`
-	// Timeout bounds the HTTP exchange; zero means the route's
-	// AttemptTimeout. The activity's StartToClose bounds it too.
-	Timeout time.Duration `json:"timeout,omitempty"`
-}
-
-// Outcome is what one attempt produced: the wire evidence, its
-// classification, and the response when there is one. It holds no
-// content except Response, which is the model's answer.
-type Outcome struct {
-	Evidence       recovery.Evidence       `json:"evidence"`
-	Classification recovery.Classification `json:"classification"`
-	Response       *providers.Response     `json:"response,omitempty"`
-	// ResponseRef replaces Response when the response was too large for
-	// history and went to the worker's result store.
-	ResponseRef string `json:"response_ref,omitempty"`
-}
-
-// Progress is the heartbeat detail of a running attempt: evidence for an
-// operator if the worker dies, never proof that the request was not
-// executed.
-type Progress struct {
-	AttemptID      string `json:"attempt_id"`
-	Stage          string `json:"stage"` // "sending", "streaming"
-	ConnRef        string `json:"conn_ref,omitempty"`
-	ContentStarted bool   `json:"content_started,omitempty"`
-	ResponseBytes  int64  `json:"response_bytes,omitempty"`
+	Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error)
 }
 
 // CallModel makes one attempt. See the package doc for its error contract.
@@ -138,7 +97,7 @@ type Progress struct {
 // sending) goes to recovery as evidence, and the class Classify returns is
 // final. The attempt's "llm.attempt" event is left to the workflow, which
 // emits it once it has decided what comes next (Spec.DeferEvent).
-func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, error) {
+func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.Outcome, error) {
 	route, known := a.Routes[in.Route]
 	att := recovery.NewAttempt(recovery.Spec{
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID,
@@ -153,7 +112,7 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 		// A route the workflow names but this worker does not know cannot
 		// serve the action; another route may.
 		ev, class := att.FinishWith(recovery.Facts{Unsendable: recovery.UnsendableNoRoute})
-		return a.finish(ctx, in, route, Outcome{Evidence: ev, Classification: class}, providers.Usage{})
+		return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{})
 	}
 
 	// One rule for the attempt's timeout (docs/workflow.md): the action's
@@ -178,7 +137,7 @@ func (a *Activities) CallModel(ctx context.Context, in AttemptInput) (Outcome, e
 	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
 	ev, class := att.FinishWith(facts(ctx, res, err))
-	out := Outcome{Evidence: ev, Classification: class}
+	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
 	case recovery.Completed, recovery.CommittedPartial:
 		r := res.Response
@@ -274,7 +233,7 @@ func stopCause(ctx context.Context) recovery.StopCause {
 // temporal.CanceledError) carrying the outcome as its details, so the
 // workflow's timeline keeps the connection, the stream and whether content
 // had been delivered.
-func (a *Activities) finish(ctx context.Context, in AttemptInput, route routes.Route, out Outcome, usage providers.Usage) (Outcome, error) {
+func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.Route, out attempt.Outcome, usage providers.Usage) (attempt.Outcome, error) {
 	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
 		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: out.Evidence, Class: out.Classification,
 		InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens,
@@ -289,7 +248,7 @@ func (a *Activities) finish(ctx context.Context, in AttemptInput, route routes.R
 // storeLarge moves a response too large for history into the result
 // store, leaving a reference. If the store fails, the response stays
 // inline: Temporal may still accept it, and the answer is not lost.
-func (a *Activities) storeLarge(ctx context.Context, out *Outcome) {
+func (a *Activities) storeLarge(ctx context.Context, out *attempt.Outcome) {
 	if a.Results == nil || out.Response == nil {
 		return
 	}
@@ -338,7 +297,7 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 			if ev.ContentStarted {
 				stage = "streaming"
 			}
-			activity.RecordHeartbeat(ctx, Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
+			activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
 			select {
 			case <-done:
 				return
@@ -354,44 +313,18 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 	}
 }
 
-// RouteInfo is what the workflow may know of a route: no URL, no key.
-type RouteInfo struct {
-	Name                  string                 `json:"name"`
-	Kind                  string                 `json:"kind"`
-	Model                 string                 `json:"model"`
-	Capabilities          providers.Capabilities `json:"capabilities"`
-	HonoursIdempotencyKey bool                   `json:"honours_idempotency_key,omitempty"`
-	IdempotencyWindow     time.Duration          `json:"idempotency_window,omitempty"`
-	AttemptTimeout        time.Duration          `json:"attempt_timeout,omitempty"`
-}
-
-// PlanInput names the routes an action wants.
-type PlanInput struct {
-	Routes []string `json:"routes"`
-}
-
-// Plan is the worker's description of the named routes, in the order
-// asked, and whether a reconciler is configured. Unknown names are listed
-// apart so the workflow can record why it skipped them.
-type Plan struct {
-	Routes           []RouteInfo `json:"routes"`
-	Unknown          []string    `json:"unknown,omitempty"`
-	Reconciler       bool        `json:"reconciler"`
-	SearchAttributes bool        `json:"search_attributes"`
-}
-
 // DescribeRoutes returns the Plan for the named routes. The workflow runs
 // it as a local activity so route configuration stays on the worker and
 // the answer is recorded in history.
-func (a *Activities) DescribeRoutes(_ context.Context, in PlanInput) (Plan, error) {
-	p := Plan{Reconciler: a.Reconciler != nil, SearchAttributes: a.SearchAttributes}
+func (a *Activities) DescribeRoutes(_ context.Context, in attempt.PlanInput) (attempt.Plan, error) {
+	p := attempt.Plan{Reconciler: a.Reconciler != nil, SearchAttributes: a.SearchAttributes}
 	for _, name := range in.Routes {
 		r, ok := a.Routes[name]
 		if !ok {
 			p.Unknown = append(p.Unknown, name)
 			continue
 		}
-		p.Routes = append(p.Routes, RouteInfo{
+		p.Routes = append(p.Routes, attempt.RouteInfo{
 			Name: r.Name, Kind: r.Kind, Model: r.Model, Capabilities: r.Capabilities,
 			HonoursIdempotencyKey: r.HonoursIdempotencyKey, IdempotencyWindow: r.IdempotencyWindow,
 			AttemptTimeout: r.AttemptTimeout,
@@ -400,51 +333,37 @@ func (a *Activities) DescribeRoutes(_ context.Context, in PlanInput) (Plan, erro
 	return p, nil
 }
 
-// Verdict is a reconciliation decision (docs/contract.md section 5).
-type Verdict string
-
-// The verdicts.
-const (
-	// VerdictNone: the reconciler could not tell; wait for a person.
-	VerdictNone Verdict = ""
-	// VerdictCompleted: the request was executed; its result is supplied.
-	VerdictCompleted Verdict = "completed"
-	// VerdictNotExecuted: the provider never ran it; retry normally.
-	VerdictNotExecuted Verdict = "not_executed"
-	// VerdictAllowReplay: run another attempt despite the risk.
-	VerdictAllowReplay Verdict = "allow_replay"
-	// VerdictAbandon: give up; the action ends indeterminate.
-	VerdictAbandon Verdict = "abandon"
+// The reconciler-facing types, under the names a Reconciler has always
+// used; they are package attempt's.
+type (
+	// ReconcileInput describes the ambiguous attempt to the reconciler.
+	ReconcileInput = attempt.ReconcileInput
+	// ReconcileOutput is the reconciler's answer.
+	ReconcileOutput = attempt.ReconcileOutput
+	// Verdict is a reconciliation decision.
+	Verdict = attempt.Verdict
 )
 
-// ReconcileInput describes the ambiguous attempt to the reconciler.
-type ReconcileInput struct {
-	ActionRef      string            `json:"action_ref"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	Attempt        int               `json:"attempt"`
-	AttemptID      string            `json:"attempt_id"`
-	Route          string            `json:"route"`
-	Evidence       recovery.Evidence `json:"evidence"`
-}
-
-// ReconcileOutput is the reconciler's answer.
-type ReconcileOutput struct {
-	Verdict  Verdict             `json:"verdict"`
-	Response *providers.Response `json:"response,omitempty"`
-	Note     string              `json:"note,omitempty"`
-}
+// The verdicts, as in package attempt.
+const (
+	VerdictNone        = attempt.VerdictNone
+	VerdictCompleted   = attempt.VerdictCompleted
+	VerdictNotExecuted = attempt.VerdictNotExecuted
+	VerdictAllowReplay = attempt.VerdictAllowReplay
+	VerdictAbandon     = attempt.VerdictAbandon
+)
 
 // ErrNoReconciler is returned by Reconcile when none is configured.
 var ErrNoReconciler = errors.New("durallm: no reconciler configured on this worker")
 
 // Reconcile asks the configured Reconciler about an ambiguous attempt.
-func (a *Activities) Reconcile(ctx context.Context, in ReconcileInput) (ReconcileOutput, error) {
+func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
 	if a.Reconciler == nil {
-		return ReconcileOutput{}, ErrNoReconciler
+		return attempt.ReconcileOutput{}, ErrNoReconciler
 	}
 	out, err := a.Reconciler.Reconcile(ctx, in)
 	if err != nil {
-		return ReconcileOutput{}, fmt.Errorf("durallm: reconciler for %s attempt %d: %w", in.ActionRef, in.Attempt, err)
+		return attempt.ReconcileOutput{}, fmt.Errorf("durallm: reconciler for %s attempt %d: %w", in.ActionRef, in.Attempt, err)
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"strings"
@@ -36,8 +37,8 @@ func newActs(t *testing.T) (*Activities, *providertest.Provider) {
 	}}, p
 }
 
-func attempt(route string, req providers.Request) AttemptInput {
-	return AttemptInput{ActionRef: "act", Attempt: 1, AttemptID: "act-1-" + route, IdempotencyKey: "act", Route: route, Request: req}
+func attemptOn(route string, req providers.Request) attempt.Input {
+	return attempt.Input{ActionRef: "act", Attempt: 1, AttemptID: "act-1-" + route, IdempotencyKey: "act", Route: route, Request: req}
 }
 
 func hello() providers.Request {
@@ -46,7 +47,7 @@ func hello() providers.Request {
 
 func TestCallModelCompletes(t *testing.T) {
 	a, p := newActs(t)
-	out, err := a.CallModel(context.Background(), attempt("openai", hello()))
+	out, err := a.CallModel(context.Background(), attemptOn("openai", hello()))
 	if err != nil || out.Classification.Class != recovery.Completed || out.Response == nil || out.Response.Text != "ok" {
 		t.Fatalf("outcome %+v err %v", out, err)
 	}
@@ -69,7 +70,7 @@ func TestCallModelRefusedStreamThroughAnIntermediaryIsAmbiguous(t *testing.T) {
 		r.Intermediary = tc.intermediary
 		a.Routes["openai"] = r
 		p.Push(providertest.RefuseStream())
-		out, err := a.CallModel(context.Background(), attempt("openai", hello()))
+		out, err := a.CallModel(context.Background(), attemptOn("openai", hello()))
 		if err != nil || out.Classification.Class != tc.want || !out.Evidence.RequestSent {
 			t.Fatalf("intermediary=%v: outcome %+v evidence %+v err %v", tc.intermediary, out.Classification, out.Evidence, err)
 		}
@@ -81,7 +82,7 @@ func TestCallModelRefusedStreamThroughAnIntermediaryIsAmbiguous(t *testing.T) {
 
 func TestCallModelUnknownRouteFallsBack(t *testing.T) {
 	a, _ := newActs(t)
-	out, err := a.CallModel(context.Background(), attempt("nope", hello()))
+	out, err := a.CallModel(context.Background(), attemptOn("nope", hello()))
 	if err != nil || out.Classification.Class != recovery.IncompatibleRoute || !out.Classification.Fallback {
 		t.Fatalf("outcome %+v err %v", out.Classification, err)
 	}
@@ -94,7 +95,7 @@ func TestCallModelRefusalBeforeSendingIsIncompatibleRoute(t *testing.T) {
 	a, p := newActs(t)
 	req := hello()
 	req.ResponseFormat = json.RawMessage(`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`)
-	out, err := a.CallModel(context.Background(), attempt("anthropic", req))
+	out, err := a.CallModel(context.Background(), attemptOn("anthropic", req))
 	if err != nil || out.Classification.Class != recovery.IncompatibleRoute || out.Classification.SameRoute {
 		t.Fatalf("outcome %+v err %v", out.Classification, err)
 	}
@@ -107,7 +108,7 @@ func TestCallModelCanceledReturnsTheContextError(t *testing.T) {
 	a, p := newActs(t)
 	p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancel(context.Background())
-	c := callAsync(a, ctx, attempt("openai", hello()))
+	c := callAsync(a, ctx, attemptOn("openai", hello()))
 	waitExecuted(t, p, "act-1-openai", c)
 	cancel()
 	out, err := c.wait()
@@ -122,7 +123,7 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 	a.LargeResponseBytes = 4096
 	big := strings.Repeat("lorem ", 2000)
 	p.Push(providertest.Answer(big))
-	out, err := a.CallModel(context.Background(), attempt("openai", hello()))
+	out, err := a.CallModel(context.Background(), attemptOn("openai", hello()))
 	if err != nil || out.Classification.Class != recovery.Completed || out.Response != nil || out.ResponseRef == "" {
 		t.Fatalf("outcome %+v ref %q err %v", out.Classification, out.ResponseRef, err)
 	}
@@ -136,7 +137,7 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 	}
 
 	// A small answer stays inline.
-	out, err = a.CallModel(context.Background(), AttemptInput{ActionRef: "act2", Attempt: 1, AttemptID: "act2-1", Route: "openai", Request: hello()})
+	out, err = a.CallModel(context.Background(), attempt.Input{ActionRef: "act2", Attempt: 1, AttemptID: "act2-1", Route: "openai", Request: hello()})
 	if err != nil || out.Response == nil || out.ResponseRef != "" {
 		t.Fatalf("small answer: %+v ref %q", out.Response, out.ResponseRef)
 	}
@@ -145,11 +146,11 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 // call is a CallModel running on its own goroutine.
 type call struct {
 	done chan struct{}
-	out  Outcome
+	out  attempt.Outcome
 	err  error
 }
 
-func callAsync(a *Activities, ctx context.Context, in AttemptInput) *call {
+func callAsync(a *Activities, ctx context.Context, in attempt.Input) *call {
 	c := &call{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -158,7 +159,7 @@ func callAsync(a *Activities, ctx context.Context, in AttemptInput) *call {
 	return c
 }
 
-func (c *call) wait() (Outcome, error) {
+func (c *call) wait() (attempt.Outcome, error) {
 	<-c.done
 	return c.out, c.err
 }
@@ -191,7 +192,7 @@ func TestWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 	req := hello()
 	req.Stream = true
 	ctx, cancel := context.WithCancelCause(context.Background())
-	c := callAsync(a, ctx, attempt("openai", req))
+	c := callAsync(a, ctx, attemptOn("openai", req))
 	for got := 0; got < 2; got++ {
 		if ev := <-events; ev.Delta == "" {
 			t.Fatalf("event %+v before two deltas", ev)
@@ -219,7 +220,7 @@ func TestWorkerShutdownBeforeContentIsAmbiguous(t *testing.T) {
 	a, p := newActs(t)
 	p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancelCause(context.Background())
-	c := callAsync(a, ctx, attempt("openai", hello()))
+	c := callAsync(a, ctx, attemptOn("openai", hello()))
 	waitExecuted(t, p, "act-1-openai", c)
 	cancel(worker.ErrWorkerShutdown)
 	if out, err := c.wait(); err != nil || out.Classification.Class != recovery.Ambiguous || out.Classification.Reason != "worker_stopped_mid_attempt" {
@@ -235,7 +236,7 @@ func TestCanceledAttemptKeepsItsWireEvidence(t *testing.T) {
 	a, p := newActs(t)
 	p.Push(providertest.Hold())
 	ctx, cancel := context.WithCancel(context.Background())
-	c := callAsync(a, ctx, attempt("openai", hello()))
+	c := callAsync(a, ctx, attemptOn("openai", hello()))
 	waitExecuted(t, p, "act-1-openai", c)
 	cancel()
 	_, err := c.wait()
@@ -243,7 +244,7 @@ func TestCanceledAttemptKeepsItsWireEvidence(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &ce) || !ce.HasDetails() {
 		t.Fatalf("err %v: want context.Canceled and a CanceledError with details", err)
 	}
-	var out Outcome
+	var out attempt.Outcome
 	if err := ce.Details(&out); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +263,7 @@ func TestAttemptTimeoutCanGoPastTheRouteDefault(t *testing.T) {
 	r.AttemptTimeout = 50 * time.Millisecond // the route's default, shortened for the test
 	a.Routes["openai"] = r
 	p.Push(providertest.Answer("late but fine").After(300 * time.Millisecond))
-	in := attempt("openai", hello())
+	in := attemptOn("openai", hello())
 	in.Timeout = 10 * time.Second
 	out, err := a.CallModel(context.Background(), in)
 	if err != nil || out.Classification.Class != recovery.Completed {
@@ -289,12 +290,12 @@ func TestWorkerStoppingEndsTheAttemptWithinItsGrace(t *testing.T) {
 	stopping := make(chan struct{})
 	env.SetWorkerStopChannel(stopping)
 	type result struct {
-		out Outcome
+		out attempt.Outcome
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		v, err := env.ExecuteActivity(a.CallModel, attempt("openai", req))
+		v, err := env.ExecuteActivity(a.CallModel, attemptOn("openai", req))
 		var r result
 		r.err = err
 		if err == nil {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/attempt"
 	"hash/fnv"
 	"log/slog"
 	"strconv"
@@ -24,7 +25,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 )
@@ -110,8 +110,8 @@ type action struct {
 	events *slog.Logger
 
 	status   Status
-	plan     activities.Plan
-	routes   []activities.RouteInfo
+	plan     attempt.Plan
+	routes   []attempt.RouteInfo
 	deadline time.Time
 	response *providers.Response
 	resRef   string
@@ -227,11 +227,11 @@ func (w *action) checkVerdict(r ReconcileRequest) error {
 		return reject(RejectStaleAttempt, "stale attempt %d: action %s awaits reconciliation of attempt %d", r.Attempt, w.status.ActionRef, w.status.AwaitingAttempt)
 	}
 	switch r.Verdict {
-	case activities.VerdictCompleted:
+	case attempt.VerdictCompleted:
 		if r.Response == nil && r.ResultRef == "" {
 			return reject(RejectInvalidVerdict, "verdict completed needs a response or a result_ref")
 		}
-	case activities.VerdictNotExecuted, activities.VerdictAllowReplay, activities.VerdictAbandon:
+	case attempt.VerdictNotExecuted, attempt.VerdictAllowReplay, attempt.VerdictAbandon:
 	default:
 		return reject(RejectInvalidVerdict, "unknown verdict %q: want completed, not_executed, allow_replay or abandon", r.Verdict)
 	}
@@ -363,10 +363,10 @@ func (w *action) run() ActionResult {
 			}
 			w.count("durallm.reconciliations", "verdict", string(v.Verdict))
 			switch v.Verdict {
-			case activities.VerdictCompleted:
+			case attempt.VerdictCompleted:
 				w.response, w.resRef = v.Response, v.ResultRef
-				return w.end(StateReconciled, string(activities.VerdictCompleted), "reconciled")
-			case activities.VerdictNotExecuted, activities.VerdictAllowReplay:
+				return w.end(StateReconciled, string(attempt.VerdictCompleted), "reconciled")
+			case attempt.VerdictNotExecuted, attempt.VerdictAllowReplay:
 				if w.status.Used >= w.in.MaxAttempts {
 					return fail()
 				}
@@ -479,8 +479,7 @@ func (w *action) loadPlan() bool {
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 	})
-	var a *activities.Activities
-	if err := workflow.ExecuteLocalActivity(lctx, a.DescribeRoutes, activities.PlanInput{Routes: w.in.Routes}).Get(lctx, &w.plan); err != nil {
+	if err := workflow.ExecuteLocalActivity(lctx, attempt.DescribeRoutes, attempt.PlanInput{Routes: w.in.Routes}).Get(lctx, &w.plan); err != nil {
 		w.note("describe routes failed: " + err.Error())
 		return false
 	}
@@ -520,7 +519,7 @@ func (w *action) scopeEnded() bool {
 // attempt_timeout when set, else the route's (which defaults to 60s),
 // never past what is left of the deadline. The activity applies it to the
 // exchange itself.
-func (w *action) attemptTimeout(route activities.RouteInfo, remaining time.Duration) time.Duration {
+func (w *action) attemptTimeout(route attempt.RouteInfo, remaining time.Duration) time.Duration {
 	timeout := w.in.AttemptTimeout
 	if timeout <= 0 {
 		timeout = route.AttemptTimeout
@@ -534,7 +533,7 @@ func (w *action) attemptTimeout(route activities.RouteInfo, remaining time.Durat
 // attempt dispatches one CallModel and waits for it, or for the scope to
 // end, whichever comes first; then it waits for the activity to settle so
 // its evidence is final.
-func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptRecord {
+func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord {
 	if w.origin != "" {
 		// Never expected: scopeEnded is checked right before every
 		// attempt. The counter backs the "zero in a healthy system" alert.
@@ -544,7 +543,7 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 	n := w.status.Used
 	remaining := w.deadline.Sub(workflow.Now(w.ctx))
 	timeout := w.attemptTimeout(route, remaining)
-	input := activities.AttemptInput{
+	input := attempt.Input{
 		ActionRef: w.status.ActionRef, Attempt: n,
 		AttemptID:      w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n),
 		IdempotencyKey: w.in.IdempotencyKey, Route: route.Name, Request: w.in.Request,
@@ -564,8 +563,7 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 	w.status.Attempts = append(w.status.Attempts, rec)
 	w.setState(StateDispatching, "", route.Name)
 
-	var a *activities.Activities
-	fut := workflow.ExecuteActivity(actx, a.CallModel, input)
+	fut := workflow.ExecuteActivity(actx, attempt.CallModel, input)
 	_, _ = workflow.AwaitWithTimeout(w.ctx, remaining, func() bool { return fut.IsReady() || w.cancelReq != nil })
 	if !fut.IsReady() {
 		// The scope ended mid-attempt: cancel the activity through its
@@ -576,7 +574,7 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 		}
 		cancel()
 	}
-	var out activities.Outcome
+	var out attempt.Outcome
 	if err := fut.Get(w.actx, &out); err != nil {
 		out = outcomeOfError(err, input)
 		if out.Evidence.Activity == recovery.ActivityFailed {
@@ -616,11 +614,11 @@ func (w *action) attempt(route activities.RouteInfo, nx nextAttempt) AttemptReco
 // evidence (the cancellation's details are the activity's own outcome;
 // a timeout's last heartbeat is evidence, never proof) and Classify
 // decides.
-func outcomeOfError(err error, in activities.AttemptInput) activities.Outcome {
+func outcomeOfError(err error, in attempt.Input) attempt.Outcome {
 	var canceled *temporal.CanceledError
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &canceled) && canceled.HasDetails() {
-		var out activities.Outcome
+		var out attempt.Outcome
 		if canceled.Details(&out) == nil && out.Evidence.AttemptID == in.AttemptID {
 			return out
 		}
@@ -633,7 +631,7 @@ func outcomeOfError(err error, in activities.AttemptInput) activities.Outcome {
 		ev.Canceled, ev.Stop = true, recovery.StopScope
 	case errors.As(err, &timeout):
 		if timeout.HasLastHeartbeatDetails() {
-			var p activities.Progress
+			var p attempt.Progress
 			if timeout.LastHeartbeatDetails(&p) == nil {
 				ev.ConnRef, ev.ContentStarted, ev.ResponseBytes = p.ConnRef, p.ContentStarted, p.ResponseBytes
 			}
@@ -649,13 +647,13 @@ func outcomeOfError(err error, in activities.AttemptInput) activities.Outcome {
 	default:
 		ev.Activity = recovery.ActivityFailed
 	}
-	return activities.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
+	return attempt.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
 }
 
 // mayReplay applies the replay policy to an ambiguous attempt: only a route
 // that honours Idempotency-Key, within its window, and never an attempt
 // known to have committed (subscribers would get a second answer).
-func (w *action) mayReplay(route activities.RouteInfo, rec AttemptRecord) bool {
+func (w *action) mayReplay(route attempt.RouteInfo, rec AttemptRecord) bool {
 	if rec.Evidence.ContentStarted || w.in.ReplayPolicy != ReplayIdempotent || !route.HonoursIdempotencyKey || route.IdempotencyWindow <= 0 {
 		return false
 	}
@@ -705,9 +703,8 @@ func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
 	})
-	var a *activities.Activities
-	var out activities.ReconcileOutput
-	err := workflow.ExecuteActivity(ctx, a.Reconcile, activities.ReconcileInput{
+	var out attempt.ReconcileOutput
+	err := workflow.ExecuteActivity(ctx, attempt.Reconcile, attempt.ReconcileInput{
 		ActionRef: w.status.ActionRef, IdempotencyKey: w.in.IdempotencyKey, Attempt: rec.N,
 		AttemptID: rec.Evidence.AttemptID, Route: rec.Route, Evidence: rec.Evidence,
 	}).Get(ctx, &out)
@@ -716,7 +713,7 @@ func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
 		return ReconcileRequest{}, false
 	}
 	r := ReconcileRequest{Attempt: rec.N, Verdict: out.Verdict, Response: out.Response, By: "reconciler"}
-	if out.Verdict == activities.VerdictNone {
+	if out.Verdict == attempt.VerdictNone {
 		w.note("reconciler could not tell; waiting for a verdict")
 		return ReconcileRequest{}, false
 	}
@@ -829,7 +826,7 @@ func (w *action) details() {
 
 // summary is the one-line activity summary shown in the UI, e.g.
 // "attempt 2 · transport retry · openai/gpt-4o-mini · fresh connection after GOAWAY last=41".
-func summary(n int, nx nextAttempt, r activities.RouteInfo) string {
+func summary(n int, nx nextAttempt, r attempt.RouteInfo) string {
 	parts := []string{"attempt " + strconv.Itoa(n), nx.why, r.Kind + "/" + r.Model}
 	if nx.detail != "" {
 		parts = append(parts, nx.detail)
@@ -863,7 +860,7 @@ func appendUnique(s []string, v string) []string {
 	return append(append([]string(nil), s...), v)
 }
 
-func routeNames(rs []activities.RouteInfo) string {
+func routeNames(rs []attempt.RouteInfo) string {
 	names := make([]string, len(rs))
 	for i, r := range rs {
 		names[i] = r.Name

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"strings"
@@ -46,14 +47,14 @@ var testRoutes = map[string]routes.Route{
 // step answers one CallModel call, after a delay on the workflow's clock.
 type step struct {
 	after time.Duration
-	f     func(ctx context.Context, in activities.AttemptInput) (activities.Outcome, error)
+	f     func(ctx context.Context, in attempt.Input) (attempt.Outcome, error)
 }
 
 type run struct {
 	t      *testing.T
 	env    *testsuite.TestWorkflowEnvironment
 	mu     sync.Mutex
-	calls  []activities.AttemptInput
+	calls  []attempt.Input
 	times  []time.Time
 	events *lockedBuffer // the llm.attempt events, as JSON lines
 }
@@ -90,7 +91,7 @@ func newRun(t *testing.T, steps ...step) *run {
 		if info.ActivityType.Name != "CallModel" {
 			return
 		}
-		var in activities.AttemptInput
+		var in attempt.Input
 		if err := args.Get(&in); err != nil {
 			t.Error(err)
 		}
@@ -139,23 +140,23 @@ func input(routes ...string) ActionInput {
 
 // Outcomes built from evidence.
 
-func classified(in activities.AttemptInput, f func(*recovery.Evidence)) activities.Outcome {
+func classified(in attempt.Input, f func(*recovery.Evidence)) attempt.Outcome {
 	ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
 		ConnRef: "p-c" + string(rune('0'+in.Attempt)), RequestSent: true, StreamID: 3}
 	f(&ev)
-	return activities.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
+	return attempt.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
 }
 
-func done(in activities.AttemptInput) activities.Outcome {
+func done(in attempt.Input) attempt.Outcome {
 	o := classified(in, func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true })
 	o.Response = &providers.Response{Text: "answer from " + in.Route}
 	return o
 }
 
-var ok = step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) { return done(in), nil }}
+var ok = step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) { return done(in), nil }}
 
 func with(f func(*recovery.Evidence)) step {
-	return step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+	return step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
 		return classified(in, f), nil
 	}}
 }
@@ -181,7 +182,7 @@ func throttled(retryAfter time.Duration) step {
 	return with(func(e *recovery.Evidence) { e.Status = 429; e.RetryAfter = retryAfter })
 }
 
-var partial = step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+var partial = step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
 	o := classified(in, func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true; e.BodyFailed = true })
 	o.Response = &providers.Response{Text: "half an ans", Partial: true, Incomplete: "reset"}
 	return o, nil
@@ -414,10 +415,10 @@ func TestReconcileVerdicts(t *testing.T) {
 		state    State
 		attempts int
 	}{
-		{"completed with a result: reconciled", []step{connLost}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictCompleted, Response: &providers.Response{Text: "stored answer"}, By: "ops"}, StateReconciled, 1},
-		{"not_executed: the normal retry path", []step{goAwayAt, ok}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictNotExecuted}, StateCompleted, 2},
-		{"allow_replay: another attempt despite the risk", []step{connLost, ok}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAllowReplay}, StateCompleted, 2},
-		{"abandon: indeterminate", []step{connLost}, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon}, StateIndeterminate, 1},
+		{"completed with a result: reconciled", []step{connLost}, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "stored answer"}, By: "ops"}, StateReconciled, 1},
+		{"not_executed: the normal retry path", []step{goAwayAt, ok}, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictNotExecuted}, StateCompleted, 2},
+		{"allow_replay: another attempt despite the risk", []step{connLost, ok}, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAllowReplay}, StateCompleted, 2},
+		{"abandon: indeterminate", []step{connLost}, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon}, StateIndeterminate, 1},
 	}
 	for _, tt := range tests {
 		for _, via := range []string{"update", "signal"} {
@@ -469,9 +470,9 @@ func TestReconcileTimeoutIsIndeterminate(t *testing.T) {
 func TestRejectedUpdatesWriteNothing(t *testing.T) {
 	r := newRun(t, connLost)
 	bad := []ReconcileRequest{
-		{Attempt: 7, Verdict: activities.VerdictAbandon},
+		{Attempt: 7, Verdict: attempt.VerdictAbandon},
 		{Attempt: 1, Verdict: "maybe"},
-		{Attempt: 1, Verdict: activities.VerdictCompleted},
+		{Attempt: 1, Verdict: attempt.VerdictCompleted},
 	}
 	var results []*updateResult
 	var before, after Status
@@ -491,7 +492,7 @@ func TestRejectedUpdatesWriteNothing(t *testing.T) {
 	})
 	r.afterAwaiting(2*time.Minute, func() {
 		query(&after)
-		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon})
+		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon})
 	})
 	res := r.exec(input("a"))
 	want := []string{"stale attempt 7", `unknown verdict "maybe"`, "needs a response"}
@@ -512,7 +513,7 @@ func TestUpdateInTheWrongStateIsRejected(t *testing.T) {
 	r := newRun(t, slow(time.Minute, ok)) // the update arrives while the attempt is dispatching
 	var u *updateResult
 	r.env.RegisterDelayedCallback(func() {
-		u = r.update(ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon})
+		u = r.update(ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon})
 	}, time.Second)
 	res := r.exec(input("a"))
 	if u == nil || !u.rejected || !strings.Contains(u.err.Error(), "not awaiting reconciliation") {
@@ -634,9 +635,9 @@ func hasNote(res ActionResult, s string) bool {
 // slow returns s's outcome after d on the workflow's clock, or the
 // cancellation if the workflow canceled the attempt meanwhile.
 func slow(d time.Duration, s step) step {
-	return step{after: d, f: func(ctx context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+	return step{after: d, f: func(ctx context.Context, in attempt.Input) (attempt.Outcome, error) {
 		if ctx.Err() != nil {
-			return activities.Outcome{}, ctxErr(ctx)
+			return attempt.Outcome{}, ctxErr(ctx)
 		}
 		return s.f(ctx, in)
 	}}
@@ -665,7 +666,7 @@ func TestOverallDeadlineCancelsTheAttempt(t *testing.T) {
 func TestLateSignalsAreRecordedAndIgnored(t *testing.T) {
 	r := newRun(t, slow(time.Minute, ok))
 	r.env.RegisterDelayedCallback(func() {
-		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon})
+		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon})
 	}, time.Second)
 	res := r.exec(input("a"))
 	if res.State != StateCompleted {
@@ -689,13 +690,13 @@ func TestActivityTimeoutsAsTheContractSays(t *testing.T) {
 	}{
 		{"schedule-to-start: no worker took it, unsent", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), recovery.Unsent, "no_worker_took_the_attempt"},
 		{"start-to-close: ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil), recovery.Ambiguous, "attempt_timeout"},
-		{"heartbeat: worker died mid-attempt, ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, activities.Progress{ConnRef: "p-c9", ContentStarted: false}), recovery.Ambiguous, "worker_lost_mid_attempt"},
+		{"heartbeat: worker died mid-attempt, ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, attempt.Progress{ConnRef: "p-c9", ContentStarted: false}), recovery.Ambiguous, "worker_lost_mid_attempt"},
 		{"any other activity failure: ambiguous", errors.New("panic: boom"), recovery.Ambiguous, "activity_failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRun(t, step{f: func(context.Context, activities.AttemptInput) (activities.Outcome, error) {
-				return activities.Outcome{}, tt.err
+			r := newRun(t, step{f: func(context.Context, attempt.Input) (attempt.Outcome, error) {
+				return attempt.Outcome{}, tt.err
 			}})
 			in := input("a")
 			in.ReconcileTimeout = time.Minute
@@ -729,12 +730,12 @@ func TestStatusQueryMatchesTheResult(t *testing.T) {
 // Edge-path defects (issue 10), each test named after its defect.
 
 func fails(err error) step {
-	return step{f: func(context.Context, activities.AttemptInput) (activities.Outcome, error) {
-		return activities.Outcome{}, err
+	return step{f: func(context.Context, attempt.Input) (attempt.Outcome, error) {
+		return attempt.Outcome{}, err
 	}}
 }
 
-func heartbeatLost(p activities.Progress) step {
+func heartbeatLost(p attempt.Progress) step {
 	return fails(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, p))
 }
 
@@ -742,7 +743,7 @@ func heartbeatLost(p activities.Progress) step {
 // its last heartbeat said content_started was replayed on an idempotent
 // route, and subscribers received a second answer.
 func TestAutomaticReplayIgnoresTheCommitBoundary(t *testing.T) {
-	r := newRun(t, heartbeatLost(activities.Progress{ConnRef: "p-c1", Stage: "streaming", ContentStarted: true, ResponseBytes: 120}), ok)
+	r := newRun(t, heartbeatLost(attempt.Progress{ConnRef: "p-c1", Stage: "streaming", ContentStarted: true, ResponseBytes: 120}), ok)
 	in := input("idem")
 	in.ReplayPolicy = ReplayIdempotent
 	res := r.exec(in)
@@ -762,7 +763,7 @@ func TestAutomaticReplayIgnoresTheCommitBoundary(t *testing.T) {
 // end-to-end test TestE2ECancelStopsTheAttempt runs it through a
 // real server.)
 func TestCanceledAttemptWireEvidenceReachesHistory(t *testing.T) {
-	in := activities.AttemptInput{ActionRef: "act", Attempt: 1, AttemptID: "run-1", Route: "a"}
+	in := attempt.Input{ActionRef: "act", Attempt: 1, AttemptID: "run-1", Route: "a"}
 	sent := classified(in, func(e *recovery.Evidence) {
 		e.Status, e.ContentStarted, e.ResponseBytes = 200, true, 42
 		e.Canceled, e.Stop = true, recovery.StopScope
@@ -789,7 +790,7 @@ func TestCanceledAttemptWireEvidenceReachesHistory(t *testing.T) {
 // retry unsent, ordinary retry, 421 again started another fresh retry.
 // The action's second 421, wherever it falls, is misdirected_repeated.
 func TestSecond421IsTerminalWhereverItFalls(t *testing.T) {
-	got421 := step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+	got421 := step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
 		return classified(in, func(e *recovery.Evidence) { e.Status = 421; e.AfterMisdirected = in.AfterMisdirected }), nil
 	}}
 	r := newRun(t, got421, unsent, got421, ok)
@@ -805,7 +806,7 @@ func TestSecond421IsTerminalWhereverItFalls(t *testing.T) {
 // TransportReplays was counted but never charged to the budget: every
 // stream a lower layer sent counts.
 func TestTransportReplaysCountAgainstTheBudget(t *testing.T) {
-	r := newRun(t, step{f: func(_ context.Context, in activities.AttemptInput) (activities.Outcome, error) {
+	r := newRun(t, step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
 		o := done(in)
 		o.Evidence.TransportReplays = 2
 		return o, nil
@@ -858,7 +859,7 @@ func TestCapabilitySafeFallback(t *testing.T) {
 func TestAVerdictByTimeoutIsNotTheReconcileTimeout(t *testing.T) {
 	r := newRun(t, connLost)
 	r.afterAwaiting(time.Second, func() {
-		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon, By: "timeout"})
+		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon, By: "timeout"})
 	})
 	res := r.exec(input("a"))
 	if res.State != StateIndeterminate || res.Reason != "abandoned" {
@@ -885,7 +886,7 @@ func TestAttemptEventAgreesWithHistoryForEveryRow(t *testing.T) {
 		{"refused then completed", []step{goAwayAbove, ok}, 0},
 		{"throttled then fallback", []step{throttled(time.Hour), ok}, 0},
 		{"ScheduleToStart timed out, then completed", []step{fails(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)), ok}, 0},
-		{"worker lost, awaiting a verdict", []step{heartbeatLost(activities.Progress{ConnRef: "p-c1"})}, 0},
+		{"worker lost, awaiting a verdict", []step{heartbeatLost(attempt.Progress{ConnRef: "p-c1"})}, 0},
 		{"canceled", []step{blockUntilCanceled}, time.Second},
 		{"route cannot express the request, fallback", []step{unsupported, ok}, 0},
 		{"rejected", []step{rejected400}, 0},

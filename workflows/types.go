@@ -1,9 +1,9 @@
 package workflows
 
 import (
+	"github.com/durallm/durallm/attempt"
 	"time"
 
-	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 )
@@ -139,7 +139,7 @@ type ReconcileRequest struct {
 	// stale number is rejected.
 	Attempt int `json:"attempt"`
 	// Verdict is completed, not_executed, allow_replay or abandon.
-	Verdict activities.Verdict `json:"verdict"`
+	Verdict attempt.Verdict `json:"verdict"`
 	// Response is the result for a completed verdict (or ResultRef).
 	Response *providers.Response `json:"response,omitempty"`
 	// ResultRef points at a stored result for a completed verdict.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durallm/durallm/attempt"
 	"io"
 	"os"
 	"os/signal"
@@ -17,7 +18,6 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 
 	"github.com/durallm/durallm"
-	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/resultstore"
@@ -383,7 +383,7 @@ func runReconcile(args []string, stdout, stderr io.Writer) int {
 	var cf connFlags
 	cf.register(fs)
 	id := fs.String("id", "", "action id (required)")
-	attempt := fs.Int("attempt", 0, "the ambiguous attempt's number, as 'status' shows it (required)")
+	attemptN := fs.Int("attempt", 0, "the ambiguous attempt's number, as 'status' shows it (required)")
 	verdict := fs.String("verdict", "", "completed, not_executed, allow_replay or abandon (required)")
 	text := fs.String("text", "", "completed: the result text")
 	ref := fs.String("result-ref", "", "completed: a reference to a stored result")
@@ -391,11 +391,11 @@ func runReconcile(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	if *id == "" || *attempt <= 0 || *verdict == "" {
+	if *id == "" || *attemptN <= 0 || *verdict == "" {
 		fmt.Fprintln(stderr, "durallm reconcile: --id, --attempt and --verdict are required")
 		return exitUsage
 	}
-	req := workflows.ReconcileRequest{Attempt: *attempt, Verdict: activities.Verdict(*verdict), ResultRef: *ref, By: *by}
+	req := workflows.ReconcileRequest{Attempt: *attemptN, Verdict: attempt.Verdict(*verdict), ResultRef: *ref, By: *by}
 	if *text != "" {
 		req.Response = &providers.Response{Text: *text}
 	}
@@ -413,7 +413,7 @@ func runReconcile(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitError
 	}
-	fmt.Fprintf(stdout, "verdict %s accepted for %s attempt %d\n", *verdict, *id, *attempt)
+	fmt.Fprintf(stdout, "verdict %s accepted for %s attempt %d\n", *verdict, *id, *attemptN)
 	return exitOK
 }
 

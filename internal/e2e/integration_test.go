@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
@@ -33,7 +34,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/durallm/durallm"
-	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
@@ -234,10 +234,10 @@ func TestE2ERunbookGoAwayAtBoundaryWaitsForReconciliation(t *testing.T) {
 		}
 	}
 	var rerr *durallm.ReconcileError
-	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 9, Verdict: activities.VerdictAbandon}); !errors.As(err, &rerr) || rerr.Reason != workflows.RejectStaleAttempt || !strings.Contains(rerr.Message, "stale attempt 9") {
+	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 9, Verdict: attempt.VerdictAbandon}); !errors.As(err, &rerr) || rerr.Reason != workflows.RejectStaleAttempt || !strings.Contains(rerr.Message, "stale attempt 9") {
 		t.Fatalf("stale reconcile: %v", err)
 	}
-	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 1, Verdict: activities.VerdictCompleted, Response: &providers.Response{Text: "found in the provider's log"}, By: "test"}); err != nil {
+	if err := s.c.Reconcile(ctx, "goaway-at", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "found in the provider's log"}, By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := a.Result(ctx)
@@ -267,7 +267,7 @@ func TestE2ERunbookConnectionLossIsAmbiguous(t *testing.T) {
 	if st.Attempts[0].Classification.Reason != "connection_closed_without_goaway" {
 		t.Fatalf("reason %s", st.Attempts[0].Classification.Reason)
 	}
-	if err := s.c.Reconcile(ctx, "conn-loss", workflows.ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon}); err != nil {
+	if err := s.c.Reconcile(ctx, "conn-loss", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = a.Result(ctx)
@@ -675,7 +675,7 @@ func TestE2EWorkerKilledMidAttemptIsAmbiguous(t *testing.T) {
 	if c := st.Attempts[0].Classification; c.Class != recovery.Ambiguous || c.Reason != "worker_lost_mid_attempt" {
 		t.Fatalf("classified %s/%s", c.Class, c.Reason)
 	}
-	if err := s.c.Reconcile(ctx, "killed", workflows.ReconcileRequest{Attempt: 1, Verdict: activities.VerdictAbandon}); err != nil {
+	if err := s.c.Reconcile(ctx, "killed", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Result(ctx); err == nil {

@@ -1,0 +1,128 @@
+// Package attempt is the contract between the LLMAction workflow and the
+// activities it schedules: the activities' names, what each is given and
+// what each returns. The workflow refers to its activities by these names
+// and types alone, so the workflow package, and the app-facing client
+// above it, link no provider adapter, metrics or HTTP code; the
+// activities package implements the contract on the worker.
+package attempt
+
+import (
+	"time"
+
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+)
+
+// The activities' registered names, as history records them.
+const (
+	// CallModel makes one attempt: Input in, Outcome out.
+	CallModel = "CallModel"
+	// DescribeRoutes answers a PlanInput with the Plan (a local
+	// activity).
+	DescribeRoutes = "DescribeRoutes"
+	// Reconcile asks the worker's reconciler about an ambiguous attempt:
+	// ReconcileInput in, ReconcileOutput out.
+	Reconcile = "Reconcile"
+)
+
+// Input is one CallModel execution: one attempt of one action.
+type Input struct {
+	ActionRef      string            `json:"action_ref"`
+	Attempt        int               `json:"attempt"`
+	AttemptID      string            `json:"attempt_id"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Route          string            `json:"route"`
+	Request        providers.Request `json:"request"`
+	// Avoid lists connection refs earlier attempts saw GOAWAY or 421 on.
+	Avoid []string `json:"avoid,omitempty"`
+	// FreshConnection demands a newly dialed connection (after a 421).
+	FreshConnection bool `json:"fresh_connection,omitempty"`
+	// AfterMisdirected marks the retry of a 421.
+	AfterMisdirected bool `json:"after_misdirected,omitempty"`
+	// Timeout bounds the HTTP exchange; zero means the route's
+	// AttemptTimeout. The activity's StartToClose bounds it too.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Outcome is what one attempt produced: the wire evidence, its
+// classification, and the response when there is one. It holds no
+// content except Response, which is the model's answer.
+type Outcome struct {
+	Evidence       recovery.Evidence       `json:"evidence"`
+	Classification recovery.Classification `json:"classification"`
+	Response       *providers.Response     `json:"response,omitempty"`
+	// ResponseRef replaces Response when the response was too large for
+	// history and went to the worker's result store.
+	ResponseRef string `json:"response_ref,omitempty"`
+}
+
+// Progress is the heartbeat detail of a running attempt: evidence for an
+// operator if the worker dies, never proof that the request was not
+// executed.
+type Progress struct {
+	AttemptID      string `json:"attempt_id"`
+	Stage          string `json:"stage"` // "sending", "streaming"
+	ConnRef        string `json:"conn_ref,omitempty"`
+	ContentStarted bool   `json:"content_started,omitempty"`
+	ResponseBytes  int64  `json:"response_bytes,omitempty"`
+}
+
+// RouteInfo is what the workflow may know of a route: no URL, no key.
+type RouteInfo struct {
+	Name                  string                 `json:"name"`
+	Kind                  string                 `json:"kind"`
+	Model                 string                 `json:"model"`
+	Capabilities          providers.Capabilities `json:"capabilities"`
+	HonoursIdempotencyKey bool                   `json:"honours_idempotency_key,omitempty"`
+	IdempotencyWindow     time.Duration          `json:"idempotency_window,omitempty"`
+	AttemptTimeout        time.Duration          `json:"attempt_timeout,omitempty"`
+}
+
+// PlanInput names the routes an action wants.
+type PlanInput struct {
+	Routes []string `json:"routes"`
+}
+
+// Plan is the worker's description of the named routes, in the order
+// asked, and whether a reconciler is configured. Unknown names are listed
+// apart so the workflow can record why it skipped them.
+type Plan struct {
+	Routes           []RouteInfo `json:"routes"`
+	Unknown          []string    `json:"unknown,omitempty"`
+	Reconciler       bool        `json:"reconciler"`
+	SearchAttributes bool        `json:"search_attributes"`
+}
+
+// Verdict is a reconciliation decision (docs/contract.md section 5).
+type Verdict string
+
+// The verdicts.
+const (
+	// VerdictNone: the reconciler could not tell; wait for a person.
+	VerdictNone Verdict = ""
+	// VerdictCompleted: the request was executed; its result is supplied.
+	VerdictCompleted Verdict = "completed"
+	// VerdictNotExecuted: the provider never ran it; retry normally.
+	VerdictNotExecuted Verdict = "not_executed"
+	// VerdictAllowReplay: run another attempt despite the risk.
+	VerdictAllowReplay Verdict = "allow_replay"
+	// VerdictAbandon: give up; the action ends indeterminate.
+	VerdictAbandon Verdict = "abandon"
+)
+
+// ReconcileInput describes the ambiguous attempt to the reconciler.
+type ReconcileInput struct {
+	ActionRef      string            `json:"action_ref"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Attempt        int               `json:"attempt"`
+	AttemptID      string            `json:"attempt_id"`
+	Route          string            `json:"route"`
+	Evidence       recovery.Evidence `json:"evidence"`
+}
+
+// ReconcileOutput is the reconciler's answer.
+type ReconcileOutput struct {
+	Verdict  Verdict             `json:"verdict"`
+	Response *providers.Response `json:"response,omitempty"`
+	Note     string              `json:"note,omitempty"`
+}
