@@ -251,170 +251,182 @@ func (w *action) note(what string) {
 	w.status.Notes = append(w.status.Notes, Note{At: workflow.Now(w.ctx), What: what})
 }
 
-// run is the state machine. It returns exactly once, with the terminal
-// result. After every attempt it records one Decision (what comes next,
-// and why) and emits the attempt's event.
+// run is the state machine (docs/contract.md section 4): attempt, then
+// step to what the attempt's class allows, until a terminal state. It
+// returns exactly once, with the terminal result.
 func (w *action) run() ActionResult {
 	if !w.loadPlan() {
 		return w.end(StateFailed, "no_route", "no route satisfies the action's needs")
 	}
 	w.setState(StateQueued, "", "")
-	var (
-		ri           = 0 // current route
-		triesOnRoute = 0
-		next         = nextAttempt{why: "primary"}
-		retries      = 0 // waits so far, for the backoff window
-	)
+	cur := cursor{next: nextAttempt{why: "primary"}}
 	for {
 		if w.scopeEnded() {
 			return w.endCanceled()
 		}
-		route := w.routes[ri]
-		rec := w.attempt(route, next)
-		c := rec.Classification
-		if w.origin != "" && c.Class != recovery.Completed && c.Class != recovery.CommittedPartial {
-			w.decide(Decision{Next: DecideStop, Why: "scope_ended_" + string(w.origin)})
-			return w.endCanceled()
+		rec := w.attempt(w.routes[cur.route], cur.next)
+		if res, done := w.step(&cur, rec); done {
+			return res
 		}
-		if c.Class == recovery.Misdirected {
-			w.misdirected = true
-		}
-		avoid := next.avoid
-		if rec.Evidence.ConnRef != "" && (c.FreshConnection || rec.Evidence.GoAway != nil) {
-			avoid = appendUnique(avoid, rec.Evidence.ConnRef)
-		}
-		fail := func() ActionResult { return w.end(StateFailed, string(c.Class), "budget_exhausted") }
-		// moveTo falls back to route j, unless the budget is spent.
-		moveTo := func(j int, after string) bool {
-			if !w.another(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name}) {
-				return false
-			}
-			ri, triesOnRoute = j, 0
-			next = nextAttempt{why: "fallback", detail: "after " + after + " on " + route.Name}
-			return true
-		}
-		// fallBack falls back to the next route that can serve, or ends
-		// the action when there is none or the budget is spent.
-		fallBack := func(after string) (ActionResult, bool) {
-			j, ok := w.fallbackFrom(ri, c)
-			if !ok {
-				w.decide(Decision{Next: DecideStop, Why: c.Reason + ": no route to fall back to"})
-				return w.end(StateFailed, string(c.Class), c.Reason), false
-			}
-			if !moveTo(j, after) {
-				return fail(), false
-			}
-			return ActionResult{}, true
-		}
-
-		switch c.Class {
-		case recovery.Completed:
-			w.decide(Decision{Next: DecideFinish, Why: c.Reason})
-			return w.endWith(StateCompleted, c)
-		case recovery.CommittedPartial:
-			w.decide(Decision{Next: DecideFinish, Why: c.Reason})
-			return w.endWith(StateCompletedPartial, c)
-		case recovery.Rejected, recovery.ContentFiltered:
-			w.decide(Decision{Next: DecideStop, Why: c.Reason})
-			return w.end(StateRejected, string(c.Class), c.Reason)
-		case recovery.MisdirectedRepeated:
-			w.decide(Decision{Next: DecideStop, Why: c.Reason})
-			return w.end(StateFailed, string(c.Class), c.Reason)
-
-		case recovery.Misdirected:
-			if !w.another(Decision{Next: DecideRetry, Why: "fresh connection after 421", Route: route.Name}) {
-				return fail()
-			}
-			next = nextAttempt{why: "421 retry", detail: "fresh connection after 421", avoid: avoid, fresh: true}
-			continue
-		case recovery.Refused:
-			if c.RouteMisconfigured {
-				if res, ok := fallBack(c.Reason); !ok {
-					return res
-				}
-				continue
-			}
-			if !w.another(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name}) {
-				return fail()
-			}
-			next = nextAttempt{why: "transport retry", detail: freshDetail(rec.Evidence), avoid: avoid}
-			continue
-
-		case recovery.Ambiguous, recovery.Canceled:
-			// A canceled attempt with the scope still open is never
-			// expected (only the workflow asks Temporal to cancel one);
-			// the request may have left, so it waits for a verdict too.
-			if c.Class == recovery.Ambiguous && w.mayReplay(route, rec) {
-				if !w.another(Decision{Next: DecideReplay, Why: "route honours Idempotency-Key", Route: route.Name}) {
-					return fail()
-				}
-				w.count("durallm.ambiguous_replays", "reason", "idempotency_policy")
-				next = nextAttempt{why: "replay", detail: "route honours Idempotency-Key", avoid: avoid}
-				continue
-			}
-			w.decide(Decision{Next: DecideAwait, Why: c.Reason})
-			v, end := w.reconcile(rec)
-			switch end {
-			case scopeEndedWhileWaiting:
+		if wait := cur.next.wait; wait > 0 {
+			w.status.Attempts[len(w.status.Attempts)-1].BackoffAfter = wait
+			if !w.backoff(wait) {
 				return w.endCanceled()
-			case waitTimedOut:
-				w.count("durallm.reconciliations", "verdict", "timeout")
-				return w.end(StateIndeterminate, string(recovery.Ambiguous), "reconcile_timeout")
-			}
-			w.count("durallm.reconciliations", "verdict", string(v.Verdict))
-			switch v.Verdict {
-			case attempt.VerdictCompleted:
-				w.response, w.resRef = v.Response, v.ResultRef
-				return w.end(StateReconciled, string(attempt.VerdictCompleted), "reconciled")
-			case attempt.VerdictNotExecuted, attempt.VerdictAllowReplay:
-				if w.status.Used >= w.in.MaxAttempts {
-					return fail()
-				}
-				w.count("durallm.ambiguous_replays", "reason", "verdict_"+string(v.Verdict))
-				next = nextAttempt{why: "retry after verdict " + string(v.Verdict), avoid: avoid}
-				continue
-			default:
-				return w.end(StateIndeterminate, string(recovery.Ambiguous), "abandoned")
-			}
-
-		case recovery.EmptyResponse, recovery.IncompatibleRoute:
-			if res, ok := fallBack(string(c.Class)); !ok {
-				return res
-			}
-			continue
-
-		default: // unsent, throttled, upstream_error
-			j, canFall := w.fallbackFrom(ri, c)
-			canFall = canFall && c.Fallback
-			same := c.SameRoute && (triesOnRoute < w.in.RetriesPerRoute || !canFall)
-			retries++
-			wait, waitOK := w.in.Backoff.Delay(retries, w.jitter(), c.RetryAfter, w.deadline.Sub(workflow.Now(w.ctx)))
-			switch {
-			case same && waitOK:
-				if !w.another(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name, Wait: wait}) {
-					return fail()
-				}
-				triesOnRoute++
-				next = nextAttempt{why: "retry", detail: "after " + string(c.Class), avoid: avoid, wait: wait}
-			case canFall:
-				// A different provider need not wait out this one's pushback.
-				if !moveTo(j, string(c.Class)) {
-					return fail()
-				}
-			case same:
-				w.decide(Decision{Next: DecideStop, Why: "retry_after_beyond_deadline"})
-				return w.end(StateFailed, string(c.Class), "retry_after_beyond_deadline")
-			default:
-				w.decide(Decision{Next: DecideStop, Why: c.Reason})
-				return w.end(StateFailed, string(c.Class), c.Reason)
-			}
-			if next.wait > 0 {
-				w.status.Attempts[len(w.status.Attempts)-1].BackoffAfter = next.wait
-				if !w.backoff(next.wait) {
-					return w.endCanceled()
-				}
 			}
 		}
+	}
+}
+
+// cursor is where an action stands between attempts: the route in use,
+// the retries it has had, the backoff waits so far (for the backoff
+// window) and how the next attempt is to be made.
+type cursor struct {
+	route, tries, waits int
+	next                nextAttempt
+}
+
+// step applies the contract's next-step table (docs/contract.md section
+// 4.2) to one attempt: it records the attempt's Decision and either ends
+// the action (done) or moves cur to the next attempt.
+func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bool) {
+	c := rec.Classification
+	route := w.routes[cur.route]
+	if w.origin != "" && c.Class != recovery.Completed && c.Class != recovery.CommittedPartial {
+		w.decide(Decision{Next: DecideStop, Why: "scope_ended_" + string(w.origin)})
+		return w.endCanceled(), true
+	}
+	if c.Class == recovery.Misdirected {
+		w.misdirected = true
+	}
+	avoid := cur.next.avoid
+	if rec.Evidence.ConnRef != "" && (c.FreshConnection || rec.Evidence.GoAway != nil) {
+		avoid = appendUnique(avoid, rec.Evidence.ConnRef)
+	}
+	stop := func(s State, reason string) (ActionResult, bool) {
+		w.decide(Decision{Next: DecideStop, Why: reason})
+		return w.end(s, string(c.Class), reason), true
+	}
+	// again makes one more attempt, as d says and nx describes, unless the
+	// budget is spent.
+	again := func(d Decision, nx nextAttempt) (ActionResult, bool) {
+		if !w.another(d) {
+			return w.end(StateFailed, string(c.Class), "budget_exhausted"), true
+		}
+		cur.next = nx
+		return ActionResult{}, false
+	}
+	// fallBack moves to route j.
+	fallBack := func(j int, after string) (ActionResult, bool) {
+		res, done := again(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name},
+			nextAttempt{why: "fallback", detail: "after " + after + " on " + route.Name})
+		if !done {
+			cur.route, cur.tries = j, 0
+		}
+		return res, done
+	}
+	// fallBackOrStop falls back to the next route that can serve, or ends
+	// the action when there is none.
+	fallBackOrStop := func(after string) (ActionResult, bool) {
+		j, ok := w.fallbackFrom(cur.route, c)
+		if !ok {
+			return stop(StateFailed, c.Reason+": no route to fall back to")
+		}
+		return fallBack(j, after)
+	}
+
+	switch c.Class {
+	case recovery.Completed, recovery.CommittedPartial:
+		w.decide(Decision{Next: DecideFinish, Why: c.Reason})
+		s := StateCompleted
+		if c.Class == recovery.CommittedPartial {
+			s = StateCompletedPartial
+		}
+		return w.endWith(s, c), true
+	case recovery.Rejected, recovery.ContentFiltered:
+		return stop(StateRejected, c.Reason)
+	case recovery.MisdirectedRepeated:
+		return stop(StateFailed, c.Reason)
+
+	case recovery.Misdirected:
+		return again(Decision{Next: DecideRetry, Why: "fresh connection after 421", Route: route.Name},
+			nextAttempt{why: "421 retry", detail: "fresh connection after 421", avoid: avoid, fresh: true})
+	case recovery.Refused:
+		if c.RouteMisconfigured {
+			return fallBackOrStop(c.Reason)
+		}
+		return again(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name},
+			nextAttempt{why: "transport retry", detail: freshDetail(rec.Evidence), avoid: avoid})
+
+	case recovery.Ambiguous, recovery.Canceled:
+		// A canceled attempt with the scope still open is never expected
+		// (only the workflow asks Temporal to cancel one); the request may
+		// have left, so it waits for a verdict too.
+		if c.Class == recovery.Ambiguous && w.mayReplay(route, rec) {
+			res, done := again(Decision{Next: DecideReplay, Why: "route honours Idempotency-Key", Route: route.Name},
+				nextAttempt{why: "replay", detail: "route honours Idempotency-Key", avoid: avoid})
+			if !done {
+				w.count("durallm.ambiguous_replays", "reason", "idempotency_policy")
+			}
+			return res, done
+		}
+		return w.afterVerdict(cur, rec, avoid)
+
+	case recovery.EmptyResponse, recovery.IncompatibleRoute:
+		return fallBackOrStop(string(c.Class))
+
+	default: // unsent, throttled, upstream_error
+		j, canFall := w.fallbackFrom(cur.route, c)
+		canFall = canFall && c.Fallback
+		same := c.SameRoute && (cur.tries < w.in.RetriesPerRoute || !canFall)
+		cur.waits++
+		wait, waitOK := w.in.Backoff.Delay(cur.waits, w.jitter(), c.RetryAfter, w.deadline.Sub(workflow.Now(w.ctx)))
+		switch {
+		case same && waitOK:
+			res, done := again(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name, Wait: wait},
+				nextAttempt{why: "retry", detail: "after " + string(c.Class), avoid: avoid, wait: wait})
+			if !done {
+				cur.tries++
+			}
+			return res, done
+		case canFall:
+			// A different provider need not wait out this one's pushback.
+			return fallBack(j, string(c.Class))
+		case same:
+			return stop(StateFailed, "retry_after_beyond_deadline")
+		default:
+			return stop(StateFailed, c.Reason)
+		}
+	}
+}
+
+// afterVerdict waits for a verdict on an ambiguous attempt and applies
+// it (docs/contract.md section 5): the action ends, or goes on with
+// another attempt within the same budget.
+func (w *action) afterVerdict(cur *cursor, rec AttemptRecord, avoid []string) (ActionResult, bool) {
+	c := rec.Classification
+	w.decide(Decision{Next: DecideAwait, Why: c.Reason})
+	v, end := w.reconcile(rec)
+	switch end {
+	case scopeEndedWhileWaiting:
+		return w.endCanceled(), true
+	case waitTimedOut:
+		w.count("durallm.reconciliations", "verdict", "timeout")
+		return w.end(StateIndeterminate, string(recovery.Ambiguous), "reconcile_timeout"), true
+	}
+	w.count("durallm.reconciliations", "verdict", string(v.Verdict))
+	switch v.Verdict {
+	case attempt.VerdictCompleted:
+		w.response, w.resRef = v.Response, v.ResultRef
+		return w.end(StateReconciled, string(attempt.VerdictCompleted), "reconciled"), true
+	case attempt.VerdictNotExecuted, attempt.VerdictAllowReplay:
+		if w.status.Used >= w.in.MaxAttempts {
+			return w.end(StateFailed, string(c.Class), "budget_exhausted"), true
+		}
+		w.count("durallm.ambiguous_replays", "reason", "verdict_"+string(v.Verdict))
+		cur.next = nextAttempt{why: "retry after verdict " + string(v.Verdict), avoid: avoid}
+		return ActionResult{}, false
+	default:
+		return w.end(StateIndeterminate, string(recovery.Ambiguous), "abandoned"), true
 	}
 }
 
