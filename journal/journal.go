@@ -1,0 +1,90 @@
+// Package journal is the attempt journal (docs/contract.md section 5):
+// what a worker saw of each attempt, written by the worker itself before
+// the activity reports to Temporal, so that an answer a worker had in its
+// hands survives the worker, or Temporal, losing the report. The
+// built-in reconciler (activities.Activities.Reconcile) reads it first
+// for every ambiguous attempt: a received response settles the attempt
+// as completed, by the journal, with no person involved.
+//
+// Every worker must be able to read every other worker's journal: the
+// worker that ran an attempt may be the one that died. Dir keeps it on a
+// file system (the embedded default keeps it in the data directory;
+// workers on several machines need a shared one).
+//
+// The journal holds generated text. Entries are files readable by the
+// worker's user only, and are never logged.
+package journal
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/recovery"
+)
+
+// State is what the journal knows of an attempt.
+type State string
+
+// The states an entry records. An attempt with no entry was never seen
+// to end by any worker: it was never sent, or its worker died before the
+// exchange ended; the journal cannot tell which.
+const (
+	// Received: a usable response, complete or a committed partial,
+	// reached the worker. Entry.Response holds it.
+	Received State = "received"
+	// EndedUnanswered: the exchange ended after the request may have
+	// left, with no usable response (Entry.Reason says how). This is no
+	// proof that the provider did not run it.
+	EndedUnanswered State = "ended_unanswered"
+)
+
+// Entry is one attempt's record.
+type Entry struct {
+	AttemptID string `json:"attempt_id"`
+	ActionRef string `json:"action_ref"`
+	Attempt   int    `json:"attempt"`
+	State     State  `json:"state"`
+	// Class and Reason are the attempt's classification as the worker saw
+	// it.
+	Class  recovery.Class `json:"class"`
+	Reason string         `json:"reason,omitempty"`
+	// Response is the answer, for Received.
+	Response *providers.Response `json:"response,omitempty"`
+	// At is when the worker wrote the entry.
+	At time.Time `json:"at"`
+}
+
+// Journal records and looks up attempts by attempt id. Implementations
+// are safe for concurrent use by many workers.
+type Journal interface {
+	// Record writes e durably before it returns: once it has returned
+	// nil, a Lookup by any worker finds it. A second Record of the same
+	// attempt replaces the first.
+	Record(ctx context.Context, e Entry) error
+	// Lookup returns the attempt's entry, ok false when there is none.
+	Lookup(ctx context.Context, attemptID string) (e Entry, ok bool, err error)
+}
+
+// ErrBadAttemptID is returned for an attempt id the journal cannot key an
+// entry by (empty, or with characters other than letters, digits, '.',
+// '_' and '-').
+var ErrBadAttemptID = errors.New("journal: attempt id is not a valid key")
+
+func validID(id string) error {
+	if id == "" || len(id) > 200 {
+		return ErrBadAttemptID
+	}
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+		default:
+			return ErrBadAttemptID
+		}
+	}
+	if id[0] == '.' {
+		return ErrBadAttemptID
+	}
+	return nil
+}
