@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -46,8 +47,20 @@ type Activities struct {
 	// worker: the workflow refers to routes by name only.
 	Routes map[string]routes.Route
 	// Reconciler, when set, is asked for application evidence before an
-	// ambiguous action waits for a person or program. Nil means none.
+	// ambiguous action waits for a person or program, after the journal.
+	// Nil means none.
 	Reconciler Reconciler
+	// Journal, when set, is where each attempt's end is recorded before
+	// the activity reports it (a received response, or an exchange that
+	// ended unanswered), and what the built-in reconciler reads first for
+	// every ambiguous attempt. Every worker of a task queue must share it.
+	// Nil means none.
+	Journal journal.Journal
+	// BeforeReport, when set, is called with each outcome after it is
+	// journaled and before the activity returns it: a hook for tests that
+	// must hold the report (a worker killed between the two). Nil in
+	// production.
+	BeforeReport func(attempt.Outcome)
 	// Streams receives streamed deltas while an attempt runs. Nil means
 	// deltas are not forwarded (the final response still carries them).
 	Streams *Streams
@@ -241,8 +254,38 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 	if out.Classification.Class == recovery.Canceled && ctx.Err() != nil {
 		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
 	}
+	a.record(ctx, in, out)
+	if a.BeforeReport != nil {
+		a.BeforeReport(out)
+	}
 	a.storeLarge(ctx, &out)
 	return out, nil
+}
+
+// record journals how the attempt ended, before it is reported: the
+// response a worker received survives the report being lost. A journal
+// that cannot be written is logged and counted, never an attempt's
+// failure: the outcome still goes to Temporal.
+func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.Outcome) {
+	if a.Journal == nil {
+		return
+	}
+	e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt,
+		Class: out.Classification.Class, Reason: out.Classification.Reason, At: time.Now()}
+	switch {
+	case out.Response != nil:
+		e.State, e.Response = journal.Received, out.Response
+	case out.Evidence.RequestSent || out.Evidence.MaybeSent:
+		e.State = journal.EndedUnanswered
+	default:
+		return // nothing left: there is nothing to keep
+	}
+	// A worker shutdown may have ended ctx; the entry must still be
+	// written.
+	if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil {
+		a.logger().Warn("attempt journal unavailable: the outcome is reported without it", "attempt_id", in.AttemptID, "error", err)
+		a.Telemetry.JournalFailed(ctx)
+	}
 }
 
 // storeLarge moves a response too large for history into the result
@@ -317,7 +360,7 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 // it as a local activity so route configuration stays on the worker and
 // the answer is recorded in history.
 func (a *Activities) DescribeRoutes(_ context.Context, in attempt.PlanInput) (attempt.Plan, error) {
-	p := attempt.Plan{Reconciler: a.Reconciler != nil, SearchAttributes: a.SearchAttributes}
+	p := attempt.Plan{Reconciler: a.Reconciler != nil || a.Journal != nil, SearchAttributes: a.SearchAttributes}
 	for _, name := range in.Routes {
 		r, ok := a.Routes[name]
 		if !ok {
@@ -357,13 +400,41 @@ const (
 var ErrNoReconciler = errors.New("durallm: no reconciler configured on this worker")
 
 // Reconcile asks the configured Reconciler about an ambiguous attempt.
+//
+// The journal comes first: a response a worker received and journaled
+// settles the attempt as completed, by the journal. An unreadable journal
+// is logged and passed over. Then the application's Reconciler, if any.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
+	if a.Journal != nil {
+		e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
+		switch {
+		case err != nil:
+			a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
+		case ok && e.State == journal.Received && e.Response != nil:
+			out := attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal,
+				Note: "a worker received the response at " + e.At.UTC().Format(time.RFC3339Nano) + " and journaled it before its report was lost"}
+			a.storeLargeVerdict(ctx, &out)
+			return out, nil
+		}
+	}
 	if a.Reconciler == nil {
+		if a.Journal != nil {
+			return attempt.ReconcileOutput{Verdict: attempt.VerdictNone, By: attempt.ByJournal, Note: "the journal holds no response for this attempt"}, nil
+		}
 		return attempt.ReconcileOutput{}, ErrNoReconciler
 	}
 	out, err := a.Reconciler.Reconcile(ctx, in)
 	if err != nil {
 		return attempt.ReconcileOutput{}, fmt.Errorf("durallm: reconciler for %s attempt %d: %w", in.ActionRef, in.Attempt, err)
 	}
+	out.By = attempt.ByReconciler
 	return out, nil
+}
+
+// storeLargeVerdict keeps a journaled response too large for history in
+// the result store, as storeLarge does for an attempt's.
+func (a *Activities) storeLargeVerdict(ctx context.Context, out *attempt.ReconcileOutput) {
+	o := attempt.Outcome{Response: out.Response}
+	a.storeLarge(ctx, &o)
+	out.Response, out.ResultRef = o.Response, o.ResponseRef
 }

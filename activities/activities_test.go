@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -300,5 +303,77 @@ func TestWorkerStoppingEndsTheAttemptWithinItsGrace(t *testing.T) {
 	}
 	if r.out.Evidence.Stop != recovery.StopWorkerShutdown {
 		t.Fatalf("evidence %+v", r.out.Evidence)
+	}
+}
+
+// The attempt journal: a worker that received a response writes it down
+// before it reports, and the built-in reconciler reads it first.
+func TestCallModelJournalsTheResponseBeforeReporting(t *testing.T) {
+	a, p := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	p.Push(providertest.Answer("the answer"))
+	in := attemptOn("openai", hello())
+	seen := false
+	a.BeforeReport = func(out attempt.Outcome) {
+		e, ok, err := a.Journal.Lookup(context.Background(), in.AttemptID)
+		seen = err == nil && ok && e.State == journal.Received && e.Response != nil && e.Response.Text == "the answer"
+	}
+	out, err := a.CallModel(context.Background(), in)
+	if err != nil || out.Classification.Class != recovery.Completed || !seen {
+		t.Fatalf("err %v outcome %+v journaled before the report: %v", err, out.Classification, seen)
+	}
+	// An exchange that ended unanswered after the request left is noted,
+	// as such: no proof either way.
+	p.Push(providertest.CloseAfterRead())
+	in2 := in
+	in2.AttemptID = "act-2-openai"
+	if out, _ := a.CallModel(context.Background(), in2); out.Classification.Class != recovery.Ambiguous {
+		t.Fatalf("classified %s", out.Classification.Class)
+	}
+	if e, ok, _ := a.Journal.Lookup(context.Background(), in2.AttemptID); !ok || e.State != journal.EndedUnanswered || e.Response != nil {
+		t.Fatalf("entry %+v ok %v", e, ok)
+	}
+}
+
+func TestReconcileReadsTheJournalFirst(t *testing.T) {
+	a, _ := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	ctx := context.Background()
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Received, Response: &providers.Response{Text: "kept"}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+	if err != nil || out.Verdict != attempt.VerdictCompleted || out.By != attempt.ByJournal || out.Response == nil || out.Response.Text != "kept" {
+		t.Fatalf("out %+v err %v", out, err)
+	}
+	// No entry and no application reconciler: the journal cannot tell,
+	// and says so (the action waits for a person).
+	out, err = a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-2"})
+	if err != nil || out.Verdict != attempt.VerdictNone {
+		t.Fatalf("out %+v err %v", out, err)
+	}
+	// Plans say a reconciler runs when only the journal is configured.
+	if p, _ := a.DescribeRoutes(ctx, attempt.PlanInput{}); !p.Reconciler {
+		t.Fatal("the plan does not run the built-in reconciler")
+	}
+}
+
+// The journal unreachable: the attempt still completes, the journal's
+// absence is reported (logged and counted), never a crash; the
+// reconciler passes over it.
+func TestJournalUnreachableTheAttemptStillCompletes(t *testing.T) {
+	a, p := newActs(t)
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.Journal = journal.Dir{Path: filepath.Join(file, "journal")}
+	p.Push(providertest.Answer("fine"))
+	out, err := a.CallModel(context.Background(), attemptOn("openai", hello()))
+	if err != nil || out.Classification.Class != recovery.Completed || out.Response == nil || out.Response.Text != "fine" {
+		t.Fatalf("err %v outcome %+v", err, out.Classification)
+	}
+	if out, err := a.Reconcile(context.Background(), attempt.ReconcileInput{AttemptID: "act-1-openai"}); err != nil || out.Verdict != attempt.VerdictNone {
+		t.Fatalf("reconcile over an unreachable journal: %+v %v", out, err)
 	}
 }

@@ -124,5 +124,18 @@ type ReconcileInput struct {
 type ReconcileOutput struct {
 	Verdict  Verdict             `json:"verdict"`
 	Response *providers.Response `json:"response,omitempty"`
-	Note     string              `json:"note,omitempty"`
+	// ResultRef replaces Response when it was too large for history and
+	// went to the worker's result store.
+	ResultRef string `json:"result_ref,omitempty"`
+	Note      string `json:"note,omitempty"`
+	// By names the source of the verdict: ByJournal or ByReconciler.
+	By string `json:"by,omitempty"`
 }
+
+// The sources of a reconciler's verdict (ReconcileOutput.By).
+const (
+	// ByJournal: the attempt journal held the response a worker received.
+	ByJournal = "journal"
+	// ByReconciler: the application's reconciler (activities.Reconciler).
+	ByReconciler = "reconciler"
+)

@@ -56,6 +56,8 @@ type Telemetry struct {
 	empty      metric.Int64Counter
 	truncated  metric.Int64Counter
 	drainSends metric.Int64Counter
+	// journalFailures counts journal writes that failed.
+	journalFailures metric.Int64Counter
 
 	mu      sync.Mutex
 	engines []*recovery.Engine
@@ -155,6 +157,8 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 	add(e)
 	t.drainSends, e = m.Int64Counter("durallm.sends_after_goaway", metric.WithDescription("Attempts whose request left on a connection that had already received GOAWAY (should stay 0)"))
 	add(e)
+	t.journalFailures, e = m.Int64Counter("durallm.journal.failures", metric.WithDescription("Attempt ends the worker could not write to the attempt journal (the outcome was reported without it)"))
+	add(e)
 	if err := t.engineCounters(); err != nil {
 		add(err)
 	}
@@ -253,6 +257,14 @@ type Attempt struct {
 	Class                  recovery.Classification
 	InputTokens            int
 	OutputTokens           int
+}
+
+// JournalFailed counts one attempt end the worker could not journal.
+func (t *Telemetry) JournalFailed(ctx context.Context) {
+	if t == nil {
+		return
+	}
+	t.journalFailures.Add(ctx, 1)
 }
 
 // RecordAttempt records one attempt's duration, tokens and classification.

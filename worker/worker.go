@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
@@ -85,6 +86,11 @@ type Options struct {
 	StreamAddr string
 	// StreamToken, when set, is the bearer token /v1/streams/ requires.
 	StreamToken string
+	// Journal is the attempt journal: each attempt's end is written to it
+	// before it is reported, and the built-in reconciler reads it first
+	// for every ambiguous attempt (package journal). Every worker of the
+	// task queue must share it. Nil means none.
+	Journal journal.Journal
 	// WorkflowPollers and ActivityPollers set the Temporal SDK's poller
 	// counts. Zero means the SDK's defaults (2 each).
 	WorkflowPollers, ActivityPollers int
@@ -151,7 +157,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 	}
 	engine := recovery.New(recovery.Config{TLSClientConfig: o.TLS, AllowH2C: o.AllowH2C, Logger: o.Logger})
 	acts := &activities.Activities{
-		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Streams: o.Streams,
+		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Journal: o.Journal, Streams: o.Streams,
 		SearchAttributes: o.SearchAttributes, Logger: o.Logger, Telemetry: o.Telemetry,
 		Results: o.Results, LargeResponseBytes: o.LargeResponseBytes,
 		// Attempts still running near the end of the stop timeout end

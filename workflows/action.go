@@ -226,14 +226,23 @@ func (w *action) checkVerdict(r ReconcileRequest) error {
 	case r.Attempt != w.status.AwaitingAttempt:
 		return reject(RejectStaleAttempt, "stale attempt %d: action %s awaits reconciliation of attempt %d", r.Attempt, w.status.ActionRef, w.status.AwaitingAttempt)
 	}
+	return validVerdict(r)
+}
+
+// validVerdict checks the verdict itself: a known one, and a completed
+// one with its result.
+func validVerdict(r ReconcileRequest) error {
+	reject := func(format string, args ...any) error {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), RejectInvalidVerdict, nil)
+	}
 	switch r.Verdict {
 	case attempt.VerdictCompleted:
 		if r.Response == nil && r.ResultRef == "" {
-			return reject(RejectInvalidVerdict, "verdict completed needs a response or a result_ref")
+			return reject("verdict completed needs a response or a result_ref")
 		}
 	case attempt.VerdictNotExecuted, attempt.VerdictAllowReplay, attempt.VerdictAbandon:
 	default:
-		return reject(RejectInvalidVerdict, "unknown verdict %q: want completed, not_executed, allow_replay or abandon", r.Verdict)
+		return reject("unknown verdict %q: want completed, not_executed, allow_replay or abandon", r.Verdict)
 	}
 	return nil
 }
@@ -336,6 +345,18 @@ func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bo
 
 	switch c.Class {
 	case recovery.Completed, recovery.CommittedPartial:
+		if c.Class == recovery.CommittedPartial && rec.Evidence.Activity != "" && w.plan.Reconciler {
+			// Committed on a worker that was lost: its text is not in
+			// history, but the journal may hold the whole response.
+			if v, ok := w.runReconciler(rec); ok && v.Verdict == attempt.VerdictCompleted {
+				w.decide(Decision{Next: DecideFinish, Why: c.Reason + ": the response from " + v.By})
+				last := &w.status.Attempts[len(w.status.Attempts)-1]
+				last.Verdict, last.VerdictBy = v.Verdict, verdictSource(v)
+				w.count("durallm.reconciliations", "verdict", string(v.Verdict))
+				w.response, w.resRef = v.Response, v.ResultRef
+				return w.end(StateReconciled, string(attempt.VerdictCompleted), "reconciled"), true
+			}
+		}
 		w.decide(Decision{Next: DecideFinish, Why: c.Reason})
 		s := StateCompleted
 		if c.Class == recovery.CommittedPartial {
@@ -399,6 +420,16 @@ func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bo
 	}
 }
 
+// verdictSource names who decided a verdict for the record: the journal,
+// the application reconciler, or a person or program (its By, or
+// "person" when it gave none).
+func verdictSource(v ReconcileRequest) string {
+	if v.By == "" {
+		return "person"
+	}
+	return v.By
+}
+
 // afterVerdict waits for a verdict on an ambiguous attempt and applies
 // it (docs/contract.md section 5): the action ends, or goes on with
 // another attempt within the same budget.
@@ -414,6 +445,8 @@ func (w *action) afterVerdict(cur *cursor, rec AttemptRecord, avoid []string) (A
 		return w.end(StateIndeterminate, string(recovery.Ambiguous), "reconcile_timeout"), true
 	}
 	w.count("durallm.reconciliations", "verdict", string(v.Verdict))
+	last := &w.status.Attempts[len(w.status.Attempts)-1] // the attempt reconciled
+	last.Verdict, last.VerdictBy = v.Verdict, verdictSource(v)
 	switch v.Verdict {
 	case attempt.VerdictCompleted:
 		w.response, w.resRef = v.Response, v.ResultRef
@@ -724,16 +757,20 @@ func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
 		w.note("reconciler failed: " + err.Error())
 		return ReconcileRequest{}, false
 	}
-	r := ReconcileRequest{Attempt: rec.N, Verdict: out.Verdict, Response: out.Response, By: "reconciler"}
+	by := out.By
+	if by == "" {
+		by = attempt.ByReconciler
+	}
+	r := ReconcileRequest{Attempt: rec.N, Verdict: out.Verdict, Response: out.Response, ResultRef: out.ResultRef, By: by}
 	if out.Verdict == attempt.VerdictNone {
-		w.note("reconciler could not tell; waiting for a verdict")
+		w.note("reconciler (" + by + ") could not tell: " + out.Note)
 		return ReconcileRequest{}, false
 	}
-	if err := w.checkVerdict(r); err != nil {
+	if err := validVerdict(r); err != nil {
 		w.note("reconciler verdict ignored: " + err.Error())
 		return ReconcileRequest{}, false
 	}
-	w.note("reconciler verdict " + string(out.Verdict))
+	w.note("reconciler verdict " + string(out.Verdict) + " by " + by)
 	return r, true
 }
 

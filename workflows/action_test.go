@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 )
@@ -57,6 +58,7 @@ type run struct {
 	calls  []attempt.Input
 	times  []time.Time
 	events *lockedBuffer // the llm.attempt events, as JSON lines
+	acts   *activities.Activities
 }
 
 type lockedBuffer struct {
@@ -76,7 +78,11 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func newRun(t *testing.T, steps ...step) *run {
+func newRun(t *testing.T, steps ...step) *run { return newRunWith(t, nil, steps...) }
+
+// newRunWith is newRun with the worker's Activities adjusted first (a
+// journal, say, which makes the plan run the built-in reconciler).
+func newRunWith(t *testing.T, adjust func(*activities.Activities), steps ...step) *run {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
@@ -85,8 +91,11 @@ func newRun(t *testing.T, steps ...step) *run {
 	events := &lockedBuffer{}
 	env.RegisterWorkflowWithOptions(New(Options{Events: slog.New(slog.NewJSONHandler(events, nil))}), workflow.RegisterOptions{Name: WorkflowName})
 	acts := &activities.Activities{Routes: testRoutes}
+	if adjust != nil {
+		adjust(acts)
+	}
 	env.RegisterActivity(acts)
-	r := &run{t: t, env: env, events: events}
+	r := &run{t: t, env: env, events: events, acts: acts}
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
 		if info.ActivityType.Name != "CallModel" {
 			return
@@ -925,4 +934,38 @@ func TestAttemptEventAgreesWithHistoryForEveryRow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The built-in reconciler: what a worker journaled settles an attempt
+// whose report was lost, with no person involved.
+func TestAmbiguousAttemptReconciledFromTheJournal(t *testing.T) {
+	withJournal := func(a *activities.Activities) { a.Journal = journal.Dir{Path: t.TempDir()} }
+	fromJournal := attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, By: attempt.ByJournal, Response: &providers.Response{Text: "journaled answer"}}
+
+	t.Run("worker lost mid-attempt after the response arrived", func(t *testing.T) {
+		r := newRunWith(t, withJournal, heartbeatLost(attempt.Progress{ConnRef: "p-c1"}))
+		r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).Return(fromJournal, nil).Once()
+		res := r.exec(input("a"))
+		if res.State != StateReconciled || res.Response == nil || res.Response.Text != "journaled answer" || res.Attempts[0].VerdictBy != attempt.ByJournal {
+			t.Fatalf("state %s response %+v record %+v", res.State, res.Response, res.Attempts[0])
+		}
+	})
+	t.Run("committed on a worker that was lost: the journal holds the whole text", func(t *testing.T) {
+		r := newRunWith(t, withJournal, heartbeatLost(attempt.Progress{ConnRef: "p-c1", ContentStarted: true}))
+		r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).Return(fromJournal, nil).Once()
+		res := r.exec(input("idem"))
+		if res.State != StateReconciled || res.Response == nil || res.Response.Text != "journaled answer" || res.Used != 1 {
+			t.Fatalf("state %s response %+v used %d", res.State, res.Response, res.Used)
+		}
+	})
+	t.Run("nothing journaled: the action waits for a person", func(t *testing.T) {
+		r := newRunWith(t, withJournal, heartbeatLost(attempt.Progress{ConnRef: "p-c1"}))
+		r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).Return(attempt.ReconcileOutput{Verdict: attempt.VerdictNone, By: attempt.ByJournal, Note: "nothing"}, nil).Once()
+		in := input("a")
+		in.ReconcileTimeout = time.Minute
+		res := r.exec(in)
+		if res.State != StateIndeterminate || res.Reason != "reconcile_timeout" || !hasNote(res, "reconciler (journal) could not tell") {
+			t.Fatalf("state %s reason %s notes %v", res.State, res.Reason, res.Notes)
+		}
+	})
 }

@@ -224,6 +224,11 @@ type AttemptRecord struct {
 	// Decision is what the workflow did next, and why. Empty only while
 	// the attempt runs.
 	Decision Decision `json:"decision"`
+	// Verdict and VerdictBy record the reconciliation verdict applied to
+	// this attempt and its source ("journal", "reconciler", or the By of
+	// the person or program that sent it); empty when none was.
+	Verdict   attempt.Verdict `json:"verdict,omitempty"`
+	VerdictBy string          `json:"verdict_by,omitempty"`
 }
 
 // Note is something the workflow recorded that is not an attempt: a route

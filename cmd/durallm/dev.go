@@ -25,6 +25,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/resultstore"
@@ -143,7 +144,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	// standalone demo provider) may speak cleartext HTTP/2.
 	// Pollers and eager start as measured best for the embedded server
 	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, AllowH2C: true,
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal")}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, AllowH2C: true,
 		WorkflowPollers: 8, ActivityPollers: 8}
 	var demo *providertest.Provider
 	if *routesFile != "" {

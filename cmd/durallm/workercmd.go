@@ -13,6 +13,7 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/worker"
@@ -34,6 +35,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off)")
 	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve the generated text of streamed actions as server-sent events at /v1/streams/{id} here (empty: off); beyond loopback it needs $DURALLM_STREAM_TOKEN")
 	pollers := fs.Int("pollers", 0, "workflow and activity task pollers each (0: the SDK's default, 2; 8 measured best on the embedded server)")
+	journalDir := fs.String("journal-dir", envOr("DURALLM_JOURNAL_DIR", "durallm-journal"), "the attempt journal: where each attempt's end is written before it is reported, read first to reconcile ambiguous attempts (every worker of the task queue must share it; empty: off)")
 	allowH2C := fs.Bool("allow-h2c", false, "let http:// routes speak cleartext HTTP/2 (a provider on a private network, such as the compose demo provider)")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -64,7 +66,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: resultstore.Dir{Path: cf.resultDir},
-		AllowH2C: *allowH2C, StreamAddr: *streamAddr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+		AllowH2C: *allowH2C, StreamAddr: *streamAddr, Journal: journalFrom(*journalDir), StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 		WorkflowPollers: *pollers, ActivityPollers: *pollers,
 	})
 	if err != nil {
@@ -78,4 +80,12 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// journalFrom is the file-system journal in dir, or none for "".
+func journalFrom(dir string) journal.Journal {
+	if dir == "" {
+		return nil
+	}
+	return journal.Dir{Path: dir}
 }

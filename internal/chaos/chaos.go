@@ -33,6 +33,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/chaos/report"
 	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
@@ -219,6 +220,8 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 	r.w, err = worker.New(r.tc, worker.Options{
 		TaskQueue: "durallm-chaos", AllowH2C: true, SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
 		MaxConcurrentAttempts: o.Concurrency * 2,
+		// The killed worker process writes the same journal.
+		Journal: journal.Dir{Path: filepath.Join(o.Dir, "journal")},
 		Config: routes.Config{Routes: []routes.Route{{
 			Name: "via-haproxy", Kind: routes.KindOpenAI, BaseURL: "http://" + r.hp.addr + "/v1", Model: "m",
 			// haproxy answers REFUSED_STREAM when its origin fails after
@@ -452,7 +455,7 @@ func startWorkerProc(dir, temporal, baseURL string, maxAttempts int) (*workerPro
 		return nil, err
 	}
 	cmd := exec.Command(self, "worker", "--address", temporal, "--task-queue", "durallm-chaos", "--routes", routes,
-		"--allow-h2c", "--metrics-addr", "", "--stream-addr", "", "--result-dir", filepath.Join(dir, "results"),
+		"--allow-h2c", "--metrics-addr", "", "--stream-addr", "", "--result-dir", filepath.Join(dir, "results"), "--journal-dir", filepath.Join(dir, "journal"),
 		"--max-concurrent-attempts", strconv.Itoa(maxAttempts))
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
