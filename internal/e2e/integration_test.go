@@ -28,13 +28,16 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	sdklog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/server/temporaltest"
 	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
@@ -686,6 +689,60 @@ func TestE2EWorkerKilledMidAttemptIsAmbiguous(t *testing.T) {
 	}
 }
 
+// A worker SIGKILLed after the response arrived but before it was
+// reported: the attempt journal holds the answer the worker had, and the
+// built-in reconciler settles the action with exactly it, by the journal,
+// with no person involved and nothing sent again.
+func TestE2EWorkerKilledAfterTheResponseIsReconciledFromTheJournal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a worker process")
+	}
+	s := newStack(t)
+	dir := t.TempDir()
+	s.p.Push(providertest.Answer("the answer the killed worker had"))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
+	cmd.Env = append(os.Environ(),
+		"DURALLM_HELPER_WORKER=1",
+		"DURALLM_HELPER_TEMPORAL="+s.ts.GetFrontendHostPort(),
+		"DURALLM_HELPER_NAMESPACE="+s.ts.GetDefaultNamespace(),
+		"DURALLM_HELPER_QUEUE="+s.tq,
+		"DURALLM_HELPER_PROVIDER="+s.p.H2CURL(),
+		"DURALLM_HELPER_HOLD_REPORT="+dir,
+	)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ctx := context.Background()
+	a, err := s.c.Start(ctx, "killed-after-answer", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		entries, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		return len(entries) == 1
+	})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	s.startWorker(func(o *worker.Options) { o.Journal = journal.Dir{Path: dir} })
+	res, err := a.Result(ctx)
+	if err != nil {
+		t.Fatalf("err %v", err)
+	}
+	if res.State != workflows.StateReconciled || res.Response == nil || res.Response.Text != "the answer the killed worker had" {
+		t.Fatalf("state %s response %+v notes %v", res.State, res.Response, res.Notes)
+	}
+	if rec := res.Attempts[0]; rec.VerdictBy != attempt.ByJournal || len(res.Attempts) != 1 {
+		t.Fatalf("attempts %+v", res.Attempts)
+	}
+	if n := len(s.p.Received()); n != 1 {
+		t.Fatalf("provider received %d requests; nothing may be sent again", n)
+	}
+}
+
 // TestHelperWorkerProcess is the worker process the kill test starts and
 // kills. It does nothing in a normal run.
 func TestHelperWorkerProcess(t *testing.T) {
@@ -697,13 +754,31 @@ func TestHelperWorkerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	maxAttempts, _ := strconv.Atoi(os.Getenv("DURALLM_HELPER_MAX_ATTEMPTS")) // 0: the default
+	helperRoutes := routes.Config{Routes: []routes.Route{
+		{Name: "primary", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
+		{Name: "fallback", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
+	}}
+	if dir := os.Getenv("DURALLM_HELPER_HOLD_REPORT"); dir != "" {
+		// A worker that journals each outcome and then never reports it:
+		// killed here, it is a worker that had the answer in its hands.
+		acts := &activities.Activities{
+			Engine:  recovery.New(recovery.Config{AllowH2C: true, Logger: slog.New(slog.DiscardHandler)}),
+			Routes:  helperRoutes.RouteMap(),
+			Journal: journal.Dir{Path: dir}, Streams: activities.NewStreams(),
+			SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
+			BeforeReport: func(attempt.Outcome) { select {} },
+		}
+		w := sdkworker.New(tc, os.Getenv("DURALLM_HELPER_QUEUE"), sdkworker.Options{})
+		worker.Register(w, acts)
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {} // until killed
+	}
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: os.Getenv("DURALLM_HELPER_QUEUE"), AllowH2C: true, SearchAttributes: true,
 		Logger: slog.New(slog.DiscardHandler), MaxConcurrentAttempts: maxAttempts,
-		Config: routes.Config{Routes: []routes.Route{
-			{Name: "primary", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
-			{Name: "fallback", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
-		}},
+		Config: helperRoutes,
 	})
 	if err != nil {
 		t.Fatal(err)
