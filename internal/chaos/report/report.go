@@ -5,6 +5,7 @@
 package report
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -12,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
@@ -43,6 +46,12 @@ type Report struct {
 	// 502). The contract allows each (upstream_error and empty_response
 	// may be retried); it is reported, not a violation.
 	ExtraExecutions int
+	// Journal counts what the attempt journal decided for the actions
+	// whose attempt ended ambiguous (or committed on a lost worker):
+	// reconciled from a response a worker received, or left to a person
+	// (the action ended indeterminate when its short reconcile timeout
+	// passed).
+	Journal struct{ Reconciled, LeftToPerson int }
 	// GoAways counts GOAWAY frames the engine received, by code; Conns the
 	// connections it opened (one per drain, when recovery works).
 	GoAways map[string]int64
@@ -58,13 +67,14 @@ func New(actions int) *Report {
 // Add checks one action's result (or the error that kept it from one)
 // against the provider's record, and counts it. With faults, it also
 // records how each origin behaviour was classified through the proxy.
-func (r *Report) Add(p *providertest.Provider, id string, res workflows.ActionResult, err error, faults bool) {
+func (r *Report) Add(p *providertest.Provider, j journal.Journal, id string, res workflows.ActionResult, err error, faults bool) {
 	if err != nil {
 		r.Violations = append(r.Violations, fmt.Sprintf("%s: %v", id, err))
 		return
 	}
 	r.States[res.State]++
 	r.Violations = append(r.Violations, Check(p, id, res, faults)...)
+	r.Violations = append(r.Violations, r.checkJournal(p, j, id, res)...)
 	if res.State == workflows.StateCompleted {
 		r.ExtraExecutions += p.ExecutedCount(id) - 1
 	}
@@ -80,6 +90,40 @@ func (r *Report) Add(p *providertest.Provider, id string, res workflows.ActionRe
 		}
 	}
 }
+
+// checkJournal counts what the journal decided for the action and checks
+// its invariants: no action is left to a person while the journal holds a
+// response a worker received for its attempt, and an action reconciled
+// from the journal carries the answer the provider sent (for an attempt
+// the provider answered by default, its "ok"), executed once.
+func (r *Report) checkJournal(p *providertest.Provider, j journal.Journal, id string, res workflows.ActionResult) []string {
+	if j == nil || len(res.Attempts) == 0 {
+		return nil
+	}
+	last := res.Attempts[len(res.Attempts)-1]
+	var v []string
+	switch {
+	case last.VerdictBy == attempt.ByJournal:
+		r.Journal.Reconciled++
+		if res.Response == nil || res.Response.Text == "" {
+			v = append(v, fmt.Sprintf("%s reconciled from the journal without a response", id))
+		} else if BehaviorOf(p, last.Evidence.AttemptID) == defaultAnswer && strings.TrimSpace(res.Response.Text) != "ok" {
+			v = append(v, fmt.Sprintf("%s reconciled from the journal with %d bytes of text the provider never sent", id, len(res.Response.Text)))
+		}
+		if n := p.AttemptExecutions(last.Evidence.AttemptID); n != 1 {
+			v = append(v, fmt.Sprintf("%s reconciled from the journal, but the provider executed its attempt %d times", id, n))
+		}
+	case res.State == workflows.StateIndeterminate && res.Reason == "reconcile_timeout":
+		r.Journal.LeftToPerson++
+		if e, ok, err := j.Lookup(context.Background(), last.Evidence.AttemptID); err == nil && ok && e.State == journal.Received {
+			v = append(v, fmt.Sprintf("%s was left to a person although the journal holds the response a worker received", id))
+		}
+	}
+	return v
+}
+
+// defaultAnswer is what the chaos provider's default behaviour records.
+var defaultAnswer = providertest.Answer("ok").String()
 
 // AddFaults counts the faults the provider injected: every behaviour it
 // recorded but its default answer.
@@ -163,6 +207,9 @@ func BehaviorOf(p *providertest.Provider, attemptID string) string {
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if r.Journal.Reconciled+r.Journal.LeftToPerson > 0 {
+		defer fmt.Fprintf(w, "\nattempt journal: %d reconciled from a response a worker received, %d left to a person\n", r.Journal.Reconciled, r.Journal.LeftToPerson)
+	}
 	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
 	for _, k := range sortedKeys(r.GoAways) {
 		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])

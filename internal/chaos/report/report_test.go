@@ -2,12 +2,15 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
@@ -32,7 +35,7 @@ func send(t *testing.T, p *providertest.Provider, action, attempt string) {
 	resp.Body.Close()
 }
 
-func attempt(n int, id string, class recovery.Class) workflows.AttemptRecord {
+func record(n int, id string, class recovery.Class) workflows.AttemptRecord {
 	return workflows.AttemptRecord{N: n, Evidence: recovery.Evidence{AttemptID: id}, Classification: recovery.Classification{Class: class}}
 }
 
@@ -51,7 +54,7 @@ func TestCheckFindsEveryViolation(t *testing.T) {
 	send(t, p, "ok", "ok-1")
 	send(t, p, "partial", "p-1")
 
-	completed := workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted, Attempts: []workflows.AttemptRecord{attempt(1, "ok-1", recovery.Completed)}}}
+	completed := workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted, Attempts: []workflows.AttemptRecord{record(1, "ok-1", recovery.Completed)}}}
 	tests := []struct {
 		name, id  string
 		res       workflows.ActionResult
@@ -59,15 +62,15 @@ func TestCheckFindsEveryViolation(t *testing.T) {
 	}{
 		{"a completed action executed once holds", "ok", completed, ""},
 		{"refused although the provider ran it", "refused-but-ran", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-			Attempts: []workflows.AttemptRecord{attempt(1, "r-1", recovery.Refused)}}}, "classified refused"},
+			Attempts: []workflows.AttemptRecord{record(1, "r-1", recovery.Refused)}}}, "classified refused"},
 		{"one attempt executed twice", "twice", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-			Attempts: []workflows.AttemptRecord{attempt(1, "t-1", recovery.Completed)}}}, "executed 2 times"},
+			Attempts: []workflows.AttemptRecord{record(1, "t-1", recovery.Completed)}}}, "executed 2 times"},
 		{"another attempt after an ambiguous one", "ok", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-			Attempts: []workflows.AttemptRecord{attempt(1, "x-1", recovery.Ambiguous), attempt(2, "ok-1", recovery.Completed)}}}, "without a verdict"},
+			Attempts: []workflows.AttemptRecord{record(1, "x-1", recovery.Ambiguous), record(2, "ok-1", recovery.Completed)}}}, "without a verdict"},
 		{"completed_partial without its text", "partial", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompletedPartial,
-			Attempts: []workflows.AttemptRecord{attempt(1, "p-1", recovery.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: "reset"}}, "without its partial text"},
+			Attempts: []workflows.AttemptRecord{record(1, "p-1", recovery.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: "reset"}}, "without its partial text"},
 		{"a worker-lost partial has its reason and no text", "partial", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompletedPartial,
-			Attempts: []workflows.AttemptRecord{attempt(1, "p-1", recovery.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: providers.IncompleteWorkerLost}}, ""},
+			Attempts: []workflows.AttemptRecord{record(1, "p-1", recovery.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: providers.IncompleteWorkerLost}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,11 +85,47 @@ func TestCheckFindsEveryViolation(t *testing.T) {
 	}
 
 	r := New(2)
-	r.Add(p, "ok", completed, nil, true)
-	r.Add(p, "twice", tests[2].res, nil, true)
+	r.Add(p, nil, "ok", completed, nil, true)
+	r.Add(p, nil, "twice", tests[2].res, nil, true)
 	var out bytes.Buffer
 	r.Print(&out)
 	if r.Attempts != 2 || r.States[workflows.StateCompleted] != 2 || !strings.Contains(out.String(), "1 VIOLATED") {
 		t.Fatalf("report %+v\n%s", r, out.String())
+	}
+}
+
+// The journal's invariants: no action is left to a person while the
+// journal holds a response a worker received for it, and one reconciled
+// from the journal carries the provider's answer, executed once.
+func TestJournalInvariants(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	send(t, p, "held", "h-1")
+	send(t, p, "lost", "l-1")
+	j := journal.Dir{Path: t.TempDir()}
+	if err := j.Record(context.Background(), journal.Entry{AttemptID: "h-1", State: journal.Received, Response: &providers.Response{Text: "ok"}}); err != nil {
+		t.Fatal(err)
+	}
+	reconciled := record(1, "h-1", recovery.Ambiguous)
+	reconciled.VerdictBy = attempt.ByJournal
+	left := workflows.ActionResult{Status: workflows.Status{State: workflows.StateIndeterminate, Reason: "reconcile_timeout",
+		Attempts: []workflows.AttemptRecord{record(1, "h-1", recovery.Ambiguous)}}}
+	r := New(3)
+	r.Add(p, j, "held", workflows.ActionResult{Status: workflows.Status{State: workflows.StateReconciled, Attempts: []workflows.AttemptRecord{reconciled}},
+		Response: &providers.Response{Text: "ok"}}, nil, false)
+	if len(r.Violations) != 0 || r.Journal.Reconciled != 1 {
+		t.Fatalf("a journal-reconciled action: %v %+v", r.Violations, r.Journal)
+	}
+	r.Add(p, j, "lost", workflows.ActionResult{Status: workflows.Status{State: workflows.StateIndeterminate, Reason: "reconcile_timeout",
+		Attempts: []workflows.AttemptRecord{record(1, "l-1", recovery.Ambiguous)}}}, nil, false)
+	if len(r.Violations) != 0 || r.Journal.LeftToPerson != 1 {
+		t.Fatalf("an action the journal could not settle: %v %+v", r.Violations, r.Journal)
+	}
+	r.Add(p, j, "held", left, nil, false)
+	if len(r.Violations) != 1 || !strings.Contains(r.Violations[0], "left to a person although the journal holds") {
+		t.Fatalf("violations %v", r.Violations)
 	}
 }
