@@ -26,7 +26,7 @@ import (
 
 // CallModel outside Temporal (no heartbeats): one attempt through the real
 // engine to the providertest provider.
-func newActs(t *testing.T) (*Activities, *providertest.Provider) {
+func newActs(t testing.TB) (*Activities, *providertest.Provider) {
 	t.Helper()
 	p, err := providertest.NewProvider()
 	if err != nil {
