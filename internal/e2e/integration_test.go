@@ -648,19 +648,7 @@ func TestE2EWorkerKilledMidAttemptIsAmbiguous(t *testing.T) {
 	}
 	s := newStack(t)
 	s.p.Push(providertest.Hold())
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
-	cmd.Env = append(os.Environ(),
-		"DURALLM_HELPER_WORKER=1",
-		"DURALLM_HELPER_TEMPORAL="+s.ts.GetFrontendHostPort(),
-		"DURALLM_HELPER_NAMESPACE="+s.ts.GetDefaultNamespace(),
-		"DURALLM_HELPER_QUEUE="+s.tq,
-		"DURALLM_HELPER_PROVIDER="+s.p.H2CURL(),
-	)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cmd := s.helperWorker()
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "killed", actionInput(false))
 	if err != nil {
@@ -700,20 +688,7 @@ func TestE2EWorkerKilledAfterTheResponseIsReconciledFromTheJournal(t *testing.T)
 	s := newStack(t)
 	dir := t.TempDir()
 	s.p.Push(providertest.Answer("the answer the killed worker had"))
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
-	cmd.Env = append(os.Environ(),
-		"DURALLM_HELPER_WORKER=1",
-		"DURALLM_HELPER_TEMPORAL="+s.ts.GetFrontendHostPort(),
-		"DURALLM_HELPER_NAMESPACE="+s.ts.GetDefaultNamespace(),
-		"DURALLM_HELPER_QUEUE="+s.tq,
-		"DURALLM_HELPER_PROVIDER="+s.p.H2CURL(),
-		"DURALLM_HELPER_HOLD_REPORT="+dir,
-	)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cmd := s.helperWorker("DURALLM_HELPER_HOLD_REPORT=" + dir)
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "killed-after-answer", actionInput(false))
 	if err != nil {
@@ -741,6 +716,27 @@ func TestE2EWorkerKilledAfterTheResponseIsReconciledFromTheJournal(t *testing.T)
 	if n := len(s.p.Received()); n != 1 {
 		t.Fatalf("provider received %d requests; nothing may be sent again", n)
 	}
+}
+
+// helperWorker starts TestHelperWorkerProcess as a worker process on the
+// stack's task queue (env adds to its settings); it is killed when the
+// test ends, if the test has not killed it first.
+func (s *stack) helperWorker(env ...string) *exec.Cmd {
+	s.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
+	cmd.Env = append(append(os.Environ(),
+		"DURALLM_HELPER_WORKER=1",
+		"DURALLM_HELPER_TEMPORAL="+s.ts.GetFrontendHostPort(),
+		"DURALLM_HELPER_NAMESPACE="+s.ts.GetDefaultNamespace(),
+		"DURALLM_HELPER_QUEUE="+s.tq,
+		"DURALLM_HELPER_PROVIDER="+s.p.H2CURL(),
+	), env...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
 }
 
 // TestHelperWorkerProcess is the worker process the kill test starts and
