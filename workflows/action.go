@@ -351,8 +351,8 @@ func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bo
 			if v, ok := w.runReconciler(rec); ok && v.Verdict == attempt.VerdictCompleted {
 				w.decide(Decision{Next: DecideFinish, Why: c.Reason + ": the response from " + v.By})
 				last := &w.status.Attempts[len(w.status.Attempts)-1]
-				last.Verdict, last.VerdictBy = v.Verdict, verdictSource(v)
-				w.count("durallm.reconciliations", "verdict", string(v.Verdict))
+				last.Verdict, last.VerdictBy = v.Verdict, v.By
+				w.countVerdict(v.Verdict, v.By)
 				w.response, w.resRef = v.Response, v.ResultRef
 				return w.end(StateReconciled, string(attempt.VerdictCompleted), "reconciled"), true
 			}
@@ -420,14 +420,11 @@ func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bo
 	}
 }
 
-// verdictSource names who decided a verdict for the record: the journal,
-// the application reconciler, or a person or program (its By, or
-// "person" when it gave none).
-func verdictSource(v ReconcileRequest) string {
-	if v.By == "" {
-		return "person"
-	}
-	return v.By
+// countVerdict counts an applied verdict by its source: "journal",
+// "reconciler", "person", or "timeout" when the wait ran out and nobody
+// decided. Both are from fixed sets, so they are safe label values.
+func (w *action) countVerdict(verdict attempt.Verdict, from string) {
+	workflow.GetMetricsHandler(w.ctx).WithTags(map[string]string{"verdict": string(verdict), "by": from}).Counter("durallm.reconciliations").Inc(1)
 }
 
 // afterVerdict waits for a verdict on an ambiguous attempt and applies
@@ -436,17 +433,17 @@ func verdictSource(v ReconcileRequest) string {
 func (w *action) afterVerdict(cur *cursor, rec AttemptRecord, avoid []string) (ActionResult, bool) {
 	c := rec.Classification
 	w.decide(Decision{Next: DecideAwait, Why: c.Reason})
-	v, end := w.reconcile(rec)
+	v, from, end := w.reconcile(rec)
 	switch end {
 	case scopeEndedWhileWaiting:
 		return w.endCanceled(), true
 	case waitTimedOut:
-		w.count("durallm.reconciliations", "verdict", "timeout")
+		w.countVerdict("timeout", from)
 		return w.end(StateIndeterminate, string(recovery.Ambiguous), "reconcile_timeout"), true
 	}
-	w.count("durallm.reconciliations", "verdict", string(v.Verdict))
+	w.countVerdict(v.Verdict, from)
 	last := &w.status.Attempts[len(w.status.Attempts)-1] // the attempt reconciled
-	last.Verdict, last.VerdictBy = v.Verdict, verdictSource(v)
+	last.Verdict, last.VerdictBy = v.Verdict, from
 	switch v.Verdict {
 	case attempt.VerdictCompleted:
 		w.response, w.resRef = v.Response, v.ResultRef
@@ -716,14 +713,18 @@ const (
 
 // reconcile waits for a verdict on an ambiguous attempt: the reconciler's,
 // or one from a person or program, or the timeout, or the scope ending.
-func (w *action) reconcile(rec AttemptRecord) (ReconcileRequest, waitEnd) {
+//
+// from says who decided: attempt.ByJournal or attempt.ByReconciler for
+// the worker's reconciler, "person" for a verdict sent by a signal or
+// Update (whatever its By says, which the notes keep).
+func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, end waitEnd) {
 	w.status.AwaitingAttempt = rec.N
 	w.verdict = nil
 	w.setState(StateAwaitingReconciliation, string(recovery.Ambiguous), rec.Route)
 	if w.plan.Reconciler {
 		if v, ok := w.runReconciler(rec); ok {
 			w.status.AwaitingAttempt = 0
-			return v, verdictArrived
+			return v, v.By, verdictArrived
 		}
 	}
 	got, err := workflow.AwaitWithTimeout(w.ctx, w.in.ReconcileTimeout, func() bool { return w.verdict != nil || w.cancelReq != nil })
@@ -732,14 +733,14 @@ func (w *action) reconcile(rec AttemptRecord) (ReconcileRequest, waitEnd) {
 	case w.verdict != nil:
 		v := *w.verdict
 		w.verdict = nil
-		return v, verdictArrived
+		return v, "person", verdictArrived
 	case err != nil || w.cancelReq != nil:
 		w.scopeEnded()
-		return ReconcileRequest{}, scopeEndedWhileWaiting
+		return ReconcileRequest{}, "", scopeEndedWhileWaiting
 	case !got:
 		w.note("reconciliation timed out after " + w.in.ReconcileTimeout.String())
 	}
-	return ReconcileRequest{}, waitTimedOut
+	return ReconcileRequest{}, "timeout", waitTimedOut
 }
 
 func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {

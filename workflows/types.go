@@ -225,8 +225,9 @@ type AttemptRecord struct {
 	// the attempt runs.
 	Decision Decision `json:"decision"`
 	// Verdict and VerdictBy record the reconciliation verdict applied to
-	// this attempt and its source ("journal", "reconciler", or the By of
-	// the person or program that sent it); empty when none was.
+	// this attempt and its source: "journal", "reconciler", or "person"
+	// for one sent by a signal or Update (its own By is in the notes);
+	// empty when none was.
 	Verdict   attempt.Verdict `json:"verdict,omitempty"`
 	VerdictBy string          `json:"verdict_by,omitempty"`
 }
