@@ -37,7 +37,8 @@ type Input struct {
 	Avoid []string `json:"avoid,omitempty"`
 	// FreshConnection demands a newly dialed connection (after a 421).
 	FreshConnection bool `json:"fresh_connection,omitempty"`
-	// AfterMisdirected marks the retry of a 421.
+	// AfterMisdirected says an earlier attempt of the action got a 421:
+	// any later 421, on any route, is misdirected_repeated.
 	AfterMisdirected bool `json:"after_misdirected,omitempty"`
 	// Timeout bounds the HTTP exchange; zero means the route's
 	// AttemptTimeout. The activity's StartToClose bounds it too.

@@ -461,8 +461,8 @@ type Spec struct {
 	// FreshConnection demands a newly dialed connection (the retry of a
 	// 421).
 	FreshConnection bool
-	// AfterMisdirected marks the retry of a 421, so a second 421 is
-	// classified misdirected_repeated.
+	// AfterMisdirected says an earlier attempt of the same action got a
+	// 421, on any route, so this attempt's 421 is misdirected_repeated.
 	AfterMisdirected bool
 	// Intermediary says the route reaches the provider through an HTTP/2
 	// proxy or gateway whose RST_STREAM(REFUSED_STREAM) does not prove
