@@ -3,6 +3,7 @@ module github.com/durallm/durallm
 go 1.26.8
 
 require (
+	github.com/jackc/pgx/v5 v5.10.0
 	github.com/openai/openai-go/v3 v3.99.0
 	github.com/prometheus/client_golang v1.21.0
 	github.com/stretchr/testify v1.11.1
@@ -126,7 +127,6 @@ require (
 	github.com/iancoleman/strcase v0.3.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.10.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.2 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
