@@ -12,7 +12,8 @@ import (
 
 // Dir is a Journal on a file system: one file per attempt under Path,
 // written atomically (a temporary file, synced, then renamed over the
-// entry and the directory synced), so a reader sees the whole of an entry
+// entry, or for Sent linked where there is none, and the directory
+// synced), so a reader sees the whole of an entry
 // or none of it, and a worker killed mid-write leaves no half entry. Path
 // is created (mode 0700) on the first Record. The zero value is not
 // usable.
@@ -50,7 +51,14 @@ func (d Dir) Record(_ context.Context, e Entry) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), d.file(e.AttemptID)); err != nil {
+	if e.Ended() {
+		err = os.Rename(tmp.Name(), d.file(e.AttemptID))
+	} else if err = os.Link(tmp.Name(), d.file(e.AttemptID)); errors.Is(err, fs.ErrExist) {
+		// Sent is written only where there is no entry: link, unlike
+		// rename, fails rather than replace.
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	// The rename is durable only once the directory is.

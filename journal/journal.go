@@ -28,9 +28,19 @@ import (
 type State string
 
 // The states an entry records. An attempt with no entry was never seen
-// to end by any worker: it was never sent, or its worker died before the
-// exchange ended; the journal cannot tell which.
+// by any worker's journal: it was never sent, or its worker died before
+// writing, or the journal was unreachable when it tried. The journal
+// cannot tell which, so a missing entry proves nothing (docs/contract.md
+// section 5.5 says why no intent record is written before sending).
 const (
+	// Sent: the request's HEADERS were on the wire and the exchange had
+	// not ended when the worker wrote this. The attempt may still be
+	// running on a live worker, until Entry.Deadline.
+	Sent State = "sent"
+	// NotSent: the exchange ended and the engine proved that no byte of
+	// the request reached the provider (class unsent). The attempt was
+	// not executed.
+	NotSent State = "not_sent"
 	// Received: a usable response, complete or a committed partial,
 	// reached the worker. Entry.Response holds it.
 	Received State = "received"
@@ -54,14 +64,23 @@ type Entry struct {
 	Response *providers.Response `json:"response,omitempty"`
 	// At is when the worker wrote the entry.
 	At time.Time `json:"at"`
+	// Deadline, for Sent, is when the attempt's worker gives up on it
+	// (the activity's own deadline): until then a Sent attempt may still
+	// end on a live worker.
+	Deadline time.Time `json:"deadline,omitempty"`
 }
+
+// Ended reports whether the entry records the end of the exchange.
+func (e Entry) Ended() bool { return e.State != Sent }
 
 // Journal records and looks up attempts by attempt id. Implementations
 // are safe for concurrent use by many workers.
 type Journal interface {
 	// Record writes e durably before it returns: once it has returned
-	// nil, a Lookup by any worker finds it. A second Record of the same
-	// attempt replaces the first.
+	// nil, a Lookup by any worker finds it. An entry in an end state
+	// replaces any earlier entry of the attempt; an entry in state Sent is
+	// written only when the attempt has none, so a Sent written late never
+	// hides the end of the exchange.
 	Record(ctx context.Context, e Entry) error
 	// Lookup returns the attempt's entry, ok false when there is none.
 	Lookup(ctx context.Context, attemptID string) (e Entry, ok bool, err error)
