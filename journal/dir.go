@@ -2,7 +2,6 @@ package journal
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,9 +27,9 @@ func (d Dir) Record(_ context.Context, e Entry) error {
 	if err := validID(e.AttemptID); err != nil {
 		return err
 	}
-	b, err := json.Marshal(e)
+	b, err := encode(e)
 	if err != nil {
-		return fmt.Errorf("journal: encode entry: %w", err)
+		return err
 	}
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -85,9 +84,9 @@ func (d Dir) Lookup(_ context.Context, attemptID string) (Entry, bool, error) {
 	case err != nil:
 		return Entry{}, false, fmt.Errorf("journal: %w", err)
 	}
-	var e Entry
-	if err := json.Unmarshal(b, &e); err != nil {
-		return Entry{}, false, fmt.Errorf("journal: entry for %s is unreadable: %w", attemptID, err)
+	e, err := decode(b, attemptID)
+	if err != nil {
+		return Entry{}, false, err
 	}
 	return e, true, nil
 }

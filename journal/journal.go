@@ -9,7 +9,9 @@
 // Every worker must be able to read every other worker's journal: the
 // worker that ran an attempt may be the one that died. Dir keeps it on a
 // file system (the embedded default keeps it in the data directory;
-// workers on several machines need a shared one).
+// workers on several machines need a shared one); Postgres keeps it in
+// PostgreSQL, in a database of its own (production: the server the
+// Temporal cluster uses).
 //
 // The journal holds generated text. Entries are files readable by the
 // worker's user only, and are never logged.

@@ -223,3 +223,22 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// ForTests starts one server for a whole test binary, sets *s, runs m
+// and stops the server: from TestMain, as
+// os.Exit(pgserver.ForTests(m, &srv)). A server that cannot start fails
+// the binary; it is not skipped.
+func ForTests(m interface{ Run() int }, s **Server) int {
+	srv, err := Start(context.Background(), Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*s = srv
+	code := m.Run()
+	if err := srv.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return max(code, 1)
+	}
+	return code
+}
