@@ -52,7 +52,10 @@ func NewClient(tc client.Client, taskQueue string) *Client {
 
 // WithResults makes Result resolve responses the worker stored by
 // reference (too large for history) from s, which must be the store the
-// workers write to. It returns c.
+// workers write to: resultstore.Dir for "file:" references, or, for
+// workers started with a journal DSN, pgstore.Connect's store for "pg:"
+// references (package resultstore/pgstore, which alone brings in the
+// PostgreSQL driver). It returns c.
 func (c *Client) WithResults(s resultstore.Store) *Client {
 	c.results = s
 	return c

@@ -5,7 +5,8 @@
 // fail the workflow task. The CallModel activity stores such a response
 // here and returns only a reference; the client resolves the reference
 // when it reads the action's result. The store is pluggable (Store); Dir,
-// a directory of files, is the default.
+// a directory of files, is the default; package resultstore/pgstore keeps
+// them in PostgreSQL, for workers and clients on several machines.
 package resultstore
 
 import (
@@ -36,6 +37,10 @@ var ErrNotFound = errors.New("resultstore: not found")
 // ErrBadRef is returned (wrapped) for a reference the store cannot read.
 var ErrBadRef = errors.New("resultstore: malformed reference")
 
+// ErrDamaged is returned (wrapped) when the data a store holds for a
+// reference does not match the reference's digest.
+var ErrDamaged = errors.New("resultstore: the stored data does not match its reference's digest")
+
 // DefaultThreshold is the response size, in bytes of JSON, above which the
 // activity stores a response by reference: well under Temporal's default
 // payload warning (512 KiB) and hard limit (2 MiB).
@@ -51,18 +56,49 @@ type Dir struct {
 	Path string
 }
 
-const fileRefPrefix = "file:"
+const fileScheme = "file"
+
+// Ref is the reference a store with the given scheme ("file", "pg")
+// gives data: "<scheme>:<sha256 of data, hex>". It names the data without
+// holding any of it, and the same data always gets the same reference.
+func Ref(scheme string, data []byte) string {
+	sum := sha256.Sum256(data)
+	return scheme + ":" + hex.EncodeToString(sum[:])
+}
+
+// Digest is the hex SHA-256 a reference of the given scheme names, or an
+// error wrapping ErrBadRef.
+func Digest(scheme, ref string) (string, error) {
+	name, ok := strings.CutPrefix(ref, scheme+":")
+	if !ok || len(name) != sha256.Size*2 {
+		return "", fmt.Errorf("%w: %q", ErrBadRef, ref)
+	}
+	if _, err := hex.DecodeString(name); err != nil || strings.ToLower(name) != name {
+		return "", fmt.Errorf("%w: %q", ErrBadRef, ref)
+	}
+	return name, nil
+}
+
+// Check returns an error unless data is what ref names, so a damaged blob
+// is an error rather than a wrong answer.
+func Check(ref string, data []byte) error {
+	scheme, _, _ := strings.Cut(ref, ":")
+	if Ref(scheme, data) != ref {
+		return fmt.Errorf("%w: %s", ErrDamaged, ref)
+	}
+	return nil
+}
 
 // Put writes data atomically (a temporary file, then a rename).
 func (d Dir) Put(_ context.Context, data []byte) (string, error) {
-	sum := sha256.Sum256(data)
-	name := hex.EncodeToString(sum[:])
+	ref := Ref(fileScheme, data)
+	name := strings.TrimPrefix(ref, fileScheme+":")
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
 		return "", fmt.Errorf("resultstore: create %s: %w", d.Path, err)
 	}
 	final := filepath.Join(d.Path, name)
 	if _, err := os.Stat(final); err == nil {
-		return fileRefPrefix + name, nil
+		return ref, nil
 	}
 	tmp, err := os.CreateTemp(d.Path, name+".tmp-*")
 	if err != nil {
@@ -78,18 +114,15 @@ func (d Dir) Put(_ context.Context, data []byte) (string, error) {
 		os.Remove(tmp.Name())
 		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
 	}
-	return fileRefPrefix + name, nil
+	return ref, nil
 }
 
 // Get reads the blob a "file:<sha256>" reference names and checks its
-// digest, so a damaged file is an error rather than a wrong answer.
+// digest.
 func (d Dir) Get(_ context.Context, ref string) ([]byte, error) {
-	name, ok := strings.CutPrefix(ref, fileRefPrefix)
-	if !ok || len(name) != sha256.Size*2 {
-		return nil, fmt.Errorf("%w: %q", ErrBadRef, ref)
-	}
-	if _, err := hex.DecodeString(name); err != nil {
-		return nil, fmt.Errorf("%w: %q", ErrBadRef, ref)
+	name, err := Digest(fileScheme, ref)
+	if err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(filepath.Join(d.Path, name))
 	if errors.Is(err, os.ErrNotExist) {
@@ -98,8 +131,8 @@ func (d Dir) Get(_ context.Context, ref string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resultstore: read %s: %w", ref, err)
 	}
-	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != name {
-		return nil, fmt.Errorf("resultstore: %s in %s does not match its digest", ref, d.Path)
+	if err := Check(ref, data); err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, d.Path)
 	}
 	return data, nil
 }
