@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/resultstore/pgstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/workflows"
 )
@@ -32,6 +34,7 @@ import (
 type connFlags struct {
 	address, namespace, taskQueue string
 	encryptionKey, resultDir      string
+	journalDSN                    string
 	jsonOut                       bool
 	stderr                        io.Writer
 }
@@ -46,6 +49,7 @@ func (c *connFlags) register(fs interface {
 	fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a summary")
 	fs.StringVar(&c.encryptionKey, "encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp)
 	fs.StringVar(&c.resultDir, "result-dir", envOr("DURALLM_RESULT_DIR", "durallm-results"), "where workers keep responses too large for history (a directory every worker and client sees; 'dev' uses DATA_DIR/results)")
+	fs.StringVar(&c.journalDSN, "journal-dsn", os.Getenv("DURALLM_JOURNAL_DSN"), "a postgres:// URL: the attempt journal and the result store are in PostgreSQL (database durallm unless the URL names one; a worker creates and migrates it at start), not in --journal-dir and --result-dir; default $DURALLM_JOURNAL_DSN")
 }
 
 // instrument routes the client's (and its workers') metrics and traces to
@@ -73,9 +77,46 @@ func envOr(name, def string) string {
 }
 
 // client wraps a Temporal client as durallm's, resolving stored responses
-// from --result-dir.
+// from --journal-dsn's database when set, else from --result-dir.
 func (c *connFlags) client(tc client.Client) *durallm.Client {
-	return durallm.NewClient(tc, c.taskQueue).WithResults(resultstore.Dir{Path: c.resultDir})
+	var rs resultstore.Store = resultstore.Dir{Path: c.resultDir}
+	if c.journalDSN != "" {
+		rs = &pgResults{dsn: c.journalDSN}
+	}
+	return durallm.NewClient(tc, c.taskQueue).WithResults(rs)
+}
+
+// pgResults connects to the PostgreSQL result store on first use: only an
+// action whose answer was stored by reference needs it.
+type pgResults struct {
+	dsn  string
+	once sync.Once
+	s    *pgstore.Store
+	err  error
+}
+
+func (p *pgResults) store(ctx context.Context) (*pgstore.Store, error) {
+	p.once.Do(func() { p.s, p.err = pgstore.Connect(ctx, p.dsn) })
+	return p.s, p.err
+}
+
+func (p *pgResults) Put(ctx context.Context, data []byte) (string, error) {
+	s, err := p.store(ctx)
+	if err != nil {
+		return "", err
+	}
+	return s.Put(ctx, data)
+}
+
+func (p *pgResults) Get(ctx context.Context, ref string) ([]byte, error) {
+	if _, err := resultstore.Digest(pgstore.Scheme, ref); err != nil {
+		return nil, err // not this store's: no connection needed to say so
+	}
+	s, err := p.store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, ref)
 }
 
 func (c *connFlags) dial() (client.Client, error) { return c.dialWith(nil) }

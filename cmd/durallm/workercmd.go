@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"github.com/durallm/durallm/providers/routes"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/resultstore/pgstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/worker"
 )
@@ -49,7 +51,21 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitUsage
 	}
+	if cf.journalDSN != "" {
+		for _, dir := range []struct{ flag, env string }{{"journal-dir", "DURALLM_JOURNAL_DIR"}, {"result-dir", "DURALLM_RESULT_DIR"}} {
+			if isSet(fs, dir.flag) || os.Getenv(dir.env) != "" {
+				fmt.Fprintf(stderr, "durallm worker: --journal-dsn puts the journal and the result store in PostgreSQL, and --%s (or %s) is set too: set one\n", dir.flag, dir.env)
+				return exitUsage
+			}
+		}
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
+		return exitError
+	}
+	defer closeStores()
 	tel, err := telemetry.NewWithOptions(telemetry.Options{Logger: logger, OTLP: telemetry.OTLPConfigured()})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
@@ -65,8 +81,8 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
-		Telemetry: tel, MetricsAddr: *metricsAddr, Results: resultstore.Dir{Path: cf.resultDir},
-		AllowH2C: *allowH2C, StreamAddr: *streamAddr, Journal: journalFrom(*journalDir), StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+		Telemetry: tel, MetricsAddr: *metricsAddr, Results: results,
+		AllowH2C: *allowH2C, StreamAddr: *streamAddr, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 		WorkflowPollers: *pollers, ActivityPollers: *pollers,
 	})
 	if err != nil {
@@ -82,10 +98,36 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// journalFrom is the file-system journal in dir, or none for "".
-func journalFrom(dir string) journal.Journal {
-	if dir == "" {
-		return nil
+// openStores opens the attempt journal and the result store: both in the
+// PostgreSQL database dsn names, creating and migrating it, when dsn is
+// set; otherwise the directories (no journal for an empty journalDir).
+// It fails, naming the address, when the database cannot be reached: a
+// worker without the journal its operator asked for would leave every
+// ambiguous attempt to a person.
+func openStores(dsn, journalDir, resultDir string) (journal.Journal, resultstore.Store, func(), error) {
+	if dsn == "" {
+		var j journal.Journal
+		if journalDir != "" {
+			j = journal.Dir{Path: journalDir}
+		}
+		return j, resultstore.Dir{Path: resultDir}, func() {}, nil
 	}
-	return journal.Dir{Path: dir}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	j, err := journal.OpenPostgres(ctx, dsn)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rs, err := pgstore.Open(ctx, dsn)
+	if err != nil {
+		j.Close()
+		return nil, nil, nil, err
+	}
+	return j, rs, func() { j.Close(); rs.Close() }, nil
+}
+
+// isSet reports whether the flag was given on the command line.
+func isSet(fs *flag.FlagSet, name string) (set bool) {
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
