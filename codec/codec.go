@@ -1,7 +1,6 @@
 package codec
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 
@@ -120,11 +119,10 @@ func (c *payloadCodec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload
 		if err != nil {
 			return fail(fmt.Errorf("marshal payload: %w", err))
 		}
-		data := make([]byte, nonceSize, nonceSize+len(plain)+aead.Overhead())
-		if _, err := rand.Read(data); err != nil {
-			return fail(fmt.Errorf("read nonce: %w", err))
+		data, err := sealWith(aead, nil, plain, []byte(id))
+		if err != nil {
+			return fail(err)
 		}
-		data = aead.Seal(data, data[:nonceSize], plain, []byte(id))
 		out[i] = &commonpb.Payload{
 			Metadata: map[string][]byte{
 				converter.MetadataEncoding: []byte(EncodingEncrypted),
@@ -160,15 +158,9 @@ func (c *payloadCodec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload
 		if !ok {
 			return fail(ErrUnknownKey)
 		}
-		data := p.GetData()
-		if len(data) < nonceSize+aead.Overhead() {
-			return fail(fmt.Errorf("%w: %d bytes is shorter than nonce and tag", ErrMalformedPayload, len(data)))
-		}
-		plain, err := aead.Open(nil, data[:nonceSize], data[nonceSize:], []byte(id))
+		plain, err := openWith(aead, p.GetData(), []byte(id))
 		if err != nil {
-			// The GCM error says nothing useful and nothing secret; the
-			// sentinel says what it means.
-			return fail(ErrAuthentication)
+			return fail(err)
 		}
 		var orig commonpb.Payload
 		if err := proto.Unmarshal(plain, &orig); err != nil {

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/durallm/durallm/codec"
 )
 
 // Dir is a Journal on a file system: one file per attempt under Path,
@@ -20,6 +22,10 @@ type Dir struct {
 	// Path is the journal's directory. Workers that must read each
 	// other's entries share it.
 	Path string
+	// Keys, when set, encrypts each entry with the payload keyring's
+	// active key; entries sealed by any key of the ring, and entries
+	// written in the clear, are read.
+	Keys *codec.Keyring
 }
 
 // Record writes e to its file.
@@ -27,7 +33,7 @@ func (d Dir) Record(_ context.Context, e Entry) error {
 	if err := validID(e.AttemptID); err != nil {
 		return err
 	}
-	b, err := encode(e)
+	b, err := encode(e, d.Keys)
 	if err != nil {
 		return err
 	}
@@ -84,7 +90,7 @@ func (d Dir) Lookup(_ context.Context, attemptID string) (Entry, bool, error) {
 	case err != nil:
 		return Entry{}, false, fmt.Errorf("journal: %w", err)
 	}
-	e, err := decode(b, attemptID)
+	e, err := decode(b, attemptID, d.Keys)
 	if err != nil {
 		return Entry{}, false, err
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/journal/journaltest"
 	"github.com/durallm/durallm/providers"
@@ -41,4 +42,20 @@ func TestDirUnwritableIsAnError(t *testing.T) {
 	if err := d.Record(context.Background(), journal.Entry{AttemptID: "x", State: journal.Received}); err == nil {
 		t.Fatal("recorded into a path under a file")
 	}
+}
+
+func TestDirSealed(t *testing.T) {
+	journaltest.RunSealed(t, func(t *testing.T) journaltest.Storage {
+		path := filepath.Join(t.TempDir(), "journal")
+		return journaltest.Storage{
+			Open: func(_ *testing.T, keys *codec.Keyring) journal.Journal { return journal.Dir{Path: path, Keys: keys} },
+			Raw: func(t *testing.T, id string) []byte {
+				b, err := os.ReadFile(filepath.Join(path, id+".json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			},
+		}
+	})
 }

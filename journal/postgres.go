@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/pgdb"
 )
 
@@ -17,6 +18,10 @@ import (
 // every other worker's entries. A Record is one statement, so a reader
 // sees the whole of an entry or none of it. Open it with OpenPostgres.
 type Postgres struct {
+	// Keys, when set (before first use), encrypts each entry as Dir.Keys
+	// does.
+	Keys *codec.Keyring
+
 	pool *pgxpool.Pool
 }
 
@@ -48,7 +53,7 @@ func (p *Postgres) Record(ctx context.Context, e Entry) error {
 	if err := validID(e.AttemptID); err != nil {
 		return err
 	}
-	b, err := encode(e)
+	b, err := encode(e, p.Keys)
 	if err != nil {
 		return err
 	}
@@ -71,7 +76,7 @@ func (p *Postgres) Lookup(ctx context.Context, attemptID string) (Entry, bool, e
 	case err != nil:
 		return Entry{}, false, fmt.Errorf("journal: look up %s: %w", attemptID, err)
 	}
-	e, err := decode(b, attemptID)
+	e, err := decode(b, attemptID, p.Keys)
 	if err != nil {
 		return Entry{}, false, err
 	}

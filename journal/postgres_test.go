@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/pgdb"
 	"github.com/durallm/durallm/internal/pgserver"
 	"github.com/durallm/durallm/journal"
@@ -129,4 +130,41 @@ func TestPostgresUnreachableNamesTheAddress(t *testing.T) {
 	if ce := (*pgconn.ConnectError)(nil); !errors.As(err, &ce) {
 		t.Fatalf("the cause is not wrapped: %v", err)
 	}
+}
+
+func TestPostgresSealed(t *testing.T) {
+	journaltest.RunSealed(t, func(t *testing.T) journaltest.Storage {
+		dsn := freshDSN()
+		return journaltest.Storage{
+			Open: func(t *testing.T, keys *codec.Keyring) journal.Journal {
+				j, err := journal.OpenPostgres(context.Background(), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(j.Close)
+				j.Keys = keys
+				return j
+			},
+			Raw: func(t *testing.T, id string) []byte {
+				conn, err := pgx.Connect(context.Background(), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close(context.Background())
+				// The whole row, as text: no column may hold the answer.
+				var row string
+				if err := conn.QueryRow(context.Background(), `SELECT j::text FROM journal j WHERE attempt_id = $1`, id).Scan(&row); err != nil {
+					t.Fatal(err)
+				}
+				var b []byte
+				if err := conn.QueryRow(context.Background(), `SELECT entry FROM journal WHERE attempt_id = $1`, id).Scan(&b); err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(row, "secret") {
+					t.Fatalf("the row holds the text: %s", row)
+				}
+				return b
+			},
+		}
+	})
 }

@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/durallm/durallm/codec"
 )
 
 // Store keeps blobs by reference. Implementations must be safe for
@@ -54,6 +56,9 @@ const DefaultThreshold = 256 << 10
 type Dir struct {
 	// Path is the directory; it is created (0700) on first Put.
 	Path string
+	// Keys, when set, encrypts what is stored with the payload keyring
+	// (Seal); a client reading the directory needs the same keyring.
+	Keys *codec.Keyring
 }
 
 const fileScheme = "file"
@@ -100,11 +105,15 @@ func (d Dir) Put(_ context.Context, data []byte) (string, error) {
 	if _, err := os.Stat(final); err == nil {
 		return ref, nil
 	}
+	stored, err := Seal(d.Keys, ref, data)
+	if err != nil {
+		return "", err
+	}
 	tmp, err := os.CreateTemp(d.Path, name+".tmp-*")
 	if err != nil {
 		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
 	}
-	_, werr := tmp.Write(data)
+	_, werr := tmp.Write(stored)
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		os.Remove(tmp.Name())
@@ -131,7 +140,7 @@ func (d Dir) Get(_ context.Context, ref string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resultstore: read %s: %w", ref, err)
 	}
-	if err := Check(ref, data); err != nil {
+	if data, err = Unseal(d.Keys, ref, data); err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, d.Path)
 	}
 	return data, nil

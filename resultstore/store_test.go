@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/resultstore/storetest"
 )
@@ -40,4 +41,23 @@ func TestDirLeavesOneFileAndNoPath(t *testing.T) {
 	if len(entries) != 1 {
 		t.Fatalf("%d files, want 1 (no temporaries left)", len(entries))
 	}
+}
+
+func TestDirSealed(t *testing.T) {
+	storetest.RunSealed(t, func(t *testing.T) storetest.Storage {
+		path := filepath.Join(t.TempDir(), "results")
+		return storetest.Storage{
+			Open: func(_ *testing.T, keys *codec.Keyring) resultstore.Store {
+				return resultstore.Dir{Path: path, Keys: keys}
+			},
+			Scheme: "file",
+			Raw: func(t *testing.T, ref string) []byte {
+				b, err := os.ReadFile(filepath.Join(path, strings.TrimPrefix(ref, "file:")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			},
+		}
+	})
 }

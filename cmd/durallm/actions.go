@@ -37,6 +37,27 @@ type connFlags struct {
 	journalDSN                    string
 	jsonOut                       bool
 	stderr                        io.Writer
+
+	keys       *codec.Keyring // once loaded, from --encryption-key
+	keysLoaded bool
+}
+
+// keyring is --encryption-key's keyring (nil when unset), loaded once:
+// the same keys encrypt history, the journal and stored results.
+func (c *connFlags) keyring() (*codec.Keyring, error) {
+	if c.keysLoaded {
+		return c.keys, nil
+	}
+	stderr := c.stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	k, err := loadKeyring(c.encryptionKey, stderr)
+	if err != nil {
+		return nil, err
+	}
+	c.keys, c.keysLoaded = k, true
+	return k, nil
 }
 
 func (c *connFlags) register(fs interface {
@@ -79,9 +100,10 @@ func envOr(name, def string) string {
 // client wraps a Temporal client as durallm's, resolving stored responses
 // from --journal-dsn's database when set, else from --result-dir.
 func (c *connFlags) client(tc client.Client) *durallm.Client {
-	var rs resultstore.Store = resultstore.Dir{Path: c.resultDir}
+	// dial loaded the keyring already.
+	var rs resultstore.Store = resultstore.Dir{Path: c.resultDir, Keys: c.keys}
 	if c.journalDSN != "" {
-		rs = &pgResults{dsn: c.journalDSN}
+		rs = &pgResults{dsn: c.journalDSN, keys: c.keys}
 	}
 	return durallm.NewClient(tc, c.taskQueue).WithResults(rs)
 }
@@ -90,13 +112,18 @@ func (c *connFlags) client(tc client.Client) *durallm.Client {
 // action whose answer was stored by reference needs it.
 type pgResults struct {
 	dsn  string
+	keys *codec.Keyring
 	once sync.Once
 	s    *pgstore.Store
 	err  error
 }
 
 func (p *pgResults) store(ctx context.Context) (*pgstore.Store, error) {
-	p.once.Do(func() { p.s, p.err = pgstore.Connect(ctx, p.dsn) })
+	p.once.Do(func() {
+		if p.s, p.err = pgstore.Connect(ctx, p.dsn); p.err == nil {
+			p.s.Keys = p.keys
+		}
+	})
 	return p.s, p.err
 }
 
@@ -147,7 +174,7 @@ func (c *connFlags) dialWith(tel *telemetry.Telemetry) (client.Client, error) {
 		// profile's disable_host_verification) gets here.
 		fmt.Fprintln(stderr, "durallm: warning: TLS verification of the Temporal server is OFF (TEMPORAL_TLS_DISABLE_HOST_VERIFICATION); its identity is not checked")
 	}
-	k, err := loadKeyring(c.encryptionKey, stderr)
+	k, err := c.keyring()
 	if err != nil {
 		return nil, err
 	}

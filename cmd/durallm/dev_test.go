@@ -19,6 +19,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/providertest"
 )
 
@@ -220,6 +221,17 @@ func TestDevEncryptsPayloads(t *testing.T) {
 	}
 	if checked < 4 {
 		t.Fatalf("only %d payloads checked", checked)
+	}
+	// The attempt journal, which holds the answers, is sealed with the
+	// same keyring.
+	entries, err := filepath.Glob(filepath.Join(dir, "data", "journal", "*.json"))
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("journal entries: %v %v", entries, err)
+	}
+	for _, f := range entries {
+		if b, err := os.ReadFile(f); err != nil || !codec.Sealed(b) {
+			t.Errorf("journal entry %s is not sealed (%v): %.40q", filepath.Base(f), err, b)
+		}
 	}
 	// With the key: the CLI reads it.
 	var st, errOut bytes.Buffer

@@ -14,6 +14,7 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/resultstore/pgstore"
@@ -60,7 +61,13 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir)
+	cf.stderr = stderr
+	keys, err := cf.keyring()
+	if err != nil {
+		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
+		return exitUsage
+	}
+	jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir, keys)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
@@ -101,16 +108,16 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 // openStores opens the attempt journal and the result store: both in the
 // PostgreSQL database dsn names, creating and migrating it, when dsn is
 // set; otherwise the directories (no journal for an empty journalDir).
-// It fails, naming the address, when the database cannot be reached: a
+// With keys, both encrypt what they store. It fails, naming the address, when the database cannot be reached: a
 // worker without the journal its operator asked for would leave every
 // ambiguous attempt to a person.
-func openStores(dsn, journalDir, resultDir string) (journal.Journal, resultstore.Store, func(), error) {
+func openStores(dsn, journalDir, resultDir string, keys *codec.Keyring) (journal.Journal, resultstore.Store, func(), error) {
 	if dsn == "" {
 		var j journal.Journal
 		if journalDir != "" {
-			j = journal.Dir{Path: journalDir}
+			j = journal.Dir{Path: journalDir, Keys: keys}
 		}
-		return j, resultstore.Dir{Path: resultDir}, func() {}, nil
+		return j, resultstore.Dir{Path: resultDir, Keys: keys}, func() {}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -123,6 +130,7 @@ func openStores(dsn, journalDir, resultDir string) (journal.Journal, resultstore
 		j.Close()
 		return nil, nil, nil, err
 	}
+	j.Keys, rs.Keys = keys, keys
 	return j, rs, func() { j.Close(); rs.Close() }, nil
 }
 

@@ -4,6 +4,7 @@
 package journaltest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durallm/durallm/codec"
+	"github.com/durallm/durallm/codec/codectest"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
@@ -114,4 +117,82 @@ func readersSeeWholeEntries(t *testing.T, j journal.Journal) {
 		}
 	}
 	wg.Wait()
+}
+
+// Storage is one empty journal's storage, for the encryption suite.
+type Storage struct {
+	// Open returns a journal on this storage that encrypts with keys
+	// (nil: in the clear). Journals opened on one storage see the same
+	// entries.
+	Open func(t *testing.T, keys *codec.Keyring) journal.Journal
+	// Raw returns the bytes the storage holds for the attempt's entry
+	// (the file, the row).
+	Raw func(t *testing.T, attemptID string) []byte
+}
+
+// RunSealed runs the encryption suite: with a keyring, what the storage
+// holds is not the text; after a rotation, entries sealed by the old key
+// still read; entries written before encryption was on still read.
+func RunSealed(t *testing.T, storage func(t *testing.T) Storage) {
+	t.Run("StoredBytesHoldNoText", func(t *testing.T) { storedBytesHoldNoText(t, storage(t)) })
+	t.Run("ReadsAfterKeyRotation", func(t *testing.T) { readsAfterRotation(t, storage(t)) })
+	t.Run("ReadsEntriesWrittenInTheClear", func(t *testing.T) { readsClearEntries(t, storage(t)) })
+}
+
+const secret = "the provider's secret answer"
+
+func received(id string) journal.Entry {
+	return journal.Entry{AttemptID: id, ActionRef: "action-1", Attempt: 1, State: journal.Received,
+		Class: recovery.Completed, Response: &providers.Response{Text: secret}}
+}
+
+func storedBytesHoldNoText(t *testing.T, s Storage) {
+	ctx := context.Background()
+	j := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1")))
+	if err := j.Record(ctx, received("run-1")); err != nil {
+		t.Fatal(err)
+	}
+	raw := s.Raw(t, "run-1")
+	if len(raw) == 0 || bytes.Contains(raw, []byte(secret)) || bytes.Contains(raw, []byte("secret")) || !codec.Sealed(raw) {
+		t.Fatalf("stored: %q", raw)
+	}
+	if e, ok, err := j.Lookup(ctx, "run-1"); err != nil || !ok || e.Response.Text != secret {
+		t.Fatalf("lookup: %+v %v %v", e, ok, err)
+	}
+	// Without the keyring the entry is an error that says so, never
+	// garbage and never a missing entry.
+	if _, _, err := s.Open(t, nil).Lookup(ctx, "run-1"); !errors.Is(err, journal.ErrEncrypted) {
+		t.Fatalf("lookup without keys: %v", err)
+	}
+}
+
+func readsAfterRotation(t *testing.T, s Storage) {
+	ctx := context.Background()
+	k1, k2 := codectest.Line(t, "k1"), codectest.Line(t, "k2")
+	if err := s.Open(t, codectest.Ring(t, k1)).Record(ctx, received("run-old")); err != nil {
+		t.Fatal(err)
+	}
+	rotated := s.Open(t, codectest.Ring(t, k2, k1))
+	if e, ok, err := rotated.Lookup(ctx, "run-old"); err != nil || !ok || e.Response.Text != secret {
+		t.Fatalf("old entry after rotation: %+v %v %v", e, ok, err)
+	}
+	if err := rotated.Record(ctx, received("run-new")); err != nil {
+		t.Fatal(err)
+	}
+	// The new entry is sealed with k2: a ring that dropped k2 cannot
+	// read it, and says which key it lacks.
+	if _, _, err := s.Open(t, codectest.Ring(t, k1)).Lookup(ctx, "run-new"); !errors.Is(err, codec.ErrUnknownKey) {
+		t.Fatalf("new entry with the old ring: %v", err)
+	}
+}
+
+func readsClearEntries(t *testing.T, s Storage) {
+	ctx := context.Background()
+	if err := s.Open(t, nil).Record(ctx, received("run-clear")); err != nil {
+		t.Fatal(err)
+	}
+	j := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1")))
+	if e, ok, err := j.Lookup(ctx, "run-clear"); err != nil || !ok || e.Response.Text != secret {
+		t.Fatalf("clear entry with encryption on: %+v %v %v", e, ok, err)
+	}
 }

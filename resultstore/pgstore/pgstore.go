@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/pgdb"
 	"github.com/durallm/durallm/resultstore"
 )
@@ -28,6 +29,10 @@ const Scheme = "pg"
 
 // Store keeps each blob as a row keyed by its SHA-256.
 type Store struct {
+	// Keys, when set (before first use), encrypts what is stored with the
+	// payload keyring (resultstore.Seal); clients need the same keyring.
+	Keys *codec.Keyring
+
 	pool *pgxpool.Pool
 }
 
@@ -60,11 +65,15 @@ func (s *Store) Close() { s.pool.Close() }
 // writes nothing and returns the same reference.
 func (s *Store) Put(ctx context.Context, data []byte) (string, error) {
 	ref := resultstore.Ref(Scheme, data)
-	if data == nil {
-		data = []byte{} // the column is NOT NULL; an empty response is still a response
+	stored, err := resultstore.Seal(s.Keys, ref, data)
+	if err != nil {
+		return "", err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`,
-		strings.TrimPrefix(ref, Scheme+":"), data)
+	if stored == nil {
+		stored = []byte{} // the column is NOT NULL; an empty response is still a response
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`,
+		strings.TrimPrefix(ref, Scheme+":"), stored)
 	if err != nil {
 		return "", fmt.Errorf("resultstore: store %s: %w", ref, err)
 	}
@@ -86,8 +95,5 @@ func (s *Store) Get(ctx context.Context, ref string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resultstore: read %s: %w", ref, err)
 	}
-	if err := resultstore.Check(ref, data); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return resultstore.Unseal(s.Keys, ref, data)
 }

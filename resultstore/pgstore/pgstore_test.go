@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/pgdb"
 	"github.com/durallm/durallm/internal/pgserver"
 	"github.com/durallm/durallm/resultstore"
@@ -76,4 +77,34 @@ func TestClientConnectsToTheWorkersStore(t *testing.T) {
 	if _, err := c.Get(ctx, resultstore.Ref("file", []byte("x"))); !errors.Is(err, resultstore.ErrBadRef) {
 		t.Fatalf("file ref: %v", err)
 	}
+}
+
+func TestPostgresSealed(t *testing.T) {
+	storetest.RunSealed(t, func(t *testing.T) storetest.Storage {
+		dsn := freshDSN()
+		return storetest.Storage{
+			Open: func(t *testing.T, keys *codec.Keyring) resultstore.Store {
+				s, err := pgstore.Open(context.Background(), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(s.Close)
+				s.Keys = keys
+				return s
+			},
+			Scheme: pgstore.Scheme,
+			Raw: func(t *testing.T, ref string) []byte {
+				conn, err := pgx.Connect(context.Background(), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close(context.Background())
+				var b []byte
+				if err := conn.QueryRow(context.Background(), `SELECT data FROM results WHERE sha256 = $1`, strings.TrimPrefix(ref, "pg:")).Scan(&b); err != nil {
+					t.Fatal(err)
+				}
+				return b
+			},
+		}
+	})
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/durallm/durallm/codec"
+	"github.com/durallm/durallm/codec/codectest"
 	"github.com/durallm/durallm/resultstore"
 )
 
@@ -99,5 +101,74 @@ func concurrentPuts(t *testing.T, b Backend) {
 	wg.Wait()
 	if got, err := b.Store.Get(ctx, resultstore.Ref(b.Scheme, data)); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("get: %q %v", got, err)
+	}
+}
+
+// Storage is one empty store's storage, for the encryption suite.
+type Storage struct {
+	// Open returns a store on this storage that encrypts with keys (nil:
+	// in the clear).
+	Open   func(t *testing.T, keys *codec.Keyring) resultstore.Store
+	Scheme string
+	// Raw returns the bytes the storage holds for ref (the file, the row).
+	Raw func(t *testing.T, ref string) []byte
+}
+
+// RunSealed runs the encryption suite: with a keyring, what the storage
+// holds is not the text; after a rotation, data sealed by the old key
+// still reads; data stored before encryption was on still reads.
+func RunSealed(t *testing.T, storage func(t *testing.T) Storage) {
+	t.Run("StoredBytesHoldNoText", func(t *testing.T) { storedBytesHoldNoText(t, storage(t)) })
+	t.Run("ReadsAfterKeyRotation", func(t *testing.T) { readsAfterRotation(t, storage(t)) })
+	t.Run("ReadsDataStoredInTheClear", func(t *testing.T) { readsClearData(t, storage(t)) })
+}
+
+var secret = []byte(`{"text":"the provider's secret answer"}`)
+
+func storedBytesHoldNoText(t *testing.T, s Storage) {
+	ctx := context.Background()
+	st := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1")))
+	ref, err := st.Put(ctx, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref != resultstore.Ref(s.Scheme, secret) {
+		t.Fatalf("ref %q is not the data's digest", ref)
+	}
+	raw := s.Raw(t, ref)
+	if len(raw) == 0 || bytes.Contains(raw, []byte("secret")) || !codec.Sealed(raw) {
+		t.Fatalf("stored: %q", raw)
+	}
+	if got, err := st.Get(ctx, ref); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("get: %q %v", got, err)
+	}
+	if _, err := s.Open(t, nil).Get(ctx, ref); !errors.Is(err, resultstore.ErrEncrypted) {
+		t.Fatalf("get without keys: %v", err)
+	}
+}
+
+func readsAfterRotation(t *testing.T, s Storage) {
+	ctx := context.Background()
+	k1, k2 := codectest.Line(t, "k1"), codectest.Line(t, "k2")
+	ref, err := s.Open(t, codectest.Ring(t, k1)).Put(ctx, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Open(t, codectest.Ring(t, k2, k1)).Get(ctx, ref); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("after rotation: %q %v", got, err)
+	}
+	if _, err := s.Open(t, codectest.Ring(t, k2)).Get(ctx, ref); !errors.Is(err, codec.ErrUnknownKey) {
+		t.Fatalf("with the old key dropped: %v", err)
+	}
+}
+
+func readsClearData(t *testing.T, s Storage) {
+	ctx := context.Background()
+	ref, err := s.Open(t, nil).Put(ctx, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1"))).Get(ctx, ref); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("clear data with encryption on: %q %v", got, err)
 	}
 }
