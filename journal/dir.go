@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/durallm/durallm/codec"
 )
@@ -26,16 +28,34 @@ type Dir struct {
 	// active key; entries sealed by any key of the ring, and entries
 	// written in the clear, are read.
 	Keys *codec.Keyring
+	// Bound, when set, bounds the journal's size (ErrFull). One Bound per
+	// journal: it keeps the journal's measurement.
+	Bound *Bound
 }
 
+const entrySuffix = ".json"
+
 // Record writes e to its file.
-func (d Dir) Record(_ context.Context, e Entry) error {
+func (d Dir) Record(ctx context.Context, e Entry) error {
 	if err := validID(e.AttemptID); err != nil {
 		return err
 	}
 	b, err := encode(e, d.Keys)
 	if err != nil {
 		return err
+	}
+	full, err := d.Bound.full(ctx, d.usage)
+	if err != nil {
+		return err
+	}
+	final := d.file(e.AttemptID)
+	_, serr := os.Stat(final)
+	existed := serr == nil
+	if full && !existed {
+		return fmt.Errorf("%w: %s", ErrFull, e.AttemptID)
+	}
+	if existed && !e.Ended() {
+		return nil // Sent is written only where there is no entry
 	}
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -57,15 +77,16 @@ func (d Dir) Record(_ context.Context, e Entry) error {
 		return fmt.Errorf("journal: %w", err)
 	}
 	if e.Ended() {
-		err = os.Rename(tmp.Name(), d.file(e.AttemptID))
-	} else if err = os.Link(tmp.Name(), d.file(e.AttemptID)); errors.Is(err, fs.ErrExist) {
+		err = os.Rename(tmp.Name(), final)
+	} else if err = os.Link(tmp.Name(), final); errors.Is(err, fs.ErrExist) {
 		// Sent is written only where there is no entry: link, unlike
-		// rename, fails rather than replace.
+		// rename, fails rather than replace (the Stat above may be stale).
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	d.Bound.wrote(!existed, len(b))
 	// The rename is durable only once the directory is.
 	dir, err := os.Open(d.Path)
 	if err != nil {
@@ -97,4 +118,74 @@ func (d Dir) Lookup(_ context.Context, attemptID string) (Entry, bool, error) {
 	return e, true, nil
 }
 
-func (d Dir) file(attemptID string) string { return filepath.Join(d.Path, attemptID+".json") }
+// Older calls each for every entry whose file was written before t. An
+// entry it cannot read comes with an empty ActionRef.
+func (d Dir) Older(ctx context.Context, t time.Time, each func(Written) error) error {
+	return d.walk(func(id string, info fs.FileInfo) error {
+		if !info.ModTime().Before(t) {
+			return nil
+		}
+		w := Written{AttemptID: id, At: info.ModTime()}
+		if e, ok, err := d.Lookup(ctx, id); err == nil && ok {
+			w.ActionRef = e.ActionRef
+		} else if err == nil {
+			return nil // deleted meanwhile
+		}
+		return each(w)
+	})
+}
+
+// Delete removes the attempts' files.
+func (d Dir) Delete(_ context.Context, attemptIDs []string) error {
+	defer d.Bound.forget()
+	for _, id := range attemptIDs {
+		if err := validID(id); err != nil {
+			return err
+		}
+		if err := os.Remove(d.file(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("journal: %w", err)
+		}
+	}
+	return nil
+}
+
+// usage measures the directory: its entry files and their sizes.
+func (d Dir) usage(context.Context) (Usage, error) {
+	var u Usage
+	err := d.walk(func(_ string, info fs.FileInfo) error {
+		u.Entries++
+		u.Bytes += info.Size()
+		return nil
+	})
+	return u, err
+}
+
+// walk calls fn for every entry file (not the temporaries).
+func (d Dir) walk(fn func(attemptID string, info fs.FileInfo) error) error {
+	des, err := os.ReadDir(d.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	for _, de := range des {
+		id, ok := strings.CutSuffix(de.Name(), entrySuffix)
+		if !ok || validID(id) != nil || !de.Type().IsRegular() {
+			continue
+		}
+		info, err := de.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		if err := fn(id, info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d Dir) file(attemptID string) string { return filepath.Join(d.Path, attemptID+entrySuffix) }

@@ -59,3 +59,9 @@ func TestDirSealed(t *testing.T) {
 		}
 	})
 }
+
+func TestDirExpirable(t *testing.T) {
+	journaltest.RunExpirable(t, func(t *testing.T, b *journal.Bound) journal.Expirable {
+		return journal.Dir{Path: filepath.Join(t.TempDir(), "journal"), Bound: b}
+	})
+}

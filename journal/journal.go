@@ -13,8 +13,14 @@
 // PostgreSQL, in a database of its own (production: the server the
 // Temporal cluster uses).
 //
-// The journal holds generated text. Entries are files readable by the
-// worker's user only, and are never logged.
+// The journal holds generated text. It is never logged; Dir's files are
+// readable by the worker's user only; with a keyring (Dir.Keys,
+// Postgres.Keys) entries are sealed with the payload keys.
+//
+// Entries expire: Sweeper deletes those whose action closed longer than a
+// retention ago (the worker runs one). A Bound bounds the journal's size:
+// at the bound a new attempt is refused with ErrFull and nothing is
+// dropped.
 package journal
 
 import (

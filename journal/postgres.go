@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,6 +22,10 @@ type Postgres struct {
 	// Keys, when set (before first use), encrypts each entry as Dir.Keys
 	// does.
 	Keys *codec.Keyring
+	// Bound, when set (before first use), bounds the journal's size
+	// (ErrFull), as Dir.Bound does; its bytes are the entries' stored
+	// bytes.
+	Bound *Bound
 
 	pool *pgxpool.Pool
 }
@@ -42,11 +47,24 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 func (p *Postgres) Close() { p.pool.Close() }
 
 // record writes an end over anything, and a Sent only where the attempt
-// has no row, in one statement.
+// has no row, in one statement. It returns whether the row is new (xmax
+// is zero for a row the statement inserted), and no row when it wrote
+// nothing (a Sent over an existing entry).
 const record = `INSERT INTO journal (attempt_id, action_ref, state, entry) VALUES ($1, $2, $3, $4)
 ON CONFLICT (attempt_id) DO UPDATE
 SET action_ref = EXCLUDED.action_ref, state = EXCLUDED.state, written = now(), entry = EXCLUDED.entry
-WHERE EXCLUDED.state <> 'sent'`
+WHERE EXCLUDED.state <> 'sent'
+RETURNING xmax = 0`
+
+// recordExisting is record for a journal at its bound: it writes an end
+// over an existing entry and adds none. It returns whether the attempt
+// had an entry (written over, or a Sent that leaves it as it is).
+const recordExisting = `WITH u AS (
+	UPDATE journal SET action_ref = $2, state = $3, written = now(), entry = $4
+	WHERE attempt_id = $1 AND $3 <> 'sent'
+	RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM journal WHERE attempt_id = $1)`
 
 // Record writes e's row.
 func (p *Postgres) Record(ctx context.Context, e Entry) error {
@@ -57,9 +75,29 @@ func (p *Postgres) Record(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.pool.Exec(ctx, record, e.AttemptID, e.ActionRef, string(e.State), b); err != nil {
+	full, err := p.Bound.full(ctx, p.usage)
+	if err != nil {
+		return err
+	}
+	if full {
+		var had bool
+		if err := p.pool.QueryRow(ctx, recordExisting, e.AttemptID, e.ActionRef, string(e.State), b).Scan(&had); err != nil {
+			return fmt.Errorf("journal: record %s: %w", e.AttemptID, err)
+		}
+		if !had {
+			return fmt.Errorf("%w: %s", ErrFull, e.AttemptID)
+		}
+		return nil
+	}
+	var inserted bool
+	err = p.pool.QueryRow(ctx, record, e.AttemptID, e.ActionRef, string(e.State), b).Scan(&inserted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // a Sent over an existing entry: nothing to write
+	}
+	if err != nil {
 		return fmt.Errorf("journal: record %s: %w", e.AttemptID, err)
 	}
+	p.Bound.wrote(inserted, len(b))
 	return nil
 }
 
@@ -81,4 +119,49 @@ func (p *Postgres) Lookup(ctx context.Context, attemptID string) (Entry, bool, e
 		return Entry{}, false, err
 	}
 	return e, true, nil
+}
+
+// Older calls each for every entry written before t, oldest first.
+func (p *Postgres) Older(ctx context.Context, t time.Time, each func(Written) error) error {
+	rows, err := p.pool.Query(ctx, `SELECT attempt_id, action_ref, written FROM journal WHERE written < $1 ORDER BY written`, t)
+	if err != nil {
+		return fmt.Errorf("journal: list entries: %w", err)
+	}
+	var ws []Written
+	for rows.Next() {
+		var w Written
+		if err := rows.Scan(&w.AttemptID, &w.ActionRef, &w.At); err != nil {
+			rows.Close()
+			return fmt.Errorf("journal: list entries: %w", err)
+		}
+		ws = append(ws, w)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("journal: list entries: %w", err)
+	}
+	// each runs after the rows are read: it may ask Temporal and delete,
+	// and holds no connection meanwhile.
+	for _, w := range ws {
+		if err := each(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Delete removes the attempts' rows.
+func (p *Postgres) Delete(ctx context.Context, attemptIDs []string) error {
+	defer p.Bound.forget()
+	if _, err := p.pool.Exec(ctx, `DELETE FROM journal WHERE attempt_id = ANY($1)`, attemptIDs); err != nil {
+		return fmt.Errorf("journal: delete entries: %w", err)
+	}
+	return nil
+}
+
+// usage counts the rows and their stored bytes (octet_length reads a
+// large entry's size from its TOAST pointer, not the entry).
+func (p *Postgres) usage(ctx context.Context) (Usage, error) {
+	var u Usage
+	err := p.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(octet_length(entry)), 0) FROM journal`).Scan(&u.Entries, &u.Bytes)
+	return u, err
 }

@@ -168,3 +168,11 @@ func TestPostgresSealed(t *testing.T) {
 		}
 	})
 }
+
+func TestPostgresExpirable(t *testing.T) {
+	journaltest.RunExpirable(t, func(t *testing.T, b *journal.Bound) journal.Expirable {
+		j := openPostgres(t)
+		j.Bound = b
+		return j
+	})
+}

@@ -89,8 +89,18 @@ type Options struct {
 	// Journal is the attempt journal: each attempt's end is written to it
 	// before it is reported, and the built-in reconciler reads it first
 	// for every ambiguous attempt (package journal). Every worker of the
-	// task queue must share it. Nil means none.
+	// task queue must share it. Nil means none. A journal that can expire
+	// its entries (journal.Expirable: Dir, Postgres) is swept by the
+	// worker: see JournalRetention.
 	Journal journal.Journal
+	// JournalRetention is how long a journal entry is kept after its
+	// action closed (journal.Sweeper); entries of running actions are
+	// kept. Zero means journal.DefaultRetention (7 days); negative means
+	// the worker does not sweep.
+	JournalRetention time.Duration
+	// JournalSweepEvery is how often the worker sweeps, the first time at
+	// Start. Zero means DefaultJournalSweepEvery (1h).
+	JournalSweepEvery time.Duration
 	// WorkflowPollers and ActivityPollers set the Temporal SDK's poller
 	// counts. Zero means the SDK's defaults (2 each).
 	WorkflowPollers, ActivityPollers int
@@ -118,6 +128,12 @@ type Worker struct {
 	streamToken string
 	names       []string // the configured routes, for the start log
 	started     atomic.Bool
+	// sweeper expires journal entries while the worker runs; nil when
+	// the journal cannot expire or sweeping is off.
+	sweeper    *journal.Sweeper
+	sweepEvery time.Duration
+	stopSweep  context.CancelFunc
+	sweepDone  chan struct{}
 }
 
 // New validates the configuration (every problem at once) and builds a
@@ -187,7 +203,15 @@ func New(c client.Client, o Options) (*Worker, error) {
 		DisableEagerActivities:           o.DisableEagerActivities,
 	})
 	Register(tw, acts)
-	return &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, names: o.Config.Names()}, nil
+	w := &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, names: o.Config.Names()}
+	if ex, ok := o.Journal.(journal.Expirable); ok && o.JournalRetention >= 0 {
+		w.sweeper = &journal.Sweeper{Journal: ex, Actions: TemporalActions(c), Retention: o.JournalRetention, Logger: o.Logger}
+		w.sweepEvery = o.JournalSweepEvery
+		if w.sweepEvery <= 0 {
+			w.sweepEvery = DefaultJournalSweepEvery
+		}
+	}
+	return w, nil
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
@@ -291,6 +315,14 @@ func (w *Worker) Start() error {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}
 	w.started.Store(true)
+	if w.sweeper != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		w.stopSweep, w.sweepDone = cancel, make(chan struct{})
+		go func() {
+			defer close(w.sweepDone)
+			w.sweeper.Run(ctx, w.sweepEvery)
+		}()
+	}
 	w.log.Info("durallm worker started", "routes", w.names)
 	return nil
 }
@@ -301,6 +333,10 @@ func (w *Worker) Start() error {
 func (w *Worker) Stop() {
 	w.log.Info("durallm worker stopping: no new attempts; in-flight attempts get a bounded grace", "grace", w.stop)
 	w.started.Store(false)
+	if w.stopSweep != nil {
+		w.stopSweep()
+		<-w.sweepDone
+	}
 	w.tw.Stop()
 	w.stopHTTP()
 	w.engine.Close()

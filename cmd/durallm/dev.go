@@ -146,7 +146,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	// standalone demo provider) may speak cleartext HTTP/2.
 	// Pollers and eager start as measured best for the embedded server
 	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal"), Keys: keys}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, AllowH2C: true,
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal"), Keys: keys, Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes}}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, AllowH2C: true,
 		WorkflowPollers: 8, ActivityPollers: 8}
 	var demo *providertest.Provider
 	if *routesFile != "" {

@@ -7,8 +7,11 @@ import (
 	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +42,10 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve the generated text of streamed actions as server-sent events at /v1/streams/{id} here (empty: off); beyond loopback it needs $DURALLM_STREAM_TOKEN")
 	pollers := fs.Int("pollers", 0, "workflow and activity task pollers each (0: the SDK's default, 2; 8 measured best on the embedded server)")
 	journalDir := fs.String("journal-dir", envOr("DURALLM_JOURNAL_DIR", "durallm-journal"), "the attempt journal: where each attempt's end is written before it is reported, read first to reconcile ambiguous attempts (every worker of the task queue must share it; empty: off)")
+	retention := fs.Duration("journal-retention", journal.DefaultRetention, "how long a journal entry is kept after its action closed (entries of running actions are kept); negative: never expire")
+	maxBytes := byteSize(defaultJournalMaxBytes)
+	fs.Var(&maxBytes, "journal-max-bytes", "the journal's size bound in stored bytes (KiB, MiB, GiB suffixes; 0: none): at the bound new attempts go unjournaled, nothing is dropped")
+	maxEntries := fs.Int64("journal-max-entries", 0, "the journal's bound in entries (0: none)")
 	allowH2C := fs.Bool("allow-h2c", false, "let http:// routes speak cleartext HTTP/2 (a provider on a private network, such as the compose demo provider)")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -67,7 +74,8 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitUsage
 	}
-	jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir, keys)
+	bound := &journal.Bound{MaxBytes: int64(maxBytes), MaxEntries: *maxEntries}
+	jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir, keys, bound)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
@@ -90,7 +98,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: results,
 		AllowH2C: *allowH2C, StreamAddr: *streamAddr, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
-		WorkflowPollers: *pollers, ActivityPollers: *pollers,
+		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
@@ -108,14 +116,14 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 // openStores opens the attempt journal and the result store: both in the
 // PostgreSQL database dsn names, creating and migrating it, when dsn is
 // set; otherwise the directories (no journal for an empty journalDir).
-// With keys, both encrypt what they store. It fails, naming the address, when the database cannot be reached: a
+// With keys, both encrypt what they store; bound bounds the journal. It fails, naming the address, when the database cannot be reached: a
 // worker without the journal its operator asked for would leave every
 // ambiguous attempt to a person.
-func openStores(dsn, journalDir, resultDir string, keys *codec.Keyring) (journal.Journal, resultstore.Store, func(), error) {
+func openStores(dsn, journalDir, resultDir string, keys *codec.Keyring, bound *journal.Bound) (journal.Journal, resultstore.Store, func(), error) {
 	if dsn == "" {
 		var j journal.Journal
 		if journalDir != "" {
-			j = journal.Dir{Path: journalDir, Keys: keys}
+			j = journal.Dir{Path: journalDir, Keys: keys, Bound: bound}
 		}
 		return j, resultstore.Dir{Path: resultDir, Keys: keys}, func() {}, nil
 	}
@@ -130,7 +138,7 @@ func openStores(dsn, journalDir, resultDir string, keys *codec.Keyring) (journal
 		j.Close()
 		return nil, nil, nil, err
 	}
-	j.Keys, rs.Keys = keys, keys
+	j.Keys, j.Bound, rs.Keys = keys, bound, keys
 	return j, rs, func() { j.Close(); rs.Close() }, nil
 }
 
@@ -138,4 +146,38 @@ func openStores(dsn, journalDir, resultDir string, keys *codec.Keyring) (journal
 func isSet(fs *flag.FlagSet, name string) (set bool) {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// defaultJournalMaxBytes is the journal's default size bound: room for
+// about a million typical entries.
+const defaultJournalMaxBytes = 10 << 30
+
+// byteSize is a flag of bytes, with an optional KiB, MiB or GiB suffix.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if int64(*b) >= u.n && int64(*b)%u.n == 0 {
+			return strconv.FormatInt(int64(*b)/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	for suffix, n := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if v, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = v, n
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return fmt.Errorf("want a number of bytes, optionally with KiB, MiB or GiB")
+	}
+	*b = byteSize(n * mult)
+	return nil
 }

@@ -67,3 +67,21 @@ func TestWorkerJournalDSNAndDirTogetherIsAUsageError(t *testing.T) {
 		})
 	}
 }
+
+func TestByteSizeFlag(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "512": 512, "64KiB": 64 << 10, "10GiB": 10 << 30, "3MiB": 3 << 20} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+		if in != "0" && b.String() != in {
+			t.Errorf("String of %q = %q", in, b.String())
+		}
+	}
+	for _, in := range []string{"", "-1", "1GB", "x", "9999999999GiB"} {
+		var b byteSize
+		if err := b.Set(in); err == nil {
+			t.Errorf("Set(%q) = %d, want an error", in, b)
+		}
+	}
+}

@@ -196,3 +196,109 @@ func readsClearEntries(t *testing.T, s Storage) {
 		t.Fatalf("clear entry with encryption on: %+v %v %v", e, ok, err)
 	}
 }
+
+// RunExpirable runs the suite of a journal's lifecycle: listing and
+// deleting old entries (what the sweeper uses), and the size bound.
+// open returns an empty journal with bound b (nil: unbounded).
+func RunExpirable(t *testing.T, open func(t *testing.T, b *journal.Bound) journal.Expirable) {
+	t.Run("ListsAndDeletesOldEntries", func(t *testing.T) { listsAndDeletes(t, open(t, nil)) })
+	t.Run("AtMaxEntriesNewAttemptsAreRefused", func(t *testing.T) {
+		atMaxEntries(t, open(t, &journal.Bound{MaxEntries: 3, Refresh: time.Hour}))
+	})
+	t.Run("AtMaxBytesNewAttemptsAreRefused", func(t *testing.T) {
+		atMaxBytes(t, open(t, &journal.Bound{MaxBytes: 10_000, Refresh: time.Hour}))
+	})
+}
+
+func listsAndDeletes(t *testing.T, j journal.Expirable) {
+	ctx := context.Background()
+	before := time.Now().Add(-time.Minute)
+	for i, id := range []string{"a-1", "a-2", "b-1"} {
+		e := received(id)
+		e.ActionRef = map[bool]string{true: "action-a", false: "action-b"}[i < 2]
+		if err := j.Record(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	older := func(at time.Time) map[string]string {
+		got := map[string]string{}
+		if err := j.Older(ctx, at, func(w journal.Written) error {
+			if w.At.IsZero() {
+				t.Errorf("%s: no time", w.AttemptID)
+			}
+			got[w.AttemptID] = w.ActionRef
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := older(before); len(got) != 0 {
+		t.Fatalf("entries older than a minute ago: %v", got)
+	}
+	got := older(time.Now().Add(time.Minute))
+	if len(got) != 3 || got["a-1"] != "action-a" || got["a-2"] != "action-a" || got["b-1"] != "action-b" {
+		t.Fatalf("older than a minute ahead: %v", got)
+	}
+	if err := j.Delete(ctx, []string{"a-1", "a-2", "never-written"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := j.Lookup(ctx, "a-1"); ok {
+		t.Fatal("a deleted entry is still there")
+	}
+	if got := older(time.Now().Add(time.Minute)); len(got) != 1 || got["b-1"] != "action-b" {
+		t.Fatalf("after delete: %v", got)
+	}
+}
+
+// At the bound, nothing is dropped: a new attempt is refused with
+// ErrFull, and an attempt already journaled still records its end.
+func atMaxEntries(t *testing.T, j journal.Expirable) {
+	ctx := context.Background()
+	for _, id := range []string{"e-1", "e-2", "e-3"} {
+		if err := j.Record(ctx, journal.Entry{AttemptID: id, State: journal.Sent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []journal.Entry{{AttemptID: "e-4", State: journal.Sent}, received("e-4")} {
+		if err := j.Record(ctx, e); !errors.Is(err, journal.ErrFull) {
+			t.Fatalf("a fourth attempt (%s): %v", e.State, err)
+		}
+	}
+	if _, ok, _ := j.Lookup(ctx, "e-4"); ok {
+		t.Fatal("a refused attempt was written")
+	}
+	if err := j.Record(ctx, received("e-2")); err != nil {
+		t.Fatalf("the end of a journaled attempt at the bound: %v", err)
+	}
+	if e, _, _ := j.Lookup(ctx, "e-2"); e.State != journal.Received {
+		t.Fatalf("the end was not written: %+v", e)
+	}
+	if err := j.Record(ctx, journal.Entry{AttemptID: "e-2", State: journal.Sent}); err != nil {
+		t.Fatalf("a late Sent at the bound: %v", err)
+	}
+	for _, id := range []string{"e-1", "e-3"} {
+		if e, ok, _ := j.Lookup(ctx, id); !ok || e.State != journal.Sent {
+			t.Fatalf("%s was dropped at the bound: %+v", id, e)
+		}
+	}
+	// Deleting makes room.
+	if err := j.Delete(ctx, []string{"e-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Record(ctx, received("e-4")); err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+}
+
+func atMaxBytes(t *testing.T, j journal.Expirable) {
+	ctx := context.Background()
+	big := received("b-1")
+	big.Response.Text = strings.Repeat("x", 20_000)
+	if err := j.Record(ctx, big); err != nil {
+		t.Fatalf("under the bound: %v", err)
+	}
+	if err := j.Record(ctx, received("b-2")); !errors.Is(err, journal.ErrFull) {
+		t.Fatalf("past the bound: %v", err)
+	}
+}
