@@ -42,6 +42,10 @@ var ErrUnreachable = errors.New("pgdb: cannot reach the PostgreSQL database")
 // has migrated yet.
 var ErrNoSchema = errors.New("pgdb: no durallm schema")
 
+// ErrSchemaNewer is returned (wrapped) by Open for a database a newer
+// worker has migrated past what this one knows.
+var ErrSchemaNewer = errors.New("pgdb: the database's schema is newer than this worker")
+
 // migrations are the schema's versions, in order: migration i brings the
 // schema from version i to i+1. A migration, once released, never
 // changes; a change is a new one.
@@ -120,7 +124,8 @@ func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	var v int
 	if err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&v); err != nil || v < 1 {
 		pool.Close()
-		if err == nil {
+		var pgErr *pgconn.PgError
+		if err == nil || (errors.As(err, &pgErr) && pgErr.Code == "42P01") { // 42P01 undefined_table
 			err = ErrNoSchema
 		}
 		return nil, fmt.Errorf("pgdb: %s has no durallm schema (start a worker with this DSN first): %w", Addr(cfg), err)
@@ -200,7 +205,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	if have > len(migrations) {
-		return fmt.Errorf("pgdb: the schema is at version %d, newer than this worker's %d: upgrade the worker", have, len(migrations))
+		return fmt.Errorf("%w: the schema is at version %d, this worker's is %d: upgrade the worker", ErrSchemaNewer, have, len(migrations))
 	}
 	for v := have; v < len(migrations); v++ {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
