@@ -153,11 +153,16 @@ func createDatabase(ctx context.Context, cfg *pgxpool.Config) error {
 	mc.Database = maintenanceDB
 	conn, err := pgx.ConnectConfig(ctx, mc)
 	if err != nil {
-		// The maintenance database may be closed to this user while the
-		// database itself exists and is open: let connecting to it decide.
+		// The maintenance database may be missing or closed to this user
+		// while the database itself exists and is open: let connecting
+		// to it decide. Any other refusal (the server starting up, say)
+		// is the server's.
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
-			return nil
+			switch pgErr.Code {
+			case "3D000", "42501", "28000", "28P01": // invalid_catalog_name, insufficient_privilege, invalid_authorization_specification, invalid_password
+				return nil
+			}
 		}
 		return fmt.Errorf("%w at %s: %w", ErrUnreachable, Addr(cfg), err)
 	}

@@ -1,7 +1,7 @@
 // Package pgserver starts a real PostgreSQL server for the project's own
 // tests and harnesses: initdb into a temporary directory, postgres on a
 // loopback port, stopped and removed again by Stop. It uses the
-// PostgreSQL binaries on PATH (postgres, initdb, pg_ctl), which these
+// PostgreSQL binaries on PATH (postgres, initdb, pg_ctl, pg_isready), which these
 // machines have (Debian's postgresql package otherwise).
 //
 // PostgreSQL refuses to run as root. When the caller is root, the server
@@ -24,7 +24,7 @@ import (
 
 // ErrUnavailable is returned (wrapped) when the PostgreSQL binaries are
 // not on PATH. Tests skip on it only when told to; CI machines have them.
-var ErrUnavailable = errors.New("pgserver: PostgreSQL binaries (postgres, initdb, pg_ctl) not on PATH")
+var ErrUnavailable = errors.New("pgserver: PostgreSQL binaries (postgres, initdb, pg_ctl, pg_isready) not on PATH")
 
 // Options configure Start. The zero value is usable.
 type Options struct {
@@ -64,7 +64,7 @@ func (s *Server) DSN(db string) string {
 // Start runs initdb and starts the server, returning once it accepts
 // connections. The caller must call Stop.
 func Start(ctx context.Context, o Options) (*Server, error) {
-	for _, bin := range []string{"postgres", "initdb", "pg_ctl"} {
+	for _, bin := range []string{"postgres", "initdb", "pg_ctl", "pg_isready"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -127,8 +127,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 }
 
 // waitReady polls the port until the server accepts a TCP connection and
-// answers the startup handshake (pg_ctl's own readiness check reads the
-// pid file, which a TCP dial alone does not prove).
+// a session (pg_isready).
 func (s *Server) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
 	addr := net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
@@ -143,7 +142,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			st := s.command(ctx, "pg_ctl", "status", "-D", s.DataDir)
+			// pg_isready exits 0 only once the server accepts sessions;
+			// pg_ctl status already succeeds while it still answers
+			// "the database system is starting up".
+			st := s.command(ctx, "pg_isready", "-h", s.Host, "-p", strconv.Itoa(s.Port), "-U", s.User, "-d", "postgres", "-t", "1")
 			if st.Run() == nil {
 				return nil
 			}
