@@ -30,6 +30,10 @@ func quietLogger() sdklog.Logger {
 	return sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
+// workerContext is the context 'worker' runs under until a signal; tests
+// replace it to stop a worker they run in-process.
+var workerContext = context.Background
+
 func runWorker(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("worker", "--routes FILE [flags]", stderr)
 	var cf connFlags
@@ -104,7 +108,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(workerContext(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
