@@ -37,10 +37,11 @@ const (
 	// not ended when the worker wrote this. The attempt may still be
 	// running on a live worker, until Entry.Deadline.
 	Sent State = "sent"
-	// NotSent: the exchange ended and the engine proved that no byte of
-	// the request reached the provider (class unsent). The attempt was
-	// not executed.
-	NotSent State = "not_sent"
+	// NotProcessed: the exchange ended and the engine proved that the
+	// provider did not process the request: no byte of it left (class
+	// unsent), or the server refused it (class refused: GOAWAY below its
+	// stream, REFUSED_STREAM). The attempt was not executed.
+	NotProcessed State = "not_processed"
 	// Received: a usable response, complete or a committed partial,
 	// reached the worker. Entry.Response holds it.
 	Received State = "received"

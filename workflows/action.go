@@ -592,10 +592,12 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 		Avoid: nx.avoid, FreshConnection: nx.fresh, AfterMisdirected: w.misdirected,
 		Timeout: timeout,
 	}
-	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: workflow.Now(w.ctx)}
+	queue := min(w.in.QueueTimeout, remaining)
+	now := workflow.Now(w.ctx)
+	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: now, Deadline: now.Add(queue + timeout + attemptGrace)}
 	rec.Summary = summary(n, nx, route)
 	actx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
-		ScheduleToStartTimeout: min(w.in.QueueTimeout, remaining),
+		ScheduleToStartTimeout: queue,
 		StartToCloseTimeout:    timeout + attemptGrace,
 		HeartbeatTimeout:       heartbeatTimeout,
 		WaitForCancellation:    true,
@@ -744,8 +746,11 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 }
 
 func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
+	// The built-in reconciler may wait for an attempt that can still end
+	// on a live worker, until the attempt's deadline: the activity's own
+	// timeout leaves room for that.
 	ctx := workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute,
+		StartToCloseTimeout: time.Minute + max(0, rec.Deadline.Sub(workflow.Now(w.ctx))),
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
 	})
