@@ -506,17 +506,18 @@ var ErrNoReconciler = errors.New("durallm: no reconciler configured on this work
 // An unreadable journal is logged and passed over. Then the application's
 // Reconciler, if any.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
-	why := ""
+	var fromJournal attempt.ReconcileOutput
 	if a.Journal != nil {
-		out, settled, note := a.reconcileFromJournal(ctx, in)
+		out, settled := a.reconcileFromJournal(ctx, in)
 		if settled {
 			return out, nil
 		}
-		why = note
+		fromJournal = out
 	}
 	if a.Reconciler == nil {
 		if a.Journal != nil {
-			return attempt.ReconcileOutput{Verdict: attempt.VerdictNone, By: attempt.ByJournal, Note: why}, nil
+			fromJournal.Verdict, fromJournal.By = attempt.VerdictNone, attempt.ByJournal
+			return fromJournal, nil
 		}
 		return attempt.ReconcileOutput{}, ErrNoReconciler
 	}
@@ -524,7 +525,7 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 	if err != nil {
 		return attempt.ReconcileOutput{}, fmt.Errorf("durallm: reconciler for %s attempt %d: %w", in.ActionRef, in.Attempt, err)
 	}
-	out.By = attempt.ByReconciler
+	out.By, out.JournalState = attempt.ByReconciler, fromJournal.JournalState
 	return out, nil
 }
 
@@ -537,9 +538,12 @@ const (
 	journalEndGrace = 3 * time.Second
 )
 
-// reconcileFromJournal is the built-in reconciler. settled false comes
-// with a note saying what the journal knew.
-func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.ReconcileInput) (out attempt.ReconcileOutput, settled bool, note string) {
+// reconcileFromJournal is the built-in reconciler. Unsettled, out says
+// in its Note and JournalState what the journal knew.
+func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.ReconcileInput) (out attempt.ReconcileOutput, settled bool) {
+	unsettled := func(state, note string) (attempt.ReconcileOutput, bool) {
+		return attempt.ReconcileOutput{JournalState: state, Note: note}, false
+	}
 	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
 	for err == nil && ok && e.State == journal.Sent && a.mayStillEnd(ctx, e) {
 		if activity.IsActivity(ctx) {
@@ -547,7 +551,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		}
 		select {
 		case <-ctx.Done():
-			return out, false, "the wait for the attempt's end was cut short: " + ctx.Err().Error()
+			return unsettled(string(e.State), "the wait for the attempt's end was cut short: "+ctx.Err().Error())
 		case <-time.After(journalPoll):
 		}
 		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
@@ -556,27 +560,27 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 	case err != nil:
 		a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
-		return out, false, "the journal could not be read"
+		return unsettled("unreadable", "the journal could not be read")
 	case !ok:
-		return out, false, "the journal holds no entry for this attempt"
+		return unsettled("none", "the journal holds no entry for this attempt")
 	}
 	at := e.At.UTC().Format(time.RFC3339Nano)
 	switch e.State {
 	case journal.Received:
 		if e.Response == nil {
-			return out, false, "the journal's received entry holds no response"
+			return unsettled(string(e.State), "the journal's received entry holds no response")
 		}
-		out = attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal,
+		out = attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal, JournalState: string(e.State),
 			Note: "a worker received the response at " + at + " and journaled it before its report was lost"}
 		a.storeLargeVerdict(ctx, &out)
-		return out, true, ""
+		return out, true
 	case journal.NotProcessed:
-		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal,
-			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true, ""
+		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
+			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true
 	case journal.Sent:
-		return out, false, "the request left at " + at + " and no end was journaled by the attempt's deadline: its worker was lost mid-request"
+		return unsettled(string(e.State), "the request left at "+at+" and no end was journaled by the attempt's deadline: its worker was lost mid-request")
 	default:
-		return out, false, "the exchange ended unanswered at " + at + " (" + e.Reason + "): no proof either way"
+		return unsettled(string(e.State), "the exchange ended unanswered at "+at+" ("+e.Reason+"): no proof either way")
 	}
 }
 

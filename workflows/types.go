@@ -235,6 +235,10 @@ type AttemptRecord struct {
 	// empty when none was.
 	Verdict   attempt.Verdict `json:"verdict,omitempty"`
 	VerdictBy string          `json:"verdict_by,omitempty"`
+	// JournalState is what the attempt journal held for this attempt when
+	// the built-in reconciler looked (attempt.ReconcileOutput.JournalState);
+	// empty when it did not look.
+	JournalState string `json:"journal_state,omitempty"`
 }
 
 // Note is something the workflow recorded that is not an attempt: a route
