@@ -94,6 +94,9 @@ type Activities struct {
 	// Logger receives worker-side events (never content). Nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// lease overrides journalLease, for tests.
+	lease time.Duration
 }
 
 // Reconciler looks for application evidence of whether an ambiguous
@@ -139,10 +142,12 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
 	// Heartbeats go on the activity's context: they end when Temporal
-	// has lost the attempt, while the exchange may run on.
-	stop := a.heartbeat(ctx, in, att)
+	// has lost the attempt, while the exchange may run on, and with it
+	// the journal's sent record.
+	stop := a.heartbeat(ctx, att)
 	ctx, detach := a.outliveLostAttempt(ctx, in)
 	defer detach()
+	stopSent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
 	if a.Streams != nil {
 		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
@@ -153,6 +158,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	}
 	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
+	stopSent() // before the end is journaled: nothing may write Sent after it
 	ev, class := att.FinishWith(facts(ctx, res, err))
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
@@ -357,18 +363,54 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	}
 }
 
-// recordSent journals that the attempt's request is on the wire. It is
-// written only where the attempt has no entry (journal.Journal), so it
-// never hides the end. A failure is logged and counted like record's.
-func (a *Activities) recordSent(ctx context.Context, in attempt.Input) {
+// The journal's sent record: how soon after the request leaves it is
+// written, and how often it is renewed while the exchange runs. The
+// renewals are how the built-in reconciler tells a live worker's attempt
+// (worth waiting for) from a dead worker's (not).
+const (
+	journalSentPoll = 50 * time.Millisecond
+	journalLease    = 2 * time.Second
+)
+
+// journalSent journals the attempt as Sent once its request is on the
+// wire, and renews the entry every journalLease while the exchange runs,
+// with the exchange's deadline. stop ends it and waits, so that no Sent
+// is written after the attempt's end (journal.Journal). Failures are
+// logged and counted like record's, once.
+func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) (stop func()) {
 	if a.Journal == nil {
-		return
+		return func() {}
 	}
-	e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: time.Now()}
-	e.Deadline, _ = ctx.Deadline()
-	if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil {
-		a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
-		a.Telemetry.JournalFailed(ctx)
+	deadline, _ := ctx.Deadline()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(journalSentPoll)
+		defer t.Stop()
+		var last time.Time
+		failed := false
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if time.Since(last) < a.journalLease() || !att.OnTheWire() {
+				continue
+			}
+			last = time.Now()
+			e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
+			if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil && !failed {
+				failed = true
+				a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
+				a.Telemetry.JournalFailed(ctx)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }
 
@@ -404,11 +446,7 @@ func (a *Activities) logger() *slog.Logger {
 
 // heartbeat records progress until stop is called. The heartbeat is also
 // how Temporal delivers a cancellation to a running activity.
-//
-// The first heartbeat that sees the request on the wire also journals the
-// attempt as Sent (journal.Sent), so the built-in reconciler knows it may
-// still end on this worker until its deadline.
-func (a *Activities) heartbeat(ctx context.Context, in attempt.Input, att *recovery.Attempt) (stop func()) {
+func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
 	}
@@ -422,13 +460,8 @@ func (a *Activities) heartbeat(ctx context.Context, in attempt.Input, att *recov
 		defer close(finished)
 		t := time.NewTicker(every)
 		defer t.Stop()
-		sent := false
 		for {
 			ev := att.Evidence()
-			if !sent && ev.RequestSent {
-				sent = true
-				a.recordSent(ctx, in)
-			}
 			stage := "sending"
 			if ev.ContentStarted {
 				stage = "streaming"
@@ -533,10 +566,19 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 // attempt that may still end on a live worker; journalEndGrace is how long
 // past the attempt's deadline it waits for the end record the worker
 // writes right after the exchange ends.
+// A Sent entry unrenewed for three leases (journalLease) counts as its
+// worker's loss.
 const (
 	journalPoll     = 250 * time.Millisecond
 	journalEndGrace = 3 * time.Second
 )
+
+func (a *Activities) journalLease() time.Duration {
+	if a.lease > 0 {
+		return a.lease
+	}
+	return journalLease
+}
 
 // reconcileFromJournal is the built-in reconciler. Unsettled, out says
 // in its Note and JournalState what the journal knew.
@@ -545,7 +587,11 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		return attempt.ReconcileOutput{JournalState: state, Note: note}, false
 	}
 	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
-	for err == nil && ok && e.State == journal.Sent && a.mayStillEnd(ctx, e) {
+	// A Sent entry's worker renews it while the exchange runs: the wait
+	// goes on while it does, measured on this worker's clock (a renewal
+	// is a change of At, whatever the writer's clock says).
+	renewed, lastAt := time.Now(), e.At
+	for err == nil && ok && e.State == journal.Sent && a.mayStillEnd(ctx, e) && time.Since(renewed) < 3*a.journalLease() {
 		if activity.IsActivity(ctx) {
 			activity.RecordHeartbeat(ctx, "waiting for attempt "+in.AttemptID+" to end on its worker")
 		}
@@ -555,6 +601,9 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		case <-time.After(journalPoll):
 		}
 		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
+		if !e.At.Equal(lastAt) {
+			renewed, lastAt = time.Now(), e.At
+		}
 	}
 	switch {
 	case err != nil:
@@ -578,7 +627,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
 			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true
 	case journal.Sent:
-		return unsettled(string(e.State), "the request left at "+at+" and no end was journaled by the attempt's deadline: its worker was lost mid-request")
+		return unsettled(string(e.State), "the request left and its worker stopped renewing the entry (last at "+at+") with no end journaled: it was lost mid-request")
 	default:
 		return unsettled(string(e.State), "the exchange ended unanswered at "+at+" ("+e.Reason+"): no proof either way")
 	}

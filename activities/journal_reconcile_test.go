@@ -167,3 +167,56 @@ func TestReconcileStopsWaitingAtTheAttemptsDeadline(t *testing.T) {
 		t.Fatalf("verdict %+v err %v", v, err)
 	}
 }
+
+// A live worker renews its Sent record while the exchange runs, and its
+// end replaces it.
+func TestCallModelRenewsItsSentRecordWhileTheExchangeRuns(t *testing.T) {
+	a, p := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	a.lease = 100 * time.Millisecond
+	release := make(chan struct{})
+	p.Push(providertest.Answer("in the end").WaitFor(release))
+	in := attemptOn("openai", hello())
+	done := make(chan attempt.Outcome, 1)
+	go func() {
+		out, _ := a.CallModel(context.Background(), in)
+		done <- out
+	}()
+	seen := map[time.Time]bool{}
+	for give := time.Now().Add(20 * time.Second); len(seen) < 3; {
+		if time.Now().After(give) {
+			t.Fatalf("saw %d distinct sent records in 20s", len(seen))
+		}
+		if e, ok, err := a.Journal.Lookup(context.Background(), in.AttemptID); err == nil && ok {
+			if e.State != journal.Sent {
+				t.Fatalf("entry while the exchange runs: %+v", e)
+			}
+			seen[e.At] = true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(release)
+	if out := <-done; out.Classification.Class != recovery.Completed {
+		t.Fatalf("classified %s", out.Classification.Class)
+	}
+	if e, _, _ := a.Journal.Lookup(context.Background(), in.AttemptID); e.State != journal.Received || e.Response == nil || e.Response.Text != "in the end" {
+		t.Fatalf("entry after the end: %+v", e)
+	}
+}
+
+// A Sent entry nobody renews is a dead worker's: the reconciler does not
+// wait for its deadline.
+func TestReconcileDoesNotWaitForASentEntryNobodyRenews(t *testing.T) {
+	a, _ := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	a.lease = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, At: time.Now(), Deadline: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+	if err != nil || v.Verdict != attempt.VerdictNone || v.JournalState != "sent" || !strings.Contains(v.Note, "stopped renewing") {
+		t.Fatalf("verdict %+v err %v", v, err)
+	}
+}

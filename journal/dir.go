@@ -12,8 +12,7 @@ import (
 
 // Dir is a Journal on a file system: one file per attempt under Path,
 // written atomically (a temporary file, synced, then renamed over the
-// entry, or for Sent linked where there is none, and the directory
-// synced), so a reader sees the whole of an entry
+// entry and the directory synced), so a reader sees the whole of an entry
 // or none of it, and a worker killed mid-write leaves no half entry. Path
 // is created (mode 0700) on the first Record. The zero value is not
 // usable.
@@ -51,14 +50,14 @@ func (d Dir) Record(_ context.Context, e Entry) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	if e.Ended() {
-		err = os.Rename(tmp.Name(), d.file(e.AttemptID))
-	} else if err = os.Link(tmp.Name(), d.file(e.AttemptID)); errors.Is(err, fs.ErrExist) {
-		// Sent is written only where there is no entry: link, unlike
-		// rename, fails rather than replace.
-		return nil
+	if !e.Ended() {
+		// Sent replaces only Sent (see Journal.Record for why checking
+		// first is enough).
+		if cur, ok, _ := d.Lookup(context.Background(), e.AttemptID); ok && cur.Ended() {
+			return nil
+		}
 	}
-	if err != nil {
+	if err := os.Rename(tmp.Name(), d.file(e.AttemptID)); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	// The rename is durable only once the directory is.

@@ -49,9 +49,8 @@ func recordsAndLooksUp(t *testing.T, j journal.Journal) {
 	}
 }
 
-// Sent is written only where there is no entry: written late (it is
-// written while the exchange runs, and may land after its end), it must
-// not hide a received response.
+// Sent replaces only Sent: written late (it is written while the
+// exchange runs), it must not hide a received response.
 func sentNeverHidesTheEnd(t *testing.T, j journal.Journal) {
 	ctx := context.Background()
 	deadline := time.Unix(100, 0).UTC()
@@ -60,6 +59,14 @@ func sentNeverHidesTheEnd(t *testing.T, j journal.Journal) {
 	}
 	if got, ok, _ := j.Lookup(ctx, "s-1"); !ok || got.State != journal.Sent || !got.Deadline.Equal(deadline) {
 		t.Fatalf("sent: %+v ok %v", got, ok)
+	}
+	// Its worker renews it while the exchange runs.
+	renewed := time.Unix(50, 0).UTC()
+	if err := j.Record(ctx, journal.Entry{AttemptID: "s-1", State: journal.Sent, At: renewed, Deadline: deadline}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := j.Lookup(ctx, "s-1"); got.State != journal.Sent || !got.At.Equal(renewed) {
+		t.Fatalf("renewed: %+v", got)
 	}
 	if err := j.Record(ctx, journal.Entry{AttemptID: "s-1", State: journal.Received, Response: &providers.Response{Text: "x"}}); err != nil {
 		t.Fatal(err)
