@@ -94,6 +94,9 @@ type Activities struct {
 	// Logger receives worker-side events (never content). Nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// lease overrides journalLease, for tests.
+	lease time.Duration
 }
 
 // Reconciler looks for application evidence of whether an ambiguous
@@ -138,7 +141,13 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
+	// Heartbeats go on the activity's context: they end when Temporal
+	// has lost the attempt, while the exchange may run on, and with it
+	// the journal's sent record.
 	stop := a.heartbeat(ctx, att)
+	ctx, detach := a.outliveLostAttempt(ctx, in)
+	defer detach()
+	stopSent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
 	if a.Streams != nil {
 		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
@@ -149,6 +158,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	}
 	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
+	stopSent() // before the end is journaled: nothing may write Sent after it
 	ev, class := att.FinishWith(facts(ctx, res, err))
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
@@ -194,6 +204,66 @@ func (a *Activities) endOnWorkerStop(ctx context.Context) (context.Context, func
 		close(done)
 		cancel(nil)
 	}
+}
+
+// outliveLostAttempt returns the context the exchange runs on. It ends
+// when the activity's context does, with its cause, except when Temporal
+// lost track of the attempt: the SDK cancels an activity whose heartbeat
+// finds it gone (serviceerror.NotFound: it timed out on the server) or
+// cannot reach the server for the heartbeat timeout (a server restart).
+// Nobody asked the attempt to stop then, and cutting it would throw away
+// an answer the provider is sending: the exchange runs on to its own
+// deadline, its end goes to the journal before the (probably refused)
+// report, and the built-in reconciler settles the action from there
+// (docs/contract.md section 5.5).
+//
+// The causes that do stop the exchange are the ones that mean it:
+// the workflow's cancellation (a temporal.CanceledError), the worker
+// stopping, an operator's pause or reset, and a context ended without a
+// cause (nothing tells it apart from a cancellation).
+func (a *Activities) outliveLostAttempt(ctx context.Context, in attempt.Input) (context.Context, func()) {
+	deadline, hasDeadline := ctx.Deadline()
+	exch, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	if hasDeadline {
+		var cancelTimer context.CancelFunc
+		exch, cancelTimer = context.WithDeadline(exch, deadline)
+		prev := cancel
+		cancel = func(cause error) { prev(cause); cancelTimer() }
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		cause := context.Cause(ctx)
+		if !temporalLost(cause) {
+			cancel(cause)
+			return
+		}
+		a.logger().Warn("Temporal lost track of the attempt (its heartbeat failed); the exchange runs on to its own deadline so its end reaches the journal",
+			"action_ref", in.ActionRef, "attempt", in.Attempt, "attempt_id", in.AttemptID, "cause", cause)
+	}()
+	return exch, func() {
+		close(done)
+		cancel(nil)
+	}
+}
+
+// temporalLost reports whether an activity context's cause says that
+// Temporal lost track of the attempt, rather than that someone asked it to
+// stop. See outliveLostAttempt.
+func temporalLost(cause error) bool {
+	var canceled *temporal.CanceledError
+	switch {
+	case cause == nil, cause == context.Canceled, cause == context.DeadlineExceeded,
+		errors.As(cause, &canceled),
+		errors.Is(cause, ErrWorkerStopping), errors.Is(cause, worker.ErrWorkerShutdown),
+		errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):
+		return false
+	}
+	return true
 }
 
 // facts gathers what the activity knows of an attempt that the wire
@@ -275,16 +345,72 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	switch {
 	case out.Response != nil:
 		e.State, e.Response = journal.Received, out.Response
+	case out.Classification.Class == recovery.Unsent, out.Classification.Class == recovery.Refused:
+		// The engine's proof that the provider did not process it: if
+		// this report is lost, the reconciler can still send the action
+		// on.
+		e.State = journal.NotProcessed
 	case out.Evidence.RequestSent || out.Evidence.MaybeSent:
 		e.State = journal.EndedUnanswered
 	default:
-		return // nothing left: there is nothing to keep
+		return // no request, no proof of one: nothing worth keeping
 	}
 	// A worker shutdown may have ended ctx; the entry must still be
 	// written.
 	if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil {
 		a.logger().Warn("attempt journal unavailable: the outcome is reported without it", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
+	}
+}
+
+// The journal's sent record: how soon after the request leaves it is
+// written, and how often it is renewed while the exchange runs. The
+// renewals are how the built-in reconciler tells a live worker's attempt
+// (worth waiting for) from a dead worker's (not).
+const (
+	journalSentPoll = 50 * time.Millisecond
+	journalLease    = 2 * time.Second
+)
+
+// journalSent journals the attempt as Sent once its request is on the
+// wire, and renews the entry every journalLease while the exchange runs,
+// with the exchange's deadline. stop ends it and waits, so that no Sent
+// is written after the attempt's end (journal.Journal). Failures are
+// logged and counted like record's, once.
+func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) (stop func()) {
+	if a.Journal == nil {
+		return func() {}
+	}
+	deadline, _ := ctx.Deadline()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(journalSentPoll)
+		defer t.Stop()
+		var last time.Time
+		failed := false
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if time.Since(last) < a.journalLease() || !att.OnTheWire() {
+				continue
+			}
+			last = time.Now()
+			e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
+			if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil && !failed {
+				failed = true
+				a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
+				a.Telemetry.JournalFailed(ctx)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }
 
@@ -401,25 +527,30 @@ var ErrNoReconciler = errors.New("durallm: no reconciler configured on this work
 
 // Reconcile asks the configured Reconciler about an ambiguous attempt.
 //
-// The journal comes first: a response a worker received and journaled
-// settles the attempt as completed, by the journal. An unreadable journal
-// is logged and passed over. Then the application's Reconciler, if any.
+// The journal comes first (docs/contract.md section 5.5):
+//   - a response a worker received and journaled settles the attempt as
+//     completed, by the journal;
+//   - an exchange the engine proved unsent settles it as not executed;
+//   - a request journaled as sent, with no end yet, may still end on a
+//     live worker (Temporal lost track of it, the worker did not): the
+//     reconciler waits for that end until the attempt's own deadline;
+//   - otherwise the journal cannot tell.
+//
+// An unreadable journal is logged and passed over. Then the application's
+// Reconciler, if any.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
+	var fromJournal attempt.ReconcileOutput
 	if a.Journal != nil {
-		e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
-		switch {
-		case err != nil:
-			a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
-		case ok && e.State == journal.Received && e.Response != nil:
-			out := attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal,
-				Note: "a worker received the response at " + e.At.UTC().Format(time.RFC3339Nano) + " and journaled it before its report was lost"}
-			a.storeLargeVerdict(ctx, &out)
+		out, settled := a.reconcileFromJournal(ctx, in)
+		if settled {
 			return out, nil
 		}
+		fromJournal = out
 	}
 	if a.Reconciler == nil {
 		if a.Journal != nil {
-			return attempt.ReconcileOutput{Verdict: attempt.VerdictNone, By: attempt.ByJournal, Note: "the journal holds no response for this attempt"}, nil
+			fromJournal.Verdict, fromJournal.By = attempt.VerdictNone, attempt.ByJournal
+			return fromJournal, nil
 		}
 		return attempt.ReconcileOutput{}, ErrNoReconciler
 	}
@@ -427,8 +558,93 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 	if err != nil {
 		return attempt.ReconcileOutput{}, fmt.Errorf("durallm: reconciler for %s attempt %d: %w", in.ActionRef, in.Attempt, err)
 	}
-	out.By = attempt.ByReconciler
+	out.By, out.JournalState = attempt.ByReconciler, fromJournal.JournalState
 	return out, nil
+}
+
+// journalPoll is how often the built-in reconciler looks again at an
+// attempt that may still end on a live worker; journalEndGrace is how long
+// past the attempt's deadline it waits for the end record the worker
+// writes right after the exchange ends.
+// A Sent entry unrenewed for three leases (journalLease) counts as its
+// worker's loss.
+const (
+	journalPoll     = 250 * time.Millisecond
+	journalEndGrace = 3 * time.Second
+)
+
+func (a *Activities) journalLease() time.Duration {
+	if a.lease > 0 {
+		return a.lease
+	}
+	return journalLease
+}
+
+// reconcileFromJournal is the built-in reconciler. Unsettled, out says
+// in its Note and JournalState what the journal knew.
+func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.ReconcileInput) (out attempt.ReconcileOutput, settled bool) {
+	unsettled := func(state, note string) (attempt.ReconcileOutput, bool) {
+		return attempt.ReconcileOutput{JournalState: state, Note: note}, false
+	}
+	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
+	// A Sent entry's worker renews it while the exchange runs: the wait
+	// goes on while it does, measured on this worker's clock (a renewal
+	// is a change of At, whatever the writer's clock says).
+	renewed, lastAt := time.Now(), e.At
+	for err == nil && ok && e.State == journal.Sent && a.mayStillEnd(ctx, e) && time.Since(renewed) < 3*a.journalLease() {
+		if activity.IsActivity(ctx) {
+			activity.RecordHeartbeat(ctx, "waiting for attempt "+in.AttemptID+" to end on its worker")
+		}
+		select {
+		case <-ctx.Done():
+			return unsettled(string(e.State), "the wait for the attempt's end was cut short: "+ctx.Err().Error())
+		case <-time.After(journalPoll):
+		}
+		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
+		if !e.At.Equal(lastAt) {
+			renewed, lastAt = time.Now(), e.At
+		}
+	}
+	switch {
+	case err != nil:
+		a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
+		a.Telemetry.JournalFailed(ctx)
+		return unsettled("unreadable", "the journal could not be read")
+	case !ok:
+		return unsettled("none", "the journal holds no entry for this attempt")
+	}
+	at := e.At.UTC().Format(time.RFC3339Nano)
+	switch e.State {
+	case journal.Received:
+		if e.Response == nil {
+			return unsettled(string(e.State), "the journal's received entry holds no response")
+		}
+		out = attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal, JournalState: string(e.State),
+			Note: "a worker received the response at " + at + " and journaled it before its report was lost"}
+		a.storeLargeVerdict(ctx, &out)
+		return out, true
+	case journal.NotProcessed:
+		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
+			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true
+	case journal.Sent:
+		return unsettled(string(e.State), "the request left and its worker stopped renewing the entry (last at "+at+") with no end journaled: it was lost mid-request")
+	default:
+		return unsettled(string(e.State), "the exchange ended unanswered at "+at+" ("+e.Reason+"): no proof either way")
+	}
+}
+
+// mayStillEnd reports whether a Sent attempt may still end on a live
+// worker: its deadline, and the grace for the end record, have not passed,
+// and this activity has time left to wait.
+func (a *Activities) mayStillEnd(ctx context.Context, e journal.Entry) bool {
+	if e.Deadline.IsZero() {
+		return false
+	}
+	until := e.Deadline.Add(journalEndGrace)
+	if d, ok := ctx.Deadline(); ok && d.Add(-time.Second).Before(until) {
+		until = d.Add(-time.Second)
+	}
+	return time.Now().Before(until)
 }
 
 // storeLargeVerdict keeps a journaled response too large for history in

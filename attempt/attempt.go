@@ -131,6 +131,11 @@ type ReconcileOutput struct {
 	Note      string `json:"note,omitempty"`
 	// By names the source of the verdict: ByJournal or ByReconciler.
 	By string `json:"by,omitempty"`
+	// JournalState is what the attempt journal held for the attempt
+	// when the built-in reconciler looked (journal.State: "received",
+	// "not_processed", "sent", "ended_unanswered"), "none" for no entry,
+	// "unreadable" when it could not be read; empty with no journal.
+	JournalState string `json:"journal_state,omitempty"`
 }
 
 // The sources of a reconciler's verdict (ReconcileOutput.By).

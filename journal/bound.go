@@ -76,10 +76,12 @@ func (b *Bound) full(ctx context.Context, measure func(context.Context) (Usage, 
 	return (b.MaxEntries > 0 && b.usage.Entries >= b.MaxEntries) || (b.MaxBytes > 0 && b.usage.Bytes >= b.MaxBytes), nil
 }
 
-// wrote counts an entry of n bytes the journal just wrote; added says
-// whether it was a new entry rather than a replacement.
-func (b *Bound) wrote(added bool, n int) {
-	if b == nil {
+// wrote counts an entry of n bytes the journal just wrote: added says
+// whether it was a new entry rather than a replacement, ended whether it
+// records the end. A Sent renewed in place is not counted: it replaces one
+// of about its own size, and a worker renews it every few seconds.
+func (b *Bound) wrote(added, ended bool, n int) {
+	if b == nil || (!added && !ended) {
 		return
 	}
 	b.mu.Lock()

@@ -15,8 +15,7 @@ import (
 
 // Dir is a Journal on a file system: one file per attempt under Path,
 // written atomically (a temporary file, synced, then renamed over the
-// entry, or for Sent linked where there is none, and the directory
-// synced), so a reader sees the whole of an entry
+// entry and the directory synced), so a reader sees the whole of an entry
 // or none of it, and a worker killed mid-write leaves no half entry. Path
 // is created (mode 0700) on the first Record. The zero value is not
 // usable.
@@ -55,7 +54,11 @@ func (d Dir) Record(ctx context.Context, e Entry) error {
 		return fmt.Errorf("%w: %s", ErrFull, e.AttemptID)
 	}
 	if existed && !e.Ended() {
-		return nil // Sent is written only where there is no entry
+		// Sent replaces only Sent (see Journal.Record for why checking
+		// first is enough).
+		if cur, ok, _ := d.Lookup(ctx, e.AttemptID); ok && cur.Ended() {
+			return nil
+		}
 	}
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -76,17 +79,10 @@ func (d Dir) Record(ctx context.Context, e Entry) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	if e.Ended() {
-		err = os.Rename(tmp.Name(), final)
-	} else if err = os.Link(tmp.Name(), final); errors.Is(err, fs.ErrExist) {
-		// Sent is written only where there is no entry: link, unlike
-		// rename, fails rather than replace (the Stat above may be stale).
-		return nil
-	}
-	if err != nil {
+	if err := os.Rename(tmp.Name(), final); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	d.Bound.wrote(!existed, len(b))
+	d.Bound.wrote(!existed, e.Ended(), len(b))
 	// The rename is durable only once the directory is.
 	dir, err := os.Open(d.Path)
 	if err != nil {

@@ -42,13 +42,15 @@ type State string
 // section 5.5 says why no intent record is written before sending).
 const (
 	// Sent: the request's HEADERS were on the wire and the exchange had
-	// not ended when the worker wrote this. The attempt may still be
-	// running on a live worker, until Entry.Deadline.
+	// not ended when the worker wrote this. The worker renews the entry
+	// (a new At) every few seconds while the exchange runs: while it
+	// does, the attempt may still end on it, until Entry.Deadline.
 	Sent State = "sent"
-	// NotSent: the exchange ended and the engine proved that no byte of
-	// the request reached the provider (class unsent). The attempt was
-	// not executed.
-	NotSent State = "not_sent"
+	// NotProcessed: the exchange ended and the engine proved that the
+	// provider did not process the request: no byte of it left (class
+	// unsent), or the server refused it (class refused: GOAWAY below its
+	// stream, REFUSED_STREAM). The attempt was not executed.
+	NotProcessed State = "not_processed"
 	// Received: a usable response, complete or a committed partial,
 	// reached the worker. Entry.Response holds it.
 	Received State = "received"
@@ -86,9 +88,12 @@ func (e Entry) Ended() bool { return e.State != Sent }
 type Journal interface {
 	// Record writes e durably before it returns: once it has returned
 	// nil, a Lookup by any worker finds it. An entry in an end state
-	// replaces any earlier entry of the attempt; an entry in state Sent is
-	// written only when the attempt has none, so a Sent written late never
-	// hides the end of the exchange.
+	// replaces any earlier entry of the attempt. An entry in state Sent
+	// replaces only a Sent one (its worker renews it while the exchange
+	// runs) and is otherwise dropped without error, so a Sent written
+	// late never hides the end of the exchange. One worker writes an
+	// attempt's entries, and it stops renewing Sent before it writes the
+	// end; a backend need not order a Sent and an end written at once.
 	Record(ctx context.Context, e Entry) error
 	// Lookup returns the attempt's entry, ok false when there is none.
 	Lookup(ctx context.Context, attemptID string) (e Entry, ok bool, err error)

@@ -46,22 +46,22 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 // Close closes the connections.
 func (p *Postgres) Close() { p.pool.Close() }
 
-// record writes an end over anything, and a Sent only where the attempt
-// has no row, in one statement. It returns whether the row is new (xmax
-// is zero for a row the statement inserted), and no row when it wrote
-// nothing (a Sent over an existing entry).
+// record writes an end over anything, and a Sent only over a Sent or
+// where the attempt has no row, in one statement. It returns whether the
+// row is new (xmax is zero for a row the statement inserted), and no row
+// when it wrote nothing (a Sent over an end).
 const record = `INSERT INTO journal (attempt_id, action_ref, state, entry) VALUES ($1, $2, $3, $4)
 ON CONFLICT (attempt_id) DO UPDATE
 SET action_ref = EXCLUDED.action_ref, state = EXCLUDED.state, written = now(), entry = EXCLUDED.entry
-WHERE EXCLUDED.state <> 'sent'
+WHERE EXCLUDED.state <> 'sent' OR journal.state = 'sent'
 RETURNING xmax = 0`
 
-// recordExisting is record for a journal at its bound: it writes an end
-// over an existing entry and adds none. It returns whether the attempt
-// had an entry (written over, or a Sent that leaves it as it is).
+// recordExisting is record for a journal at its bound: it writes over an
+// existing entry as record does and adds none. It returns whether the
+// attempt had an entry (written over, or an end a Sent leaves as it is).
 const recordExisting = `WITH u AS (
 	UPDATE journal SET action_ref = $2, state = $3, written = now(), entry = $4
-	WHERE attempt_id = $1 AND $3 <> 'sent'
+	WHERE attempt_id = $1 AND ($3 <> 'sent' OR state = 'sent')
 	RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM journal WHERE attempt_id = $1)`
@@ -92,12 +92,12 @@ func (p *Postgres) Record(ctx context.Context, e Entry) error {
 	var inserted bool
 	err = p.pool.QueryRow(ctx, record, e.AttemptID, e.ActionRef, string(e.State), b).Scan(&inserted)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // a Sent over an existing entry: nothing to write
+		return nil // a Sent over an end: nothing to write
 	}
 	if err != nil {
 		return fmt.Errorf("journal: record %s: %w", e.AttemptID, err)
 	}
-	p.Bound.wrote(inserted, len(b))
+	p.Bound.wrote(inserted, e.Ended(), len(b))
 	return nil
 }
 

@@ -113,6 +113,7 @@ type Behavior struct {
 	processedVal bool
 	delay        time.Duration
 	gate         <-chan struct{}
+	midGate      <-chan struct{}
 	text         string
 	lastMode     lastMode
 	last         uint32
@@ -154,6 +155,17 @@ func (b Behavior) After(d time.Duration) Behavior {
 // wait.
 func (b Behavior) WaitFor(ch <-chan struct{}) Behavior {
 	b.gate = ch
+	return b
+}
+
+// MidStreamWaitFor returns a copy of b that, for a streamed [Answer],
+// sends the first word and then waits until ch is closed before sending
+// the rest: a long stream held in flight, content started, for as long as
+// a test needs (say, across a Temporal server restart). The wait is cut
+// short like [Behavior.WaitFor]'s, and the stream then abandoned. Other
+// behaviours ignore it. Default: no wait.
+func (b Behavior) MidStreamWaitFor(ch <-chan struct{}) Behavior {
+	b.midGate = ch
 	return b
 }
 

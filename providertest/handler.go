@@ -39,9 +39,9 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 	}
 	switch b.kind {
 	case kindDefault:
-		c.answer(st, req, defaultAnswer)
+		c.answer(st, req, defaultAnswer, nil)
 	case kindAnswer:
-		c.answer(st, req, b.text)
+		c.answer(st, req, b.text, b.midGate)
 	case kindGoAway:
 		c.goAwayBehavior(st, b)
 	case kindRefuse, kindReset:
@@ -214,7 +214,7 @@ func statusFields(header http.Header) []hpack.HeaderField {
 }
 
 // answer runs Answer: SSE if the request asked to stream, JSON otherwise.
-func (c *conn) answer(st *stream, req Request, text string) {
+func (c *conn) answer(st *stream, req Request, text string, midGate <-chan struct{}) {
 	if !req.Stream {
 		body := c.completionJSON(req, &text)
 		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
@@ -226,6 +226,9 @@ func (c *conn) answer(st *stream, req Request, text string) {
 	id, created := c.nextID(), time.Now().Unix()
 	for i, w := range splitWords(text) {
 		if err := c.writeData(st, c.chunkEvent(id, created, w, i == 0), false); err != nil {
+			return
+		}
+		if i == 0 && midGate != nil && !c.pause(st, Behavior{gate: midGate}) {
 			return
 		}
 	}

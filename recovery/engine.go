@@ -692,6 +692,19 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 	}
 }
 
+// OnTheWire reports whether the request's HEADERS have been written.
+// Evidence carries the frame facts only once the exchange ends; this reads
+// them while it runs (the attempt journal's sent record needs that).
+func (a *Attempt) OnTheWire() bool {
+	a.mu.Lock()
+	e, settled, sent := a.engine, a.settled, a.ev.RequestSent
+	a.mu.Unlock()
+	if settled || e == nil {
+		return sent
+	}
+	return e.obs.Stream(a.spec.AttemptID, nil).Streams > 0
+}
+
 // Evidence returns a snapshot of what is known of the attempt so far.
 // Until the exchange ends (the body is read to its end, fails or is
 // closed) the frame facts are not yet included.

@@ -592,10 +592,12 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 		Avoid: nx.avoid, FreshConnection: nx.fresh, AfterMisdirected: w.misdirected,
 		Timeout: timeout,
 	}
-	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: workflow.Now(w.ctx)}
+	queue := min(w.in.QueueTimeout, remaining)
+	now := workflow.Now(w.ctx)
+	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: now, Deadline: now.Add(queue + timeout + attemptGrace)}
 	rec.Summary = summary(n, nx, route)
 	actx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
-		ScheduleToStartTimeout: min(w.in.QueueTimeout, remaining),
+		ScheduleToStartTimeout: queue,
 		StartToCloseTimeout:    timeout + attemptGrace,
 		HeartbeatTimeout:       heartbeatTimeout,
 		WaitForCancellation:    true,
@@ -727,6 +729,14 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 			return v, v.By, verdictArrived
 		}
 	}
+	// Counted, with what the journal knew, so that an operator sees how
+	// much is left to people and why (docs/operations.md).
+	js := w.attemptRecord(rec.N).JournalState
+	if js == "" {
+		js = "off"
+	}
+	w.count("durallm.left_to_person", "journal_state", js)
+	w.details()
 	got, err := workflow.AwaitWithTimeout(w.ctx, w.in.ReconcileTimeout, func() bool { return w.verdict != nil || w.cancelReq != nil })
 	w.status.AwaitingAttempt = 0
 	switch {
@@ -744,8 +754,11 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 }
 
 func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
+	// The built-in reconciler may wait for an attempt that can still end
+	// on a live worker, until the attempt's deadline: the activity's own
+	// timeout leaves room for that.
 	ctx := workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute,
+		StartToCloseTimeout: time.Minute + max(0, rec.Deadline.Sub(workflow.Now(w.ctx))),
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
 	})
@@ -754,6 +767,9 @@ func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
 		ActionRef: w.status.ActionRef, IdempotencyKey: w.in.IdempotencyKey, Attempt: rec.N,
 		AttemptID: rec.Evidence.AttemptID, Route: rec.Route, Evidence: rec.Evidence,
 	}).Get(ctx, &out)
+	if out.JournalState != "" {
+		w.attemptRecord(rec.N).JournalState = out.JournalState
+	}
 	if err != nil {
 		w.note("reconciler failed: " + err.Error())
 		return ReconcileRequest{}, false
@@ -862,10 +878,15 @@ func (w *action) details() {
 	}
 	fmt.Fprintf(&b, " · %d of %d attempts\n\n", w.status.Used, w.status.Budget)
 	if len(w.status.Attempts) > 0 {
-		b.WriteString("| # | route | why | class | reason | conn | stream | status |\n|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| # | route | why | class | reason | conn | stream | status | journal | verdict |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range w.status.Attempts {
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %d | %d |\n", r.N, r.Route, r.Why,
-				r.Classification.Class, r.Classification.Reason, r.Evidence.ConnRef, r.Evidence.StreamID, r.Evidence.Status)
+			verdict := string(r.Verdict)
+			if r.VerdictBy != "" {
+				verdict += " by " + r.VerdictBy
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", r.N, r.Route, r.Why,
+				r.Classification.Class, r.Classification.Reason, r.Evidence.ConnRef, r.Evidence.StreamID, r.Evidence.Status,
+				r.JournalState, verdict)
 		}
 	}
 	if w.status.AwaitingAttempt > 0 {
@@ -897,6 +918,17 @@ func freshDetail(ev recovery.Evidence) string {
 
 // count increments a workflow counter. The SDK's workflow metrics handler
 // records nothing during replay, so a counter counts each event once.
+// attemptRecord is attempt n's record in the timeline (the last one, if
+// none has that number).
+func (w *action) attemptRecord(n int) *AttemptRecord {
+	for i := range w.status.Attempts {
+		if w.status.Attempts[i].N == n {
+			return &w.status.Attempts[i]
+		}
+	}
+	return &w.status.Attempts[len(w.status.Attempts)-1]
+}
+
 func (w *action) count(name, tag, value string) {
 	workflow.GetMetricsHandler(w.ctx).WithTags(map[string]string{tag: value}).Counter(name).Inc(1)
 }

@@ -968,4 +968,16 @@ func TestAmbiguousAttemptReconciledFromTheJournal(t *testing.T) {
 			t.Fatalf("state %s reason %s notes %v", res.State, res.Reason, res.Notes)
 		}
 	})
+	t.Run("the journal proved it was not processed: the action goes on", func(t *testing.T) {
+		r := newRunWith(t, withJournal, heartbeatLost(attempt.Progress{ConnRef: "p-c1"}), ok)
+		r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).Return(attempt.ReconcileOutput{
+			Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: "not_processed", Note: "refused"}, nil).Once()
+		res := r.exec(input("a"))
+		if res.State != StateCompleted || res.Response == nil || res.Used != 2 {
+			t.Fatalf("state %s used %d response %+v notes %v", res.State, res.Used, res.Response, res.Notes)
+		}
+		if a := res.Attempts[0]; a.Verdict != attempt.VerdictNotExecuted || a.VerdictBy != attempt.ByJournal || a.JournalState != "not_processed" {
+			t.Fatalf("first attempt %+v", a)
+		}
+	})
 }

@@ -217,6 +217,11 @@ type AttemptRecord struct {
 	HealthMoved bool `json:"health_moved"`
 	// Scheduled is when the attempt was dispatched (workflow time).
 	Scheduled time.Time `json:"scheduled"`
+	// Deadline is the latest its activity can run to (queue timeout,
+	// attempt timeout and grace after Scheduled): until then the attempt
+	// may still end on a live worker even when Temporal has lost track of
+	// it, and the built-in reconciler waits for that end.
+	Deadline time.Time `json:"deadline"`
 	// Duration is how long the workflow waited for it.
 	Duration time.Duration `json:"duration"`
 	// BackoffAfter is the wait that followed it, zero when none.
@@ -230,6 +235,10 @@ type AttemptRecord struct {
 	// empty when none was.
 	Verdict   attempt.Verdict `json:"verdict,omitempty"`
 	VerdictBy string          `json:"verdict_by,omitempty"`
+	// JournalState is what the attempt journal held for this attempt when
+	// the built-in reconciler looked (attempt.ReconcileOutput.JournalState);
+	// empty when it did not look.
+	JournalState string `json:"journal_state,omitempty"`
 }
 
 // Note is something the workflow recorded that is not an attempt: a route

@@ -648,23 +648,39 @@ func TestE2EWorkerKilledMidAttemptIsAmbiguous(t *testing.T) {
 	}
 	s := newStack(t)
 	s.p.Push(providertest.Hold())
-	cmd := s.helperWorker()
+	dir := t.TempDir()
+	cmd := s.helperWorker("DURALLM_HELPER_JOURNAL=" + dir)
 	ctx := context.Background()
 	a, err := s.c.Start(ctx, "killed", actionInput(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return s.p.ExecutedCount("killed") == 1 })
+	// The request is on the wire: the worker journals it as sent.
+	waitFor(t, func() bool {
+		e, ok, _ := journal.Dir{Path: dir}.Lookup(ctx, entryID(t, dir))
+		return ok && e.State == journal.Sent
+	})
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
 	// A worker in this process takes over the workflow; the attempt itself
-	// is never retried.
-	s.startWorker()
+	// is never retried. The built-in reconciler sees a sent record nobody
+	// renews any more: a dead worker's, not waited for to the attempt's
+	// deadline (60 s, past waitState's bound), and left to a person.
+	s.startWorker(func(o *worker.Options) { o.Journal = journal.Dir{Path: dir} })
 	st := s.waitState("killed", workflows.StateAwaitingReconciliation)
 	if c := st.Attempts[0].Classification; c.Class != recovery.Ambiguous || c.Reason != "worker_lost_mid_attempt" {
 		t.Fatalf("classified %s/%s", c.Class, c.Reason)
+	}
+	// The state is set as the reconciler starts; what it found follows.
+	waitFor(t, func() bool {
+		st, _ = s.c.Status(ctx, "killed")
+		return st.Attempts[0].JournalState != ""
+	})
+	if js := st.Attempts[0].JournalState; js != string(journal.Sent) || st.State != workflows.StateAwaitingReconciliation {
+		t.Fatalf("state %s, journal state %q, want sent", st.State, js)
 	}
 	if err := s.c.Reconcile(ctx, "killed", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon}); err != nil {
 		t.Fatal(err)
@@ -771,10 +787,14 @@ func TestHelperWorkerProcess(t *testing.T) {
 		}
 		select {} // until killed
 	}
+	var j journal.Journal
+	if dir := os.Getenv("DURALLM_HELPER_JOURNAL"); dir != "" {
+		j = journal.Dir{Path: dir}
+	}
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue: os.Getenv("DURALLM_HELPER_QUEUE"), AllowH2C: true, SearchAttributes: true,
 		Logger: slog.New(slog.DiscardHandler), MaxConcurrentAttempts: maxAttempts,
-		Config: helperRoutes,
+		Config: helperRoutes, Journal: j,
 	})
 	if err != nil {
 		t.Fatal(err)

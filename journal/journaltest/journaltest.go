@@ -52,9 +52,8 @@ func recordsAndLooksUp(t *testing.T, j journal.Journal) {
 	}
 }
 
-// Sent is written only where there is no entry: written late (it is
-// written while the exchange runs, and may land after its end), it must
-// not hide a received response.
+// Sent replaces only Sent: written late (it is written while the
+// exchange runs), it must not hide a received response.
 func sentNeverHidesTheEnd(t *testing.T, j journal.Journal) {
 	ctx := context.Background()
 	deadline := time.Unix(100, 0).UTC()
@@ -63,6 +62,14 @@ func sentNeverHidesTheEnd(t *testing.T, j journal.Journal) {
 	}
 	if got, ok, _ := j.Lookup(ctx, "s-1"); !ok || got.State != journal.Sent || !got.Deadline.Equal(deadline) {
 		t.Fatalf("sent: %+v ok %v", got, ok)
+	}
+	// Its worker renews it while the exchange runs.
+	renewed := time.Unix(50, 0).UTC()
+	if err := j.Record(ctx, journal.Entry{AttemptID: "s-1", State: journal.Sent, At: renewed, Deadline: deadline}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := j.Lookup(ctx, "s-1"); got.State != journal.Sent || !got.At.Equal(renewed) {
+		t.Fatalf("renewed: %+v", got)
 	}
 	if err := j.Record(ctx, journal.Entry{AttemptID: "s-1", State: journal.Received, Response: &providers.Response{Text: "x"}}); err != nil {
 		t.Fatal(err)
@@ -276,6 +283,14 @@ func atMaxEntries(t *testing.T, j journal.Expirable) {
 	}
 	if err := j.Record(ctx, journal.Entry{AttemptID: "e-2", State: journal.Sent}); err != nil {
 		t.Fatalf("a late Sent at the bound: %v", err)
+	}
+	// A Sent renewed at the bound is still written: it replaces itself.
+	renewed := time.Unix(60, 0).UTC()
+	if err := j.Record(ctx, journal.Entry{AttemptID: "e-3", State: journal.Sent, At: renewed}); err != nil {
+		t.Fatalf("a Sent renewed at the bound: %v", err)
+	}
+	if e, _, _ := j.Lookup(ctx, "e-3"); !e.At.Equal(renewed) {
+		t.Fatalf("the renewal was not written: %+v", e)
 	}
 	for _, id := range []string{"e-1", "e-3"} {
 		if e, ok, _ := j.Lookup(ctx, id); !ok || e.State != journal.Sent {

@@ -46,12 +46,16 @@ type Report struct {
 	// 502). The contract allows each (upstream_error and empty_response
 	// may be retried); it is reported, not a violation.
 	ExtraExecutions int
-	// Journal counts what the attempt journal decided for the actions
-	// whose attempt ended ambiguous (or committed on a lost worker):
-	// reconciled from a response a worker received, or left to a person
-	// (the action ended indeterminate when its short reconcile timeout
-	// passed).
-	Journal struct{ Reconciled, LeftToPerson int }
+	// Journal counts what the attempt journal decided for every attempt
+	// that ended ambiguous (or committed on a lost worker): reconciled
+	// from a response a worker received, proven not processed (the action
+	// went on), or left to a person (the action ended indeterminate when
+	// its short reconcile timeout passed), with what the journal held for
+	// those (LeftBy: "none", "sent", "ended_unanswered", ...).
+	Journal struct {
+		Reconciled, NotProcessed, LeftToPerson int
+		LeftBy                                 map[string]int
+	}
 	// GoAways counts GOAWAY frames the engine received, by code; Conns the
 	// connections it opened (one per drain, when recovery works).
 	GoAways map[string]int64
@@ -91,30 +95,50 @@ func (r *Report) Add(p *providertest.Provider, j journal.Journal, id string, res
 	}
 }
 
-// checkJournal counts what the journal decided for the action and checks
-// its invariants: no action is left to a person while the journal holds a
-// response a worker received for its attempt, and an action reconciled
-// from the journal carries the answer the provider sent (for an attempt
-// the provider answered by default, its "ok"), executed once.
+// checkJournal counts what the journal decided for the action's attempts
+// and checks its invariants: no action is left to a person while the
+// journal holds a response a worker received for its attempt; an action
+// reconciled from the journal carries the answer the provider sent (for
+// an attempt the provider answered by default, its "ok"), executed once;
+// an attempt the journal proved not processed was not executed at all.
 func (r *Report) checkJournal(p *providertest.Provider, j journal.Journal, id string, res workflows.ActionResult) []string {
 	if j == nil || len(res.Attempts) == 0 {
 		return nil
 	}
-	last := res.Attempts[len(res.Attempts)-1]
 	var v []string
-	switch {
-	case last.VerdictBy == attempt.ByJournal:
-		r.Journal.Reconciled++
-		if res.Response == nil || res.Response.Text == "" {
-			v = append(v, fmt.Sprintf("%s reconciled from the journal without a response", id))
-		} else if BehaviorOf(p, last.Evidence.AttemptID) == defaultAnswer && strings.TrimSpace(res.Response.Text) != "ok" {
-			v = append(v, fmt.Sprintf("%s reconciled from the journal with %d bytes of text the provider never sent", id, len(res.Response.Text)))
+	for _, a := range res.Attempts {
+		if a.VerdictBy != attempt.ByJournal {
+			continue
 		}
-		if n := p.AttemptExecutions(last.Evidence.AttemptID); n != 1 {
-			v = append(v, fmt.Sprintf("%s reconciled from the journal, but the provider executed its attempt %d times", id, n))
+		switch a.Verdict {
+		case attempt.VerdictCompleted:
+			r.Journal.Reconciled++
+			if res.Response == nil || res.Response.Text == "" {
+				v = append(v, fmt.Sprintf("%s reconciled from the journal without a response", id))
+			} else if BehaviorOf(p, a.Evidence.AttemptID) == defaultAnswer && strings.TrimSpace(res.Response.Text) != "ok" {
+				v = append(v, fmt.Sprintf("%s reconciled from the journal with %d bytes of text the provider never sent", id, len(res.Response.Text)))
+			}
+			if n := p.AttemptExecutions(a.Evidence.AttemptID); n != 1 {
+				v = append(v, fmt.Sprintf("%s reconciled from the journal, but the provider executed its attempt %d times", id, n))
+			}
+		case attempt.VerdictNotExecuted:
+			r.Journal.NotProcessed++
+			if n := p.AttemptExecutions(a.Evidence.AttemptID); n != 0 {
+				v = append(v, fmt.Sprintf("%s attempt %d: the journal said not processed, but the provider executed it %d times", id, a.N, n))
+			}
 		}
-	case res.State == workflows.StateIndeterminate && res.Reason == "reconcile_timeout":
+	}
+	last := res.Attempts[len(res.Attempts)-1]
+	if res.State == workflows.StateIndeterminate && res.Reason == "reconcile_timeout" {
 		r.Journal.LeftToPerson++
+		if r.Journal.LeftBy == nil {
+			r.Journal.LeftBy = map[string]int{}
+		}
+		state := last.JournalState
+		if state == "" {
+			state = "not consulted"
+		}
+		r.Journal.LeftBy[state]++
 		if e, ok, err := j.Lookup(context.Background(), last.Evidence.AttemptID); err == nil && ok && e.State == journal.Received {
 			v = append(v, fmt.Sprintf("%s was left to a person although the journal holds the response a worker received", id))
 		}
@@ -159,7 +183,7 @@ func Check(p *providertest.Provider, id string, res workflows.ActionResult, faul
 				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s) (%s)", id, a.N, cl.Class, cl.Reason, n, BehaviorOf(p, ev.AttemptID)))
 			}
 		case recovery.Ambiguous:
-			if !last {
+			if !last && a.Verdict != attempt.VerdictNotExecuted && a.Verdict != attempt.VerdictAllowReplay {
 				v = append(v, fmt.Sprintf("%s attempt %d was ambiguous and another attempt followed without a verdict", id, a.N))
 			}
 		}
@@ -207,8 +231,9 @@ func BehaviorOf(p *providertest.Provider, attemptID string) string {
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if r.Journal.Reconciled+r.Journal.LeftToPerson > 0 {
-		defer fmt.Fprintf(w, "\nattempt journal: %d reconciled from a response a worker received, %d left to a person\n", r.Journal.Reconciled, r.Journal.LeftToPerson)
+	if r.Journal.Reconciled+r.Journal.NotProcessed+r.Journal.LeftToPerson > 0 {
+		defer fmt.Fprintf(w, "\nattempt journal: %d reconciled from a response a worker received, %d proven not processed (sent on), %d left to a person%s\n",
+			r.Journal.Reconciled, r.Journal.NotProcessed, r.Journal.LeftToPerson, leftBy(r.Journal.LeftBy))
 	}
 	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
 	for _, k := range sortedKeys(r.GoAways) {
@@ -262,4 +287,22 @@ func sortedKeys[K ~string, V any](m map[K]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// leftBy renders what the journal held for the actions left to a person,
+// in a stable order.
+func leftBy(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return " (journal: " + strings.Join(parts, ", ") + ")"
 }

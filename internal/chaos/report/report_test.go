@@ -110,7 +110,7 @@ func TestJournalInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconciled := record(1, "h-1", recovery.Ambiguous)
-	reconciled.VerdictBy = attempt.ByJournal
+	reconciled.Verdict, reconciled.VerdictBy = attempt.VerdictCompleted, attempt.ByJournal
 	left := workflows.ActionResult{Status: workflows.Status{State: workflows.StateIndeterminate, Reason: "reconcile_timeout",
 		Attempts: []workflows.AttemptRecord{record(1, "h-1", recovery.Ambiguous)}}}
 	r := New(3)
@@ -127,5 +127,19 @@ func TestJournalInvariants(t *testing.T) {
 	r.Add(p, j, "held", left, nil, false)
 	if len(r.Violations) != 1 || !strings.Contains(r.Violations[0], "left to a person although the journal holds") {
 		t.Fatalf("violations %v", r.Violations)
+	}
+	// "Not processed" must mean it: the provider never executed it.
+	send(t, p, "refused", "r-1")
+	send(t, p, "refused", "r-2")
+	notProcessed := record(1, "r-1", recovery.Ambiguous)
+	notProcessed.Verdict, notProcessed.VerdictBy = attempt.VerdictNotExecuted, attempt.ByJournal
+	r = New(1)
+	r.Add(p, j, "refused", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
+		Attempts: []workflows.AttemptRecord{notProcessed, record(2, "r-2", recovery.Completed)}}, Response: &providers.Response{Text: "ok"}}, nil, false)
+	// Both checks see it: the attempt the journal cleared ran, and so the
+	// action ran twice.
+	if got := strings.Join(r.Violations, "\n"); r.Journal.NotProcessed != 1 || len(r.Violations) != 2 ||
+		!strings.Contains(got, "said not processed, but the provider executed it") || !strings.Contains(got, "executed it 2 times") {
+		t.Fatalf("journal %+v violations %v", r.Journal, r.Violations)
 	}
 }

@@ -1,0 +1,222 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/journal"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/recovery"
+)
+
+// Only the causes that mean "stop" end the exchange; the SDK's own
+// cancellation of an attempt Temporal lost track of does not.
+func TestTemporalLostCauses(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		cause error
+		lost  bool
+	}{
+		{"no cause", nil, false},
+		{"bare cancel", context.Canceled, false},
+		{"deadline", context.DeadlineExceeded, false},
+		{"the workflow asked", temporal.NewCanceledError(), false},
+		{"the workflow asked, wrapped", fmt.Errorf("x: %w", temporal.NewCanceledError("details")), false},
+		{"our worker stopping", ErrWorkerStopping, false},
+		{"the SDK's worker shutdown", worker.ErrWorkerShutdown, false},
+		{"paused", activity.ErrActivityPaused, false},
+		{"reset", activity.ErrActivityReset, false},
+		{"activity gone on the server", serviceerror.NewNotFound("workflow execution already completed"), true},
+		{"server unreachable for the heartbeat timeout", serviceerror.NewUnavailable("connection refused"), true},
+	} {
+		if got := temporalLost(tt.cause); got != tt.lost {
+			t.Errorf("%s: temporalLost = %v, want %v", tt.name, got, tt.lost)
+		}
+	}
+}
+
+func TestOutliveLostAttempt(t *testing.T) {
+	a, _ := newActs(t)
+	for _, tt := range []struct {
+		cause   error
+		stopped bool
+	}{
+		{temporal.NewCanceledError(), true},
+		{serviceerror.NewNotFound("gone"), false},
+	} {
+		parent, cancel := context.WithCancelCause(context.Background())
+		exch, done := a.outliveLostAttempt(parent, attempt.Input{AttemptID: "a-1"})
+		cancel(tt.cause)
+		select {
+		case <-exch.Done():
+			if !tt.stopped {
+				t.Errorf("%v: the exchange was cut", tt.cause)
+			} else if !errors.Is(context.Cause(exch), tt.cause) {
+				t.Errorf("%v: exchange cause %v", tt.cause, context.Cause(exch))
+			}
+		case <-time.After(200 * time.Millisecond):
+			if tt.stopped {
+				t.Errorf("%v: the exchange was not stopped", tt.cause)
+			}
+		}
+		done()
+		if exch.Err() == nil {
+			t.Errorf("%v: the exchange context outlived its attempt", tt.cause)
+		}
+	}
+	// The exchange keeps the activity's deadline.
+	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	exch, done := a.outliveLostAttempt(parent, attempt.Input{})
+	defer done()
+	want, _ := parent.Deadline()
+	if got, ok := exch.Deadline(); !ok || !got.Equal(want) {
+		t.Fatalf("deadline %v %v, want %v", got, ok, want)
+	}
+}
+
+// An attempt the engine proved was not processed is journaled as such,
+// and the built-in reconciler sends the action on: not executed, by the
+// journal.
+func TestCallModelJournalsRefusedAndTheReconcilerSaysNotExecuted(t *testing.T) {
+	a, p := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	p.Push(providertest.RefuseStream())
+	in := attemptOn("openai", hello())
+	if out, _ := a.CallModel(context.Background(), in); out.Classification.Class != recovery.Refused {
+		t.Fatalf("classified %s/%s", out.Classification.Class, out.Classification.Reason)
+	}
+	e, ok, err := a.Journal.Lookup(context.Background(), in.AttemptID)
+	if err != nil || !ok || e.State != journal.NotProcessed || e.Class != recovery.Refused {
+		t.Fatalf("entry %+v ok %v err %v", e, ok, err)
+	}
+	v, err := a.Reconcile(context.Background(), attempt.ReconcileInput{AttemptID: in.AttemptID})
+	if err != nil || v.Verdict != attempt.VerdictNotExecuted || v.By != attempt.ByJournal {
+		t.Fatalf("verdict %+v err %v", v, err)
+	}
+}
+
+func TestReconcileNotProcessedIsNotExecuted(t *testing.T) {
+	a, _ := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	ctx := context.Background()
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.NotProcessed, Class: recovery.Unsent, Reason: "goaway_above_last_stream"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+	if err != nil || v.Verdict != attempt.VerdictNotExecuted || v.By != attempt.ByJournal || !strings.Contains(v.Note, "goaway_above_last_stream") {
+		t.Fatalf("verdict %+v err %v", v, err)
+	}
+}
+
+// A request journaled as sent may still end on a live worker: the
+// reconciler waits for its end, and takes the answer when it comes.
+func TestReconcileWaitsForASentAttemptToEndOnItsWorker(t *testing.T) {
+	a, _ := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	ctx := context.Background()
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, Deadline: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		time.Sleep(3 * journalPoll)
+		ended <- a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Received, Response: &providers.Response{Text: "late but whole"}})
+	}()
+	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+	if rerr := <-ended; rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err != nil || v.Verdict != attempt.VerdictCompleted || v.Response == nil || v.Response.Text != "late but whole" {
+		t.Fatalf("verdict %+v err %v", v, err)
+	}
+}
+
+// The wait is bounded by the attempt's own deadline (and the activity's):
+// past it, the journal says what it knew and the action goes on to a
+// person.
+func TestReconcileStopsWaitingAtTheAttemptsDeadline(t *testing.T) {
+	a, _ := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	ctx := context.Background()
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, Deadline: time.Now().Add(-journalEndGrace)}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+	if err != nil || v.Verdict != attempt.VerdictNone || !strings.Contains(v.Note, "lost mid-request") {
+		t.Fatalf("verdict %+v err %v", v, err)
+	}
+	// The activity's own deadline bounds the wait too.
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-2", State: journal.Sent, Deadline: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	if v, err := a.Reconcile(short, attempt.ReconcileInput{AttemptID: "run-2"}); err != nil || v.Verdict != attempt.VerdictNone {
+		t.Fatalf("verdict %+v err %v", v, err)
+	}
+}
+
+// A live worker renews its Sent record while the exchange runs, and its
+// end replaces it.
+func TestCallModelRenewsItsSentRecordWhileTheExchangeRuns(t *testing.T) {
+	a, p := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	a.lease = 100 * time.Millisecond
+	release := make(chan struct{})
+	p.Push(providertest.Answer("in the end").WaitFor(release))
+	in := attemptOn("openai", hello())
+	done := make(chan attempt.Outcome, 1)
+	go func() {
+		out, _ := a.CallModel(context.Background(), in)
+		done <- out
+	}()
+	seen := map[time.Time]bool{}
+	for give := time.Now().Add(20 * time.Second); len(seen) < 3; {
+		if time.Now().After(give) {
+			t.Fatalf("saw %d distinct sent records in 20s", len(seen))
+		}
+		if e, ok, err := a.Journal.Lookup(context.Background(), in.AttemptID); err == nil && ok {
+			if e.State != journal.Sent {
+				t.Fatalf("entry while the exchange runs: %+v", e)
+			}
+			seen[e.At] = true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(release)
+	if out := <-done; out.Classification.Class != recovery.Completed {
+		t.Fatalf("classified %s", out.Classification.Class)
+	}
+	if e, _, _ := a.Journal.Lookup(context.Background(), in.AttemptID); e.State != journal.Received || e.Response == nil || e.Response.Text != "in the end" {
+		t.Fatalf("entry after the end: %+v", e)
+	}
+}
+
+// A Sent entry nobody renews is a dead worker's: the reconciler does not
+// wait for its deadline.
+func TestReconcileDoesNotWaitForASentEntryNobodyRenews(t *testing.T) {
+	a, _ := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	a.lease = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, At: time.Now(), Deadline: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+	if err != nil || v.Verdict != attempt.VerdictNone || v.JournalState != "sent" || !strings.Contains(v.Note, "stopped renewing") {
+		t.Fatalf("verdict %+v err %v", v, err)
+	}
+}
