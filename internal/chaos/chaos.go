@@ -289,7 +289,7 @@ func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.Ac
 			}
 		}()
 	}
-	stopReloads := every(ctx, o.ReloadEvery, func() {
+	stopReloads := Every(ctx, o.ReloadEvery, func() {
 		if err := r.hp.Reload(); err != nil {
 			r.say("  reload failed: %v", err)
 			return
@@ -338,10 +338,10 @@ func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.Ac
 
 func actionID(i int) string { return "chaos-" + strconv.Itoa(i) }
 
-// every runs f every d on its own goroutine until ctx ends or stop is
+// Every runs f every d on its own goroutine until ctx ends or stop is
 // called; stop returns once f can no longer run, so what f writes is then
 // safe to read.
-func every(ctx context.Context, d time.Duration, f func()) (stop func()) {
+func Every(ctx context.Context, d time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

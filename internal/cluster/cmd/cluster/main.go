@@ -33,6 +33,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "up":
 		return up(ctx, args[1:], stdout, stderr)
+	case "chaos":
+		return chaosCmd(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "cluster: unknown command %q (up, chaos, bench)\n", args[0])
 	return 2
@@ -79,5 +81,44 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "Ctrl-C (or SIGTERM) stops everything.")
 	<-ctx.Done()
+	return 0
+}
+
+func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cluster chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := cluster.Options{Log: stderr, UIPort: -1}
+	common(fs, &o)
+	var co cluster.ChaosOptions
+	fs.IntVar(&co.Concurrency, "concurrency", 16, "callers running actions one after another during the faults")
+	fs.IntVar(&co.MaxActions, "max-actions", 3000, "cap on the actions started")
+	fs.DurationVar(&co.ReloadEvery, "reload-every", time.Second, "graceful reload interval of the haproxy in front of the provider")
+	fs.DurationVar(&co.Pause, "pause", 5*time.Second, "load-only time before, between and after the faults")
+	fs.DurationVar(&co.KillDown, "kill-down", 5*time.Second, "how long the SIGKILLed server node stays down")
+	fs.DurationVar(&co.Timeout, "timeout", 10*time.Minute, "bound on the chaos run (the cluster's start and stop come on top)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	co.Progress = stderr
+	t0 := time.Now()
+	c, err := cluster.Start(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "· up in %s\n", time.Since(t0).Round(time.Second))
+	c.PrintSummary(stderr)
+	rep, err := cluster.Chaos(ctx, c, co)
+	fmt.Fprintln(stderr, "· stopping the workers, the servers and PostgreSQL")
+	c.Stop()
+	fmt.Fprintf(stderr, "· stopped; nothing left running (%s in all)\n", time.Since(t0).Round(time.Second))
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: chaos: %v\n", err)
+		return 1
+	}
+	rep.Print(stdout)
+	if rep.Failed() {
+		return 1
+	}
 	return 0
 }
