@@ -37,7 +37,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -384,21 +383,20 @@ func (c *Cluster) Dir() string { return c.o.Dir }
 type binaries struct {
 	server, sqlTool, durallm string
 	schemaDir                string // the module's schema/postgresql/v12
+	version                  string // the server module's version
 }
 
-// serverVersion is the Temporal server module's version in this build.
-func serverVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == serverModule {
-				if d.Replace != nil {
-					return d.Replace.Version
-				}
-				return d.Version
-			}
-		}
+// serverModuleInfo is the Temporal server module's directory and version
+// in go.mod's build list, read in the repository at root.
+func serverModuleInfo(ctx context.Context, root string) (dir, version string, err error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}\t{{.Version}}", serverModule)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", "", fmt.Errorf("cluster: locating %s: %w", serverModule, err)
 	}
-	return "unknown"
+	dir, version, _ = strings.Cut(strings.TrimSpace(string(out)), "\t")
+	return dir, version, nil
 }
 
 // build builds the Temporal server and temporal-sql-tool once per server
@@ -406,7 +404,11 @@ func serverVersion() string {
 // directives pin them to the module version the project builds with), and
 // durallm every time (the Go build cache makes that quick).
 func build(ctx context.Context, root, cacheDir string) (binaries, error) {
-	bin := filepath.Join(cacheDir, "temporal-"+serverVersion(), "bin")
+	modDir, version, err := serverModuleInfo(ctx, root)
+	if err != nil {
+		return binaries{}, err
+	}
+	bin := filepath.Join(cacheDir, "temporal-"+version, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return binaries{}, fmt.Errorf("cluster: %w", err)
 	}
@@ -435,13 +437,8 @@ func build(ctx context.Context, root, cacheDir string) (binaries, error) {
 	if err := goBuild(b.durallm, "./cmd/durallm", true); err != nil {
 		return b, err
 	}
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", serverModule)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return b, fmt.Errorf("cluster: locating %s: %w", serverModule, err)
-	}
-	b.schemaDir = filepath.Join(strings.TrimSpace(string(out)), "schema", "postgresql", "v12")
+	b.schemaDir = filepath.Join(modDir, "schema", "postgresql", "v12")
+	b.version = version
 	return b, nil
 }
 
@@ -790,7 +787,7 @@ func (p *proc) tail(n int) string {
 // PrintSummary writes where everything is and how to point durallm and
 // the temporal CLI at it.
 func (c *Cluster) PrintSummary(w io.Writer) {
-	fmt.Fprintf(w, "\ndurallm on a %d-node Temporal cluster (server %s, %d history shards, PostgreSQL persistence and SQL visibility)\n\n", len(c.Nodes), serverVersion(), c.shards())
+	fmt.Fprintf(w, "\ndurallm on a %d-node Temporal cluster (server %s, %d history shards, PostgreSQL persistence and SQL visibility)\n\n", len(c.Nodes), c.bins.version, c.shards())
 	fmt.Fprintf(w, "  PostgreSQL          %s (databases %s, %s, %s)\n", c.PG.DSN("postgres"), c.shEnv["DBNAME"], c.shEnv["VISIBILITY_DBNAME"], JournalDatabase)
 	for _, n := range c.Nodes {
 		fmt.Fprintf(w, "  Temporal node %d     frontend %s, HTTP %s, pid %d, log %s\n", n.N, n.Frontend, n.HTTP, n.Pid(), n.logPath)
