@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/internal/cluster"
+	"github.com/durallm/durallm/providertest"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -35,6 +36,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return up(ctx, args[1:], stdout, stderr)
 	case "chaos":
 		return chaosCmd(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "cluster: unknown command %q (up, chaos, bench)\n", args[0])
 	return 2
@@ -120,5 +123,50 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if rep.Failed() {
 		return 1
 	}
+	return 0
+}
+
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cluster bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := cluster.Options{Log: stderr, UIPort: -1, DirectProvider: true}
+	common(fs, &o)
+	var bo cluster.BenchOptions
+	fs.IntVar(&bo.Actions, "actions", 200, "actions per concurrency level (at least 4 per caller)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	bo.Progress = stderr
+	dir, err := os.MkdirTemp("", "durallm-bench-")
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// The embedded default first, alone on the machine; then the cluster.
+	p, err := providertest.NewProvider()
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stderr, "· the embedded default ('durallm dev': SQLite, one process)")
+	rows, err := cluster.BenchEmbedded(ctx, dir, p, bo)
+	p.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	c, err := cluster.Start(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	more, err := cluster.Bench(ctx, c, bo)
+	c.Stop()
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	cluster.PrintBench(stdout, append(rows, more...))
 	return 0
 }
