@@ -261,7 +261,10 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 
 	c.say("starting PostgreSQL")
-	if c.PG, err = pgserver.Start(ctx, pgserver.Options{Dir: c.o.Dir, Settings: []string{"max_connections=400"}}); err != nil {
+	// In the system's temporary directory, not the run's: when root, the
+	// server runs as the postgres user, who cannot enter a private
+	// directory of root's (MkdirTemp makes them 0700).
+	if c.PG, err = pgserver.Start(ctx, pgserver.Options{Settings: []string{"max_connections=400"}}); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	c.undo = append(c.undo, func() { c.PG.Stop() })
