@@ -106,6 +106,9 @@ type ChaosReport struct {
 	Twice []string
 	// Baseline is the p99 attempt duration outside every fault.
 	Baseline time.Duration
+	// ShardMoves counts history shards acquired by a node during the run
+	// (range id bumps in the shards table): shards moving between nodes.
+	ShardMoves int64
 }
 
 // Chaos runs actions on c while it reloads the provider's haproxy, restarts
@@ -130,6 +133,10 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	defer tc.Close()
 
 	rep := &ChaosReport{Report: report.New(0)}
+	shards0, err := c.ShardAcquisitions(ctx)
+	if err != nil {
+		return nil, err
+	}
 	results := make([]workflows.ActionResult, o.MaxActions)
 	errs := make([]error, o.MaxActions)
 	var next atomic.Int64
@@ -181,6 +188,11 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 		}
 	}
 	rep.ProviderRun = len(c.Provider.Processed())
+	shards1, err := c.ShardAcquisitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.ShardMoves = shards1 - shards0
 	rep.analyseFaults(results[:n])
 	rep.Elapsed = time.Since(start)
 	return rep, nil
@@ -354,7 +366,7 @@ func (r *ChaosReport) Print(w io.Writer) {
 			fmt.Fprintf(w, "  %s: %d awaited a verdict: %s\n", f.Name, f.Awaiting[why], why)
 		}
 	}
-	fmt.Fprintf(w, "\nrolling restarts %d, server SIGKILLs %d, worker SIGKILLs %d, lost %d, executed twice %d\n", r.RollingRestarts, r.ServerKills, r.WorkerKills, len(r.Lost), len(r.Twice))
+	fmt.Fprintf(w, "\nrolling restarts %d, server SIGKILLs %d, worker SIGKILLs %d, history shards acquired by a node %d, lost %d, executed twice %d\n", r.RollingRestarts, r.ServerKills, r.WorkerKills, r.ShardMoves, len(r.Lost), len(r.Twice))
 	for _, id := range r.Lost {
 		fmt.Fprintf(w, "  LOST %s\n", id)
 	}

@@ -297,6 +297,17 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
+	// Every node's services join one ring through the membership table.
+	want := int64(4 * len(c.Nodes))
+	if err := poll(ctx, fmt.Sprintf("%d services in the membership table", want), func(ctx context.Context) error {
+		n, err := c.MembershipHosts(ctx)
+		if err == nil && n < want {
+			err = fmt.Errorf("%d of %d services heartbeating", n, want)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
 	if err := c.startFrontendLB(ctx); err != nil {
 		return err
 	}
@@ -845,4 +856,32 @@ func RunDemo(ctx context.Context, c *Cluster, out io.Writer) error {
 	}
 	defer tc.Close()
 	return demo.Run(ctx, out, dc, c.Provider, demo.Options{Routes: routeNames, Frontend: c.Frontend, WorkflowURL: c.WorkflowURL})
+}
+
+// ShardAcquisitions is the sum of the history shards' range ids: each
+// time a node acquires a shard (at start, or taking it over from another
+// node) it bumps the shard's range id, so the growth of this sum over a
+// run counts the shard movements.
+func (c *Cluster) ShardAcquisitions(ctx context.Context) (int64, error) {
+	return c.queryInt(ctx, c.shEnv["DBNAME"], "SELECT COALESCE(SUM(range_id), 0) FROM shards")
+}
+
+// MembershipHosts counts the services heartbeating in the cluster's
+// membership table in the last 30 s: 4 per node (frontend, history,
+// matching, worker) when every node has joined the one cluster.
+func (c *Cluster) MembershipHosts(ctx context.Context) (int64, error) {
+	return c.queryInt(ctx, c.shEnv["DBNAME"], "SELECT COUNT(*) FROM cluster_membership WHERE last_heartbeat > NOW() - INTERVAL '30 seconds'")
+}
+
+func (c *Cluster) queryInt(ctx context.Context, db, q string) (int64, error) {
+	conn, err := pgx.Connect(ctx, c.PG.DSN(db))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: %w", err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("cluster: %s: %w", q, err)
+	}
+	return n, nil
 }
