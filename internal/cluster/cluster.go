@@ -124,6 +124,9 @@ type Options struct {
 	// reloads. The demonstration needs it direct: its GOAWAYs must reach
 	// the worker, not haproxy.
 	DirectProvider bool
+	// WorkersViaLB gives every worker the load-balanced frontend address
+	// instead of one node's frontend each.
+	WorkersViaLB bool
 	// WorkerArgs are extra flags for every worker: the hook for the
 	// PostgreSQL attempt journal, e.g. --journal-dsn with JournalDSN, once
 	// the worker has that flag.
@@ -344,7 +347,11 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		c.Workers = append(c.Workers, w)
 		c.undo = append(c.undo, func() { w.Stop() })
-		c.say("starting durallm worker %d on task queue %q, dialling node %d's frontend %s", w.N, TaskQueue, (i%len(c.Nodes))+1, w.Address)
+		if o.WorkersViaLB {
+			c.say("starting durallm worker %d on task queue %q, dialling the load-balanced frontend %s", w.N, TaskQueue, w.Address)
+		} else {
+			c.say("starting durallm worker %d on task queue %q, dialling node %d's frontend %s", w.N, TaskQueue, (i%len(c.Nodes))+1, w.Address)
+		}
 		if err := w.Start(); err != nil {
 			return err
 		}

@@ -37,7 +37,10 @@ func (c *Cluster) newWorker(n int) (*WorkerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	node := c.Nodes[(n-1)%len(c.Nodes)]
+	address := c.Nodes[(n-1)%len(c.Nodes)].Frontend
+	if c.o.WorkersViaLB {
+		address = c.Frontend
+	}
 	metrics := "127.0.0.1:" + strconv.Itoa(p[0])
 	args := []string{"worker",
 		"--routes", filepath.Join(c.o.Root, RoutesFile),
@@ -49,7 +52,7 @@ func (c *Cluster) newWorker(n int) (*WorkerProc, error) {
 	args = append(append(args, SharedWorkerFlags...), c.o.WorkerArgs...)
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + c.o.Dir,
-		"TEMPORAL_ADDRESS=" + node.Frontend, "TEMPORAL_NAMESPACE=" + c.o.Namespace,
+		"TEMPORAL_ADDRESS=" + address, "TEMPORAL_NAMESPACE=" + c.o.Namespace,
 		// routes.yaml names these; the provider ignores them.
 		"DURALLM_PRIMARY_API_KEY=demo", "DURALLM_FALLBACK_API_KEY=demo",
 	}
@@ -65,7 +68,7 @@ func (c *Cluster) newWorker(n int) (*WorkerProc, error) {
 			routes.EnvPrefix(r)+"INTERMEDIARY=true")
 	}
 	return &WorkerProc{
-		N: n, Address: node.Frontend, Metrics: metrics,
+		N: n, Address: address, Metrics: metrics,
 		proc: proc{name: fmt.Sprintf("durallm worker %d", n), path: c.bins.durallm, args: args, env: env, logPath: filepath.Join(c.o.Dir, fmt.Sprintf("worker-%d.log", n))},
 	}, nil
 }

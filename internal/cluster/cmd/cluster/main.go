@@ -49,6 +49,7 @@ func common(fs *flag.FlagSet, o *cluster.Options) {
 	fs.StringVar(&o.CacheDir, "cache-dir", "", "where the built Temporal server and schema tool are kept (default: the user cache dir)")
 	fs.StringVar(&o.Namespace, "namespace", "default", "namespace to create")
 	fs.StringVar(&o.HAProxy, "haproxy", "haproxy", "haproxy binary (Debian: apt-get install haproxy)")
+	fs.BoolVar(&o.WorkersViaLB, "workers-via-lb", false, "give the workers the load-balanced frontend address instead of one node's frontend each")
 }
 
 func up(ctx context.Context, args []string, stdout, stderr io.Writer) int {
