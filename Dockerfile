@@ -40,6 +40,9 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -tags nodev -ldflags='-s -w' -o /out/durallm ./cmd/durallm
+# The state directory (journal, result store) the compose workers share
+# through a volume; distroless has no shell to create it later.
+RUN mkdir -p /out/state
 
 # The full binary, for the demo image only.
 FROM build AS build-demo
@@ -62,6 +65,7 @@ FROM ${RUNTIME_IMAGE}
 # providers' TLS, tzdata and a "nonroot" user (65532); no shell.
 COPY --from=probe /busybox/busybox /usr/local/bin/busybox
 COPY --from=build /out/durallm /durallm
+COPY --from=build --chown=65532:65532 /out/state /var/lib/durallm
 USER 65532:65532
 # The worker's /metrics, /healthz and /readyz, once started with
 # --metrics-addr 0.0.0.0:9090 (its default, 127.0.0.1:9090, is unreachable

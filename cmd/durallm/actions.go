@@ -90,6 +90,14 @@ func instrument(opts *client.Options, tel *telemetry.Telemetry) error {
 	return nil
 }
 
+// hostPort is the address opts dial.
+func hostPort(opts client.Options) string {
+	if opts.HostPort == "" {
+		return client.DefaultHostPort
+	}
+	return opts.HostPort
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -146,11 +154,11 @@ func (p *pgResults) Get(ctx context.Context, ref string) ([]byte, error) {
 	return s.Get(ctx, ref)
 }
 
-func (c *connFlags) dial() (client.Client, error) { return c.dialWith(nil) }
+func (c *connFlags) dial() (client.Client, error) { return c.dialWith(context.Background(), nil) }
 
 // dialWith dials with the SDK's metrics and, when configured, tracing
 // going to tel (nil: neither).
-func (c *connFlags) dialWith(tel *telemetry.Telemetry) (client.Client, error) {
+func (c *connFlags) dialWith(ctx context.Context, tel *telemetry.Telemetry) (client.Client, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		return nil, fmt.Errorf("load Temporal client settings from the environment: %w", err)
@@ -181,13 +189,9 @@ func (c *connFlags) dialWith(tel *telemetry.Telemetry) (client.Client, error) {
 	if k != nil {
 		opts.DataConverter = codec.DataConverter(k)
 	}
-	tc, err := client.Dial(opts)
+	tc, err := client.DialContext(ctx, opts)
 	if err != nil {
-		addr := opts.HostPort
-		if addr == "" {
-			addr = client.DefaultHostPort
-		}
-		return nil, fmt.Errorf("connect to Temporal at %s (is 'durallm dev' or a server running?): %w", addr, err)
+		return nil, fmt.Errorf("connect to Temporal at %s (is 'durallm dev' or a server running?): %w", hostPort(opts), err)
 	}
 	return tc, nil
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/durallm/durallm/providers/routes"
 	"io"
@@ -15,15 +14,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/codec"
+	demonstration "github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
@@ -191,7 +189,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 
 	code := exitOK
 	if demo != nil && !*noDemo {
-		if err := demonstrate(ctx, stdout, srv, durallm.NewClient(tc, *taskQueue).WithResults(results).WithEagerStart(), demo); err != nil {
+		if err := demonstration.Run(ctx, stdout, durallm.NewClient(tc, *taskQueue).WithResults(results).WithEagerStart(), demo, demonstration.Options{Routes: []string{"demo-primary", "demo-fallback"}, Frontend: srv.FrontendHostPort(), WorkflowURL: srv.WorkflowURL}); err != nil {
 			fmt.Fprintf(stderr, "durallm dev: demonstration: %v\n", err)
 			code = exitError
 		}
@@ -211,124 +209,4 @@ func demoRoutes(base string) routes.Config {
 		{Name: "demo-primary", Kind: routes.KindOpenAI, BaseURL: base + "/v1", Model: "demo-primary-model", Capabilities: caps},
 		{Name: "demo-fallback", Kind: routes.KindOpenAI, BaseURL: base + "/v1", Model: "demo-fallback-model", Capabilities: caps},
 	}}
-}
-
-// demoCase is one action of the demonstration: what the provider does to
-// its first request, and what the action should end as.
-type demoCase struct {
-	name  string
-	first func() providertest.Behavior // nil: answer normally
-	want  workflows.State
-	note  string
-}
-
-var demoCases = []demoCase{
-	{"happy", nil, workflows.StateCompleted, "answered on the first attempt"},
-	{"goaway", func() providertest.Behavior { return providertest.GoAwayAbove(http2.ErrCodeNo) }, workflows.StateCompleted, "GOAWAY above the boundary: provably unprocessed, resent on a fresh connection, executed once"},
-	{"misdirected", providertest.Misdirected, workflows.StateCompleted, "421: connection quarantined, retried on a fresh one"},
-	{"ambiguous", func() providertest.Behavior { return providertest.GoAwayAfterProcessing(http2.ErrCodeNo) }, workflows.StateAwaitingReconciliation, "GOAWAY at the boundary: maybe processed, so not resent; waits for your verdict"},
-	{"canceled", providertest.Hold, workflows.StateCanceled, "canceled by user_stop while the provider was generating"},
-}
-
-// demonstrate runs the demo actions one after another, so each fault is
-// easy to find in the UI, and prints what happened to each.
-func demonstrate(ctx context.Context, out io.Writer, srv *devserver.Server, c *durallm.Client, p *providertest.Provider) error {
-	prefix := "demo-" + time.Now().Format("150405")
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	byKey := map[string]demoCase{}
-	for _, dc := range demoCases {
-		byKey[prefix+"-"+dc.name] = dc
-	}
-	p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		dc, ok := byKey[r.IdempotencyKey]
-		if !ok || dc.first == nil || seen[r.IdempotencyKey] {
-			return providertest.Behavior{}, false
-		}
-		seen[r.IdempotencyKey] = true
-		return dc.first(), true
-	})
-	fmt.Fprintf(out, "\nDemonstration (%d actions):\n", len(demoCases))
-	var ambiguous string
-	for _, dc := range demoCases {
-		id := prefix + "-" + dc.name
-		st, err := runDemoCase(ctx, c, p, id, dc)
-		if err != nil {
-			return fmt.Errorf("%s: %w", id, err)
-		}
-		mark := "ok"
-		if st.State != dc.want {
-			mark = "UNEXPECTED"
-		}
-		fmt.Fprintf(out, "\n  [%s] %s → %s: %s\n", mark, id, st.State, dc.note)
-		for _, a := range st.Attempts {
-			fmt.Fprintf(out, "        %s → %s (%s)\n", a.Summary, a.Classification.Class, a.Classification.Reason)
-		}
-		if u := srv.WorkflowURL(id); u != "" {
-			fmt.Fprintf(out, "        %s\n", u)
-		}
-		if st.State != dc.want {
-			return fmt.Errorf("%s ended %s, expected %s", id, st.State, dc.want)
-		}
-		if dc.want == workflows.StateAwaitingReconciliation {
-			ambiguous = id
-		}
-	}
-	if ambiguous != "" {
-		fmt.Fprintf(out, "\n%s awaits your verdict. Resolve it with:\n", ambiguous)
-		fmt.Fprintf(out, "  durallm reconcile --address %s --id %s --attempt 1 --verdict completed --text \"the answer, from the provider's log\"\n", srv.FrontendHostPort(), ambiguous)
-		fmt.Fprintf(out, "or with the temporal CLI:\n")
-		fmt.Fprintf(out, "  temporal workflow update execute --address %s --workflow-id %s --name reconcile --input '{\"attempt\":1,\"verdict\":\"not_executed\"}'\n", srv.FrontendHostPort(), ambiguous)
-		fmt.Fprintf(out, "All actions awaiting a verdict: durallm list --address %s --state awaiting_reconciliation\n", srv.FrontendHostPort())
-	}
-	return nil
-}
-
-func runDemoCase(ctx context.Context, c *durallm.Client, p *providertest.Provider, id string, dc demoCase) (workflows.Status, error) {
-	in := workflows.ActionInput{
-		Request:  providers.Request{Messages: []providers.Message{providers.TextMessage("user", "Say hello to the demo.")}},
-		Routes:   []string{"demo-primary", "demo-fallback"},
-		Deadline: 2 * time.Minute,
-	}
-	act, err := c.Start(ctx, id, in)
-	if err != nil {
-		return workflows.Status{}, err
-	}
-	switch dc.want {
-	case workflows.StateCanceled:
-		if err := waitUntil(ctx, func() bool { return p.ExecutedCount(id) > 0 }); err != nil {
-			return workflows.Status{}, err
-		}
-		if err := c.Cancel(ctx, id, workflows.OriginUserStop, "demo: the user pressed stop"); err != nil {
-			return workflows.Status{}, err
-		}
-	case workflows.StateAwaitingReconciliation:
-		var st workflows.Status
-		err := waitUntil(ctx, func() bool {
-			st, _ = c.Status(ctx, id)
-			return st.State == workflows.StateAwaitingReconciliation || st.State.Terminal()
-		})
-		return st, err
-	}
-	res, err := act.Result(ctx)
-	var ae *durallm.ActionError
-	if err != nil && !errors.As(err, &ae) {
-		return workflows.Status{}, err
-	}
-	return res.Status, nil
-}
-
-func waitUntil(ctx context.Context, cond func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("gave up waiting: %w", context.Cause(ctx))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/durallm/durallm/codec"
+	demonstration "github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/providertest"
 )
 
@@ -95,9 +96,9 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 	metrics := d.await(`metrics at (http://\S+/metrics)`)[1]
 	waiting := d.await(`(demo-\d+-ambiguous) awaits your verdict`)[1]
 	out := d.output()
-	for _, c := range demoCases {
-		if !regexp.MustCompile(`\[ok\] demo-\d+-` + c.name + ` → ` + string(c.want)).MatchString(out) {
-			t.Errorf("demonstration did not show %s ending %s:\n%s", c.name, c.want, out)
+	for _, c := range demonstration.Cases {
+		if !regexp.MustCompile(`\[ok\] demo-\d+-` + c.Name + ` → ` + string(c.Want)).MatchString(out) {
+			t.Errorf("demonstration did not show %s ending %s:\n%s", c.Name, c.Want, out)
 		}
 	}
 	if !strings.Contains(out, "fresh connection after GOAWAY last=") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"github.com/durallm/durallm/providers/routes"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/durallm/durallm/codec"
@@ -91,7 +94,9 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer tel.Shutdown(context.Background())
-	tc, err := cf.dialWith(tel)
+	ctx, stop := signal.NotifyContext(workerContext(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tc, err := dialUntilReachable(ctx, &cf, tel, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
@@ -108,8 +113,6 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(workerContext(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
@@ -184,4 +187,42 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// Bounds of the wait between tries to reach Temporal at start.
+const (
+	firstRetry = time.Second
+	maxRetry   = 15 * time.Second
+)
+
+// dialUntilReachable dials Temporal until it answers or ctx ends (SIGTERM,
+// Ctrl-C). A worker started before its cluster, as a deploy that starts
+// everything at once does, waits and says so on each try instead of
+// exiting. Only an unreachable server is waited for: any other error
+// (bad TLS or API-key settings, a refused credential) needs a person and
+// ends the worker at once.
+func dialUntilReachable(ctx context.Context, cf *connFlags, tel *telemetry.Telemetry, log *slog.Logger) (client.Client, error) {
+	wait := firstRetry
+	for try := 1; ; try++ {
+		tc, err := cf.dialWith(ctx, tel)
+		var unavailable *serviceerror.Unavailable
+		switch {
+		case err == nil:
+			if try > 1 {
+				log.Info("durallm worker: Temporal is reachable now", "tries", try)
+			}
+			return tc, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("stopped while waiting for Temporal: %w", err)
+		case !errors.As(err, &unavailable):
+			return nil, err
+		}
+		log.Warn("durallm worker: Temporal not reachable yet; retrying (the worker waits, it does not exit)", "error", err, "try", try, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stopped while waiting for Temporal: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxRetry)
+	}
 }

@@ -23,9 +23,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"golang.org/x/net/http2"
@@ -33,6 +33,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/chaos/report"
 	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/internal/haproxy"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providertest"
@@ -158,7 +159,7 @@ type rig struct {
 	srv     *devserver.Server
 	srvOpts devserver.Options
 	p       *providertest.Provider
-	hp      *haproxy
+	hp      *haproxy.Proxy
 	tc      client.Client
 	w       *worker.Worker
 	c       *durallm.Client
@@ -209,10 +210,10 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 	}
 
 	r.say("· starting haproxy (HTTP/2 both sides) in front of the provider")
-	if r.hp, err = startHAProxy(ctx, o.HAProxy, o.Dir, strings.TrimPrefix(r.p.H2CURL(), "http://")); err != nil {
+	if r.hp, err = StartProviderProxy(ctx, o.HAProxy, o.Dir, strings.TrimPrefix(r.p.H2CURL(), "http://")); err != nil {
 		return r, err
 	}
-	r.undo = append(r.undo, r.hp.stop)
+	r.undo = append(r.undo, r.hp.Stop)
 
 	r.journal = journal.Dir{Path: filepath.Join(o.Dir, "journal")}
 	if r.tc, err = client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}); err != nil {
@@ -225,7 +226,7 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 		// The killed worker process writes the same journal.
 		Journal: r.journal,
 		Config: routes.Config{Routes: []routes.Route{{
-			Name: "via-haproxy", Kind: routes.KindOpenAI, BaseURL: "http://" + r.hp.addr + "/v1", Model: "m",
+			Name: "via-haproxy", Kind: routes.KindOpenAI, BaseURL: "http://" + r.hp.Addr + "/v1", Model: "m",
 			// haproxy answers REFUSED_STREAM when its origin fails after
 			// the request was forwarded; see Route.Intermediary.
 			Intermediary: true,
@@ -252,7 +253,7 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 }
 
 func (r *rig) startKiller(o Options) error {
-	k, err := startWorkerProc(o.Dir, r.srv.FrontendHostPort(), "http://"+r.hp.addr+"/v1", o.Concurrency*2)
+	k, err := startWorkerProc(o.Dir, r.srv.FrontendHostPort(), "http://"+r.hp.Addr+"/v1", o.Concurrency*2)
 	if err != nil {
 		return err
 	}
@@ -284,12 +285,12 @@ func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.Ac
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				results[i], errs[i] = runAction(ctx, r.c, i, o.Stream)
+				results[i], errs[i] = RunAction(ctx, r.c, actionID(i), Input(i, o.Stream, "via-haproxy"))
 			}
 		}()
 	}
-	stopReloads := every(ctx, o.ReloadEvery, func() {
-		if err := r.hp.reload(); err != nil {
+	stopReloads := Every(ctx, o.ReloadEvery, func() {
+		if err := r.hp.Reload(); err != nil {
 			r.say("  reload failed: %v", err)
 			return
 		}
@@ -337,10 +338,10 @@ func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.Ac
 
 func actionID(i int) string { return "chaos-" + strconv.Itoa(i) }
 
-// every runs f every d on its own goroutine until ctx ends or stop is
+// Every runs f every d on its own goroutine until ctx ends or stop is
 // called; stop returns once f can no longer run, so what f writes is then
 // safe to read.
-func every(ctx context.Context, d time.Duration, f func()) (stop func()) {
+func Every(ctx context.Context, d time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -365,19 +366,31 @@ func every(ctx context.Context, d time.Duration, f func()) (stop func()) {
 	}
 }
 
-// runAction starts one action and waits until it is terminal or awaits a
-// verdict (the run reconciles nothing: an ambiguous action must stay put).
-func runAction(ctx context.Context, c *durallm.Client, i int, stream bool) (workflows.ActionResult, error) {
-	id := actionID(i)
-	a, err := c.Start(ctx, id, workflows.ActionInput{
+// Input is action i of a run: one user message over the given routes, at
+// most six attempts, and a short wait for a person. internal/cluster
+// drives the same actions.
+func Input(i int, stream bool, routes ...string) workflows.ActionInput {
+	return workflows.ActionInput{
 		Request:  providers.Request{Messages: []providers.Message{providers.TextMessage("user", "chaos "+strconv.Itoa(i))}, Stream: stream},
-		Routes:   []string{"via-haproxy"},
+		Routes:   routes,
 		Deadline: 2 * time.Minute, MaxAttempts: 6,
 		// What the journal cannot settle is left to a person: here, a
 		// short wait that ends the action indeterminate, so the run counts
 		// it and does not wait a day.
 		ReconcileTimeout: 3 * time.Second,
-	})
+	}
+}
+
+// ActionID names action i of a run.
+func ActionID(i int) string { return actionID(i) }
+
+// RunAction starts one action and waits until it is terminal or awaits a
+// verdict (the run reconciles nothing: an ambiguous action must stay put).
+// A start that fails is tried again with the same id until ctx ends: a
+// failed call may still have started the workflow (the server answered
+// after the connection broke), and then the action already exists.
+func RunAction(ctx context.Context, c *durallm.Client, id string, in workflows.ActionInput) (workflows.ActionResult, error) {
+	a, err := startOnce(ctx, c, id, in)
 	if err != nil {
 		return workflows.ActionResult{}, err
 	}
@@ -395,6 +408,28 @@ func runAction(ctx context.Context, c *durallm.Client, i int, stream bool) (work
 		case <-ctx.Done():
 			return workflows.ActionResult{Status: st}, fmt.Errorf("still %s when the run ended: %w", st.State, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startOnce starts the action, retrying a failed start with the same id;
+// an id already taken means an earlier try started it.
+func startOnce(ctx context.Context, c *durallm.Client, id string, in workflows.ActionInput) (*durallm.Action, error) {
+	for {
+		a, err := c.Start(ctx, id, in)
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		switch {
+		case err == nil:
+			return a, nil
+		case errors.As(err, &started):
+			return c.Get(id), nil
+		case errors.Is(err, durallm.ErrInvalidInput):
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("start %s: %w (last error: %w)", id, ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -476,23 +511,11 @@ func (w *workerProc) kill() {
 	_ = w.cmd.Wait()
 }
 
-// haproxy is a master-worker haproxy process.
-type haproxy struct {
-	cmd  *exec.Cmd
-	addr string
-}
-
-func startHAProxy(ctx context.Context, bin, dir, backend string) (*haproxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := filepath.Join(dir, "haproxy.cfg")
-	// HTTP/2 without TLS on both sides (prior knowledge). hard-stop-after
-	// bounds how long an old process may drain after a reload.
-	conf := fmt.Sprintf(`global
+// providerProxyConfig is haproxy with HTTP/2 without TLS on both sides
+// (prior knowledge) in front of backend. hard-stop-after bounds how long an
+// old process may drain after a reload.
+func providerProxyConfig(addr, backend string) string {
+	return fmt.Sprintf(`global
   hard-stop-after 30s
 defaults
   mode http
@@ -505,42 +528,18 @@ frontend fe
 backend be
   server provider %s proto h2
 `, addr, backend)
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, bin, "-W", "-f", cfg)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("chaos: start haproxy (install it: apt-get install haproxy): %w", err)
-	}
-	h := &haproxy{cmd: cmd, addr: addr}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return h, nil
-		}
-		if time.Now().After(deadline) {
-			h.stop()
-			return nil, fmt.Errorf("chaos: haproxy did not listen on %s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
-// reload asks the master for a graceful reload: new workers take new
-// connections; old ones send GOAWAY and drain.
-func (h *haproxy) reload() error { return h.cmd.Process.Signal(syscall.SIGUSR2) }
-
-func (h *haproxy) stop() {
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = h.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-done
+// StartProviderProxy starts haproxy (bin) as an HTTP/2 proxy in front of
+// the provider at backend (host:port, cleartext HTTP/2), its files in dir.
+func StartProviderProxy(ctx context.Context, bin, dir, backend string) (*haproxy.Proxy, error) {
+	addr, err := haproxy.FreeAddr()
+	if err != nil {
+		return nil, err
 	}
+	hp, err := haproxy.Start(ctx, bin, dir, "haproxy", addr, providerProxyConfig(addr, backend))
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	return hp, nil
 }

@@ -291,22 +291,29 @@ func (r *resolved) dynamicConfig() dynamicconfig.StaticClient {
 
 // buildUIServer configures the Web UI to proxy to the frontend.
 func (r *resolved) buildUIServer(frontendHostPort string, port int) *uiserver.Server {
-	host := r.bindHost
+	return uiserver.NewServer(uiserveroptions.WithConfigProvider(UIConfig(r.bindHost, port, frontendHostPort, r.Namespace, r.CodecEndpoint)))
+}
+
+// UIConfig is the Web UI's configuration: served on host:port, proxying to
+// the frontend at frontendHostPort, opening on namespace, asking the codec
+// server at codecEndpoint (may be empty) to decode payloads. The cluster
+// harness (internal/cluster) serves the same UI in front of its cluster.
+func UIConfig(host string, port int, frontendHostPort, namespace, codecEndpoint string) *uiconfig.Config {
 	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
 		// The UI server formats its listen address as "%s:%d".
 		host = "[" + host + "]"
 	}
-	return uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
+	return &uiconfig.Config{
 		Host:                host,
 		Port:                port,
 		TemporalGRPCAddress: frontendHostPort,
 		EnableUI:            true,
-		DefaultNamespace:    r.Namespace,
+		DefaultNamespace:    namespace,
 		// Plain HTTP on loopback: the CSRF cookie must not demand HTTPS.
 		CORS:     uiconfig.CORS{CookieInsecure: true},
 		HideLogs: true,
 		// A local tool should not make the browser fetch temporal.io news.
 		DisableNewsFetch: true,
-		Codec:            uiconfig.Codec{Endpoint: r.CodecEndpoint},
-	}))
+		Codec:            uiconfig.Codec{Endpoint: codecEndpoint},
+	}
 }

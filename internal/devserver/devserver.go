@@ -340,7 +340,7 @@ func (s *Server) finishStart(ctx context.Context, r *resolved, p ports) error {
 
 	if len(r.SearchAttributes) > 0 {
 		r.Progress(fmt.Sprintf("registering search attributes in namespace %q", r.Namespace))
-		if err := registerSearchAttributes(ctx, c, r.Namespace, r.SearchAttributes); err != nil {
+		if err := RegisterSearchAttributes(ctx, c, r.Namespace, r.SearchAttributes); err != nil {
 			return err
 		}
 	}
@@ -380,11 +380,13 @@ func (s *Server) dialFrontend(ctx context.Context, r *resolved) (client.Client, 
 	return c, nil
 }
 
-// registerSearchAttributes adds the attributes the namespace lacks. The
-// namespace was created with the requested attributes on its first start
-// (see prepareDatabase), so this only does work when a later start asks
-// for new ones.
-func registerSearchAttributes(ctx context.Context, c client.Client, ns string, want map[string]enumspb.IndexedValueType) error {
+// RegisterSearchAttributes adds the attributes namespace ns lacks, refuses
+// one that exists with another type, and returns once they can be used.
+// The dev server created its namespace with the requested attributes on
+// its first start (see prepareDatabase), so there it only does work when a
+// later start asks for new ones; the cluster harness (internal/cluster)
+// registers durallm's attributes with it.
+func RegisterSearchAttributes(ctx context.Context, c client.Client, ns string, want map[string]enumspb.IndexedValueType) error {
 	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
 	if err != nil {
 		return fmt.Errorf("devserver: listing search attributes of %q: %w", ns, err)

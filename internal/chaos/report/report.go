@@ -235,7 +235,12 @@ func (r *Report) Print(w io.Writer) {
 		defer fmt.Fprintf(w, "\nattempt journal: %d reconciled from a response a worker received, %d proven not processed (sent on), %d left to a person%s\n",
 			r.Journal.Reconciled, r.Journal.NotProcessed, r.Journal.LeftToPerson, leftBy(r.Journal.LeftBy))
 	}
-	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\nconnections opened (in-process worker)\t%d\nelapsed\t%s\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun, r.Conns, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun)
+	// Only a run with an in-process worker counts its engine's connections.
+	if r.Conns > 0 {
+		fmt.Fprintf(tw, "connections opened (in-process worker)\t%d\n", r.Conns)
+	}
+	fmt.Fprintf(tw, "elapsed\t%s\n", r.Elapsed.Round(time.Millisecond))
 	for _, k := range sortedKeys(r.GoAways) {
 		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
 	}
