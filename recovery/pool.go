@@ -15,6 +15,7 @@ type pooledConn struct {
 	authority string
 	cc        *http2.ClientConn
 	oc        *ObservedConn
+	h2c       bool // cleartext with prior knowledge: nothing negotiated HTTP/2
 
 	// draining is set, from the frame observer's read path, the moment a
 	// GOAWAY arrives, a 421 quarantines the connection, or the framing is
