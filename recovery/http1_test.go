@@ -265,7 +265,9 @@ func TestHTTP1SlowFirstByteWithinTheWaitCompletes(t *testing.T) {
 	release := make(chan struct{})
 	h.p.Push(providertest.Answer("late but fine").WaitFor(release))
 	done := make(chan result, 1)
-	go func() { done <- h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-slow-ok"}, h.p.HTTP1URL(), true, nil) }()
+	go func() {
+		done <- h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-slow-ok"}, h.p.HTTP1URL(), true, nil)
+	}()
 	waitFor(t, func() bool { return h.p.ExecutedCount("k-slow-ok") == 1 })
 	close(release)
 	r := <-done
