@@ -28,16 +28,13 @@ const (
 var ErrBadHTTPVersion = fmt.Errorf(`recovery: http_version must be "auto", "2" or "1.1"`)
 
 // ParseHTTPVersion reads a route's http_version: "" and "auto" are
-// HTTPVersionAuto; "2", "2.0" and "h2" are HTTPVersion2; "1.1" and
-// "http/1.1" are HTTPVersion11.
+// HTTPVersionAuto, "2" is HTTPVersion2, "1.1" is HTTPVersion11.
 func ParseHTTPVersion(s string) (HTTPVersion, error) {
-	switch s {
-	case "", "auto":
+	switch HTTPVersion(s) {
+	case "", HTTPVersionAuto:
 		return HTTPVersionAuto, nil
-	case "2", "2.0", "h2":
-		return HTTPVersion2, nil
-	case "1.1", "http/1.1":
-		return HTTPVersion11, nil
+	case HTTPVersion2, HTTPVersion11:
+		return HTTPVersion(s), nil
 	}
 	return "", ErrBadHTTPVersion
 }

@@ -39,8 +39,10 @@ type Options struct {
 	// (tests use the providertest provider's). Verification stays on unless a
 	// route sets insecure_skip_verify, which logs a warning.
 	TLS *tls.Config
-	// AllowH2C lets routes use http:// base URLs as cleartext HTTP/2 with
-	// prior knowledge: for loopback providers only.
+	// AllowH2C makes http:// routes whose http_version is auto speak
+	// cleartext HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1. A
+	// route with http_version "2" speaks h2c whatever it says. Default
+	// false: http:// speaks HTTP/1.1, as local model servers do.
 	AllowH2C bool
 	// Reconciler is asked about ambiguous attempts before a person is.
 	// Nil means none.

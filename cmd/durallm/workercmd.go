@@ -36,7 +36,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve the generated text of streamed actions as server-sent events at /v1/streams/{id} here (empty: off); beyond loopback it needs $DURALLM_STREAM_TOKEN")
 	pollers := fs.Int("pollers", 0, "workflow and activity task pollers each (0: the SDK's default, 2; 8 measured best on the embedded server)")
 	journalDir := fs.String("journal-dir", envOr("DURALLM_JOURNAL_DIR", "durallm-journal"), "the attempt journal: where each attempt's end is written before it is reported, read first to reconcile ambiguous attempts (every worker of the task queue must share it; empty: off)")
-	allowH2C := fs.Bool("allow-h2c", false, "let http:// routes speak cleartext HTTP/2 (a provider on a private network, such as the compose demo provider)")
+	allowH2C := fs.Bool("allow-h2c", false, "http:// routes with http_version auto speak cleartext HTTP/2 (h2c) instead of HTTP/1.1 (a provider on a private network, such as the compose demo provider)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
