@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type h1Conn struct {
 	cc        *countConn // counts what crosses the plaintext side
 	br        *bufio.Reader
 	bw        *bufio.Writer
+	tls       bool // the plaintext side is TLS
 	idleSince time.Time
 	idleGen   uint64 // bumped each time it enters the pool, so a stale expiry timer does nothing
 }
@@ -105,14 +107,35 @@ func (c *h1Conn) alive() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	if ok, known := peekIdle(c.raw); known {
-		return ok
+	ok, known := peekIdle(c.raw)
+	if known && !ok {
+		return false
+	}
+	if c.tls {
+		// The TLS layer may already hold a record read with the last
+		// response (a close_notify sent right after it), which the socket
+		// no longer shows. A read with a deadline in the past processes
+		// what is buffered and touches the socket not at all; its timeout
+		// does not break the TLS state.
+		_ = c.cc.SetReadDeadline(time.Unix(1, 0))
+		_, err := c.br.Peek(1)
+		_ = c.cc.SetReadDeadline(time.Time{})
+		if !isTimeout(err) {
+			return false
+		}
+	}
+	if known {
+		return true
 	}
 	// No socket to peek at (a DialContext that returns its own net.Conn):
 	// a read that times out at once is the next best check.
 	_ = c.cc.SetReadDeadline(time.Now().Add(time.Millisecond))
 	_, err := c.br.Peek(1)
 	_ = c.cc.SetReadDeadline(time.Time{})
+	return isTimeout(err)
+}
+
+func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
@@ -226,7 +249,7 @@ func (e *Engine) newH1Conn(raw, plain net.Conn, authority string) *h1Conn {
 	e.stats.h1Opened.Add(1)
 	return &h1Conn{
 		ref: e.proc + "-c" + strconv.FormatUint(e.seq.Add(1), 10), authority: authority,
-		raw: raw, cc: cc, br: bufio.NewReaderSize(cc, 16<<10), bw: bufio.NewWriterSize(cc, 16<<10),
+		raw: raw, cc: cc, tls: plain != raw, br: bufio.NewReaderSize(cc, 16<<10), bw: bufio.NewWriterSize(cc, 16<<10),
 	}
 }
 
@@ -245,6 +268,10 @@ func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Reque
 	c, dialed := adopted, adopted != nil
 	if c == nil && !a.spec.FreshConnection {
 		for c = e.h1.get(key); c != nil; c = e.h1.get(key) {
+			if slices.Contains(a.spec.Avoid, c.ref) {
+				c.close()
+				continue
+			}
 			if c.alive() {
 				break
 			}
@@ -307,6 +334,12 @@ func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Reque
 	a.http1Headers()
 	tracker := &eofReader{rc: resp.Body}
 	reuse := !resp.Close && !out.Close
+	if resp.StatusCode == http.StatusMisdirectedRequest {
+		// Quarantined: this connection cannot serve this authority, so it
+		// goes back to no one.
+		reuse = false
+		e.stats.quarantines.Add(1)
+	}
 	resp.Body = &body{rc: tracker, a: a, ctx: ctx, auto: auto, release: func() {
 		// Only a body read to its end leaves the connection at a message
 		// boundary; stop reports false once the context has cut it.

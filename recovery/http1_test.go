@@ -412,3 +412,23 @@ func TestHTTP1AtH2COnlyServerIsUnsent(t *testing.T) {
 	ok := h.send(recovery.WithHTTPVersion(t.Context(), recovery.HTTPVersion2), recovery.Spec{}, "http://"+ln.Addr().String(), false, nil)
 	h.want(ok, recovery.Completed)
 }
+
+// A 421 over HTTP/1.1 quarantines its connection: it never goes back to
+// the pool, and the retry runs on a fresh connection, executed once.
+func TestHTTP1MisdirectedQuarantinesTheConnection(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(providertest.Misdirected())
+	first := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-421"}, h.p.HTTP1URL(), false, nil)
+	h.want(first, recovery.Misdirected)
+	retry := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-421", FreshConnection: true, Avoid: []string{first.ev.ConnRef}}, h.p.HTTP1URL(), false, nil)
+	h.want(retry, recovery.Completed)
+	later := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-later"}, h.p.HTTP1URL(), false, nil)
+	h.want(later, recovery.Completed)
+	if !retry.ev.ConnFresh || later.ev.ConnRef == first.ev.ConnRef {
+		t.Fatalf("the 421 connection was used again: first %s, retry %+v, later %+v", first.ev.ConnRef, retry.ev, later.ev)
+	}
+	h.executed("k-421", 1)
+	if st := h.e.Stats(); st.Quarantines != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
