@@ -26,7 +26,9 @@
 //     close), [StreamCut] and [BodyCut] (a chunked body cut mid-chunk) and
 //     [Behavior.After] (a slow first byte). [Record.Proto] and
 //     [Record.ConnRequest] say which protocol and which request of a
-//     kept-alive connection it was.
+//     kept-alive connection it was. An HTTP/2 preface sent there is
+//     answered 400 and the connection closed, as by an HTTP/1.1-only
+//     server; it is not a request and is not recorded.
 //
 // Every path is accepted and recorded; responses have the shape of
 // POST /v1/chat/completions.

@@ -136,6 +136,12 @@ func (p *Provider) serveHTTP1(rc net.Conn, idx int, useTLS bool) {
 			return
 		}
 		c.setIdle(false)
+		if req.Method == "PRI" {
+			// An HTTP/2 client's preface: answered as an HTTP/1.1-only
+			// server does, 400 and a close; not a request, not recorded.
+			_ = c.respond(http.StatusBadRequest, nil, []byte(errorBody("this server speaks HTTP/1.1", "invalid_request_error", "")), true)
+			return
+		}
 		if !c.serveRequest(req, seq) {
 			return
 		}

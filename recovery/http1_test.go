@@ -432,3 +432,38 @@ func TestHTTP1MisdirectedQuarantinesTheConnection(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// Probe says, without a request, what the engine will speak to each of
+// the provider's listeners, and names a mismatch; an auto route learns
+// HTTP/1.1 from it, so its first attempt is not spent on the mismatch.
+func TestProbeSaysWhatTheServerSpeaks(t *testing.T) {
+	h := newHarness(t) // AllowH2C: auto over http:// tries h2c
+	auto, v2 := recovery.HTTPVersionAuto, recovery.HTTPVersion2
+	for _, tc := range []struct {
+		name, url string
+		v         recovery.HTTPVersion
+		want      recovery.Probe
+	}{
+		{"h2 over TLS", h.p.URL(), auto, recovery.Probe{Speaks: "HTTP/2.0", Checked: true}},
+		{"h2c", h.p.H2CURL(), auto, recovery.Probe{Speaks: "HTTP/2.0", Checked: true}},
+		{"http/1.1 over TLS", h.p.HTTP1TLSURL(), auto, recovery.Probe{Speaks: "HTTP/1.1", Checked: true}},
+		{"2 at an HTTP/1.1 server", h.p.HTTP1URL(), v2, recovery.Probe{Speaks: "HTTP/2.0", Checked: true, Mismatch: recovery.MismatchHTTP11}},
+		{"auto at an HTTP/1.1 server learns it", h.p.HTTP1URL(), auto, recovery.Probe{Speaks: "HTTP/1.1", Checked: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := h.e.Probe(t.Context(), tc.url+"/v1", tc.v)
+			if err != nil || got != tc.want {
+				t.Fatalf("probe %+v, %v; want %+v", got, err, tc.want)
+			}
+			if (got.Mismatch != "") != (got.Fix() != "") {
+				t.Fatalf("fix %q for mismatch %q", got.Fix(), got.Mismatch)
+			}
+		})
+	}
+	if n := len(h.p.Received()); n != 0 {
+		t.Fatalf("the probes sent %d requests", n)
+	}
+	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k-after-probe"}, h.p.HTTP1URL(), false, nil)
+	h.want(r, recovery.Completed)
+	h.wantVersion(r, "HTTP/1.1")
+}

@@ -145,7 +145,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	// provider's h2c port) says http_version: "2".
 	// Pollers and eager start as measured best for the embedded server
 	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal")}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results,
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal")}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, ProbeRoutes: true,
 		WorkflowPollers: 8, ActivityPollers: 8}
 	var demo *providertest.Provider
 	if *routesFile != "" {

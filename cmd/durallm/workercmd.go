@@ -66,7 +66,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: resultstore.Dir{Path: cf.resultDir},
-		AllowH2C: *allowH2C, StreamAddr: *streamAddr, Journal: journalFrom(*journalDir), StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+		AllowH2C: *allowH2C, ProbeRoutes: true, StreamAddr: *streamAddr, Journal: journalFrom(*journalDir), StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 		WorkflowPollers: *pollers, ActivityPollers: *pollers,
 	})
 	if err != nil {
