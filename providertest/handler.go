@@ -103,11 +103,17 @@ func (c *conn) cut(st *stream, how CutMode) {
 
 // pause applies WaitFor and After. It reports false if the stream ended
 // while waiting.
-func (c *conn) pause(st *stream, b Behavior) bool {
+func (c *conn) pause(st *stream, b Behavior) bool { return b.pause(st.done, nil) }
+
+// pause applies WaitFor, then After. It reports false if either channel
+// (nil never fires) closed first: the request's end, the provider's.
+func (b Behavior) pause(ended, closing <-chan struct{}) bool {
 	if b.gate != nil {
 		select {
 		case <-b.gate:
-		case <-st.done:
+		case <-ended:
+			return false
+		case <-closing:
 			return false
 		}
 	}
@@ -116,7 +122,9 @@ func (c *conn) pause(st *stream, b Behavior) bool {
 		defer t.Stop()
 		select {
 		case <-t.C:
-		case <-st.done:
+		case <-ended:
+			return false
+		case <-closing:
 			return false
 		}
 	}

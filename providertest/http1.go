@@ -2,8 +2,6 @@ package providertest
 
 import (
 	"bufio"
-	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -99,18 +97,10 @@ func (p *Provider) HTTP1ConnsOpen() int {
 // serveHTTP1 runs one accepted HTTP/1.1 socket to completion.
 func (p *Provider) serveHTTP1(rc net.Conn, idx int, useTLS bool) {
 	defer p.wg.Done()
-	defer func() {
-		p.mu.Lock()
-		delete(p.raws, rc)
-		p.mu.Unlock()
-		_ = rc.Close()
-	}()
+	defer p.forget(rc)
 	var nc net.Conn = rc
 	if useTLS {
-		tc := tls.Server(rc, p.serverTLS11)
-		ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
-		err := tc.HandshakeContext(ctx)
-		cancel()
+		tc, err := handshake(rc, p.serverTLS11)
 		if err != nil {
 			return
 		}
@@ -210,7 +200,7 @@ func (c *h1conn) serveRequest(hr *http.Request, seq int) bool {
 
 // act runs b and reports whether the connection may carry another request.
 func (c *h1conn) act(req Request, b Behavior, gone <-chan struct{}) bool {
-	if !c.pause(b, gone) {
+	if !b.pause(gone, c.p.closing) {
 		return false
 	}
 	p := c.p
@@ -252,32 +242,6 @@ func (c *h1conn) act(req Request, b Behavior, gone <-chan struct{}) bool {
 		// behaviours: close without a byte of answer.
 		return false
 	}
-}
-
-// pause applies WaitFor and After, reporting false if the client closed
-// the connection or the provider is closing.
-func (c *h1conn) pause(b Behavior, gone <-chan struct{}) bool {
-	if b.gate != nil {
-		select {
-		case <-b.gate:
-		case <-gone:
-			return false
-		case <-c.p.closing:
-			return false
-		}
-	}
-	if b.delay > 0 {
-		t := time.NewTimer(b.delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-gone:
-			return false
-		case <-c.p.closing:
-			return false
-		}
-	}
-	return true
 }
 
 func (c *h1conn) wait(gone <-chan struct{}) {

@@ -18,13 +18,7 @@ func h1Post(t *testing.T, c *http.Client, url, body string) (*http.Response, []b
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Idempotency-Key", "k")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp, b, err
+	return roundTrip(c.Transport, req)
 }
 
 func TestHTTP1AnswerKeepsTheConnectionAlivePlainAndTLS(t *testing.T) {

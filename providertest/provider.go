@@ -545,20 +545,12 @@ func (p *Provider) acceptLoop(ln net.Listener, serve func(rc net.Conn, idx int))
 // serveConn runs one accepted socket to completion.
 func (p *Provider) serveConn(rc net.Conn, idx int, useTLS bool) {
 	defer p.wg.Done()
-	defer func() {
-		p.mu.Lock()
-		delete(p.raws, rc)
-		p.mu.Unlock()
-		_ = rc.Close()
-	}()
+	defer p.forget(rc)
 	var nc net.Conn = rc
 	var tc *tls.Conn
 	if useTLS {
-		tc = tls.Server(rc, p.serverTLS)
-		ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
-		err := tc.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
+		var err error
+		if tc, err = handshake(rc, p.serverTLS); err != nil {
 			return
 		}
 		// RFC 9113 §3.2: over TLS, HTTP/2 is selected by ALPN only.
@@ -568,4 +560,21 @@ func (p *Provider) serveConn(rc net.Conn, idx int, useTLS bool) {
 		nc = tc
 	}
 	newConn(p, idx, rc, tc, nc).serve()
+}
+
+// forget closes an accepted socket and drops it from the set Close cuts.
+func (p *Provider) forget(rc net.Conn) {
+	p.mu.Lock()
+	delete(p.raws, rc)
+	p.mu.Unlock()
+	_ = rc.Close()
+}
+
+// handshake makes the server side of a TLS handshake, bounded by
+// handshakeTimeout.
+func handshake(rc net.Conn, cfg *tls.Config) (*tls.Conn, error) {
+	tc := tls.Server(rc, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	return tc, tc.HandshakeContext(ctx)
 }
