@@ -312,13 +312,14 @@ func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Reque
 	}
 	a.http1Written(c.cc.written.Load() - w0)
 	if err != nil {
-		a.http1Failed(ctx, c, false)
+		// A write the connection refused: it is closed or reset.
+		a.http1Failed(ctx, true, false)
 		return fail(err)
 	}
 	resp, err := readResponse(c.br, out)
 	if err != nil {
 		got := c.cc.read.Load() - r0
-		a.http1Failed(ctx, c, got > 0)
+		a.http1Failed(ctx, c.cc.serverClosed(), got > 0)
 		if errors.Is(err, errHTTP2Answer) {
 			a.mismatch(MismatchHTTP2)
 			err = fmt.Errorf("%w (%w)", ErrSpeaksOnlyHTTP2, err)
@@ -415,11 +416,11 @@ func (a *Attempt) http1Written(n int64) {
 }
 
 // http1Failed records how the exchange failed before a response: whether
-// the server closed the connection (while the context was live, so it
+// the connection was closed or reset (while the context was live, so it
 // was not the engine cutting it) and whether any answer byte came.
-func (a *Attempt) http1Failed(ctx context.Context, c *h1Conn, answered bool) {
+func (a *Attempt) http1Failed(ctx context.Context, closed, answered bool) {
 	a.mu.Lock()
-	a.ev.ConnClosed = ctx.Err() == nil && c.cc.serverClosed()
+	a.ev.ConnClosed = ctx.Err() == nil && closed
 	a.ev.ResponseHeaders = a.ev.ResponseHeaders || answered
 	a.mu.Unlock()
 }
