@@ -167,10 +167,10 @@ func classifyNoResponse(ev Evidence) Classification {
 	case ev.MappingLost:
 		return ambiguous("stream_mapping_lost", false)
 	case ev.DialFailed:
-		return Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
+		return unsentDialFailed
 	case !ev.RequestSent && !ev.MaybeSent:
 		if ev.TimedOut {
-			return Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
+			return unsentTimedOut
 		}
 		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
 	case !ev.RequestSent:
@@ -207,6 +207,12 @@ func classifyNoResponse(ev Evidence) Classification {
 	}
 }
 
+// The unsent rows HTTP/2 and HTTP/1.1 share.
+var (
+	unsentDialFailed = Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
+	unsentTimedOut   = Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
+)
+
 // mismatchReason names what the server speaks, and so the fix: set the
 // route's http_version to it.
 func mismatchReason(speaks string) string {
@@ -227,9 +233,9 @@ func mismatchReason(speaks string) string {
 func classifyHTTP1NoResponse(ev Evidence) Classification {
 	switch {
 	case ev.DialFailed:
-		return Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
+		return unsentDialFailed
 	case !ev.RequestSent && ev.TimedOut:
-		return Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
+		return unsentTimedOut
 	case !ev.RequestSent:
 		return Classification{Class: Unsent, Reason: "connection_unusable_before_request", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
 	case ev.ResponseHeaders:
