@@ -265,6 +265,15 @@ func (errNegotiatedHTTP1) Error() string { return "recovery: ALPN chose HTTP/1.1
 // from the pool or dial.
 func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Request, scheme, authority string, auto bool, adopted *h1Conn) (*http.Response, error) {
 	key := scheme + "://" + authority
+	if ctx.Err() != nil {
+		// Ended before anything was picked: nothing is written, and a
+		// connection dialed for it stays good for the next request.
+		if adopted != nil {
+			e.h1.put(key, adopted)
+		}
+		a.settle(ctx, context.Cause(ctx), auto)
+		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: context.Cause(ctx)}
+	}
 	c, dialed := adopted, adopted != nil
 	if c == nil && !a.spec.FreshConnection {
 		for c = e.h1.get(key); c != nil; c = e.h1.get(key) {

@@ -467,3 +467,24 @@ func TestProbeSaysWhatTheServerSpeaks(t *testing.T) {
 	h.want(r, recovery.Completed)
 	h.wantVersion(r, "HTTP/1.1")
 }
+
+// A context that ended before the send writes nothing, even when a
+// kept-alive connection is ready: unsent, and the connection stays good.
+func TestHTTP1ContextEndedBeforeTheSendWritesNothing(t *testing.T) {
+	h := newHarness(t)
+	warm := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "warm"}, h.p.HTTP1URL(), false, nil)
+	h.want(warm, recovery.Completed)
+	ctx, cancel := context.WithCancelCause(v11(t.Context()))
+	cancel(recovery.ErrTimedOut)
+	r := h.send(ctx, recovery.Spec{IdempotencyKey: "k-ended"}, h.p.HTTP1URL(), false, nil)
+	h.want(r, recovery.Unsent)
+	h.wantReason(r, "timeout_before_send")
+	if n := receivedFor(h.p, r.ev.AttemptID); n != 0 {
+		t.Fatalf("received %d", n)
+	}
+	next := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-next"}, h.p.HTTP1URL(), false, nil)
+	h.want(next, recovery.Completed)
+	if next.ev.ConnRef != warm.ev.ConnRef {
+		t.Fatalf("the kept-alive connection was lost: %s then %s", warm.ev.ConnRef, next.ev.ConnRef)
+	}
+}
