@@ -117,14 +117,16 @@ type Engine struct {
 	obs  *Observer
 	pool *pool
 	h1   *h1Pool
-	// speaks remembers, per "scheme://authority", that an auto request
+	// http1At remembers, per scheme and authority, that an auto request
 	// found HTTP/1.1 there (ALPN chose it, or the server answered the h2c
 	// preface in HTTP/1.1), so later auto requests go straight to it.
-	speaks sync.Map
-	logger *slog.Logger
-	proc   string // random tag that makes connection refs unique across engines and processes (newProcTag)
-	seq    atomic.Uint64
-	stats  stats
+	// Keyed without building a string, since every request looks.
+	http1Mu sync.RWMutex
+	http1At map[[2]string]bool
+	logger  *slog.Logger
+	proc    string // random tag that makes connection refs unique across engines and processes (newProcTag)
+	seq     atomic.Uint64
+	stats   stats
 }
 
 // New returns an Engine for cfg.
@@ -240,28 +242,29 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 	if e.useHTTP1(version, scheme, authority) {
 		return e.roundTripHTTP1(ctx, a, out, scheme, authority, auto, nil)
 	}
-	alpn := []string{http2.NextProtoTLS}
-	if version != HTTPVersion2 {
-		alpn = append(alpn, "http/1.1")
+	alpn := alpnAuto
+	if version == HTTPVersion2 {
+		alpn = alpnH2
 	}
-	dctx := context.WithValue(ctx, alpnKey{}, alpn)
 
 	e.obs.Track(a.spec.AttemptID)
 	var resp *http.Response
 	for pick := 1; ; pick++ {
-		pc, dialed, err := e.pool.get(dctx, scheme, authority, a.spec.Avoid, a.spec.FreshConnection)
-		var neg errNegotiatedHTTP1
-		if errors.As(err, &neg) {
-			// ALPN chose HTTP/1.1 for an auto request: the connection is
-			// good, for the other protocol.
-			e.obs.Untrack(a.spec.AttemptID)
-			e.speaks.Store(scheme+"://"+authority, HTTPVersion11)
-			return e.roundTripHTTP1(ctx, a, out, scheme, authority, auto, neg.c)
-		}
-		if errors.Is(err, ErrNoHTTP2) {
-			a.mismatch(MismatchHTTP11)
-		}
+		pc, dialed, err := e.pool.get(ctx, scheme, authority, alpn, a.spec.Avoid, a.spec.FreshConnection)
 		if err != nil {
+			// Only here: errors.As makes its target escape, and this is
+			// every request's path.
+			var neg errNegotiatedHTTP1
+			if errors.As(err, &neg) {
+				// ALPN chose HTTP/1.1 for an auto request: the connection
+				// is good, for the other protocol.
+				e.obs.Untrack(a.spec.AttemptID)
+				e.learnHTTP1(scheme, authority)
+				return e.roundTripHTTP1(ctx, a, out, scheme, authority, auto, neg.c)
+			}
+			if errors.Is(err, ErrNoHTTP2) {
+				a.mismatch(MismatchHTTP11)
+			}
 			a.dialFailed(ctx)
 			a.settle(ctx, nil, auto)
 			return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
@@ -288,7 +291,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		switch a.Evidence().ProtocolMismatch {
 		case MismatchHTTP11:
 			if version == HTTPVersionAuto {
-				e.speaks.Store(scheme+"://"+authority, HTTPVersion11)
+				e.learnHTTP1(scheme, authority)
 			}
 			err = fmt.Errorf("%w (%w)", ErrSpeaksHTTP1, err)
 		case MismatchNotHTTP2:
@@ -322,13 +325,28 @@ func (e *Engine) useHTTP1(v HTTPVersion, scheme, authority string) bool {
 	case HTTPVersion2:
 		return false
 	}
-	if _, learned := e.speaks.Load(scheme + "://" + authority); learned {
-		return true
-	}
-	return scheme == "http" && !e.cfg.AllowH2C
+	e.http1Mu.RLock()
+	learned := e.http1At[[2]string{scheme, authority}]
+	e.http1Mu.RUnlock()
+	return learned || (scheme == "http" && !e.cfg.AllowH2C)
 }
 
-type alpnKey struct{}
+// learnHTTP1 records that auto requests to authority speak HTTP/1.1.
+func (e *Engine) learnHTTP1(scheme, authority string) {
+	e.http1Mu.Lock()
+	if e.http1At == nil {
+		e.http1At = make(map[[2]string]bool)
+	}
+	e.http1At[[2]string{scheme, authority}] = true
+	e.http1Mu.Unlock()
+}
+
+// The ALPN offers of an HTTP/2 dial: auto also offers http/1.1, so that a
+// server that speaks only HTTP/1.1 can say so.
+var (
+	alpnH2   = []string{http2.NextProtoTLS}
+	alpnAuto = []string{http2.NextProtoTLS, "http/1.1"}
+)
 
 // tlsConfig is the client TLS config for authority, offering protos.
 func (e *Engine) tlsConfig(authority string, protos []string) *tls.Config {
@@ -487,7 +505,7 @@ func authorityOf(scheme, host string) string {
 }
 
 // dial opens and wraps one connection.
-func (e *Engine) dial(ctx context.Context, scheme, authority string, wake func()) (*pooledConn, error) {
+func (e *Engine) dial(ctx context.Context, scheme, authority string, alpn []string, wake func()) (*pooledConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
 	defer cancel()
 	raw, err := e.cfg.DialContext(dctx, "tcp", authority)
@@ -496,17 +514,13 @@ func (e *Engine) dial(ctx context.Context, scheme, authority string, wake func()
 	}
 	conn := raw
 	if scheme == "https" {
-		protos, _ := ctx.Value(alpnKey{}).([]string)
-		if len(protos) == 0 {
-			protos = []string{http2.NextProtoTLS}
-		}
-		tc := tls.Client(raw, e.tlsConfig(authority, protos))
+		tc := tls.Client(raw, e.tlsConfig(authority, alpn))
 		if err := tc.HandshakeContext(dctx); err != nil {
 			raw.Close()
 			return nil, fmt.Errorf("recovery: TLS handshake with %s: %w", authority, err)
 		}
 		if tc.ConnectionState().NegotiatedProtocol != http2.NextProtoTLS {
-			if len(protos) > 1 {
+			if len(alpn) > 1 {
 				// Offered both: the server chose HTTP/1.1 (or, saying
 				// nothing, implied it).
 				return nil, errNegotiatedHTTP1{c: e.newH1Conn(raw, tc, authority)}

@@ -73,7 +73,7 @@ func (e *Engine) Probe(ctx context.Context, baseURL string, v HTTPVersion) (Prob
 	defer stop()
 	learn := func(p Probe) Probe {
 		if v == HTTPVersionAuto && p.Mismatch == MismatchHTTP11 {
-			e.speaks.Store(scheme+"://"+authority, HTTPVersion11)
+			e.learnHTTP1(scheme, authority)
 			p.Speaks, p.Mismatch = protoHTTP11, "" // auto: HTTP/1.1 is what it will speak now
 		}
 		return p
