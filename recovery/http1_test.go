@@ -1,6 +1,7 @@
 package recovery_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -514,5 +516,155 @@ func TestHTTP1ContextEndedBeforeTheSendWritesNothing(t *testing.T) {
 	h.want(next, recovery.Completed)
 	if next.ev.ConnRef != warm.ev.ConnRef {
 		t.Fatalf("the kept-alive connection was lost: %s then %s", warm.ev.ConnRef, next.ev.ConnRef)
+	}
+}
+
+// Over TLS the server's close comes as a close_notify record, which the
+// TLS layer may already have read with the last response, where the
+// socket no longer shows it. The usability check sees it either way: the
+// connection is discarded unwritten.
+func TestHTTP1TLSCloseNotifyAfterTheResponseIsSeenBeforeTheWrite(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	certPEM, keyPEM, err := p.CertificatePEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{}, 4)
+	var served atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				served.Add(1)
+				// A keep-alive answer, then a close_notify right behind it.
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+				c.Close()
+				closed <- struct{}{}
+			}()
+		}
+	}()
+	e := recovery.New(recovery.Config{TLSClientConfig: &tls.Config{RootCAs: p.CertPool(), ServerName: "127.0.0.1"}, Logger: slog.New(slog.DiscardHandler)})
+	defer e.Close()
+	h := &harness{t: t, e: e}
+	url := "https://" + ln.Addr().String()
+	first := h.send(t.Context(), recovery.Spec{}, url, false, nil)
+	h.want(first, recovery.Completed)
+	<-closed
+	second := h.send(t.Context(), recovery.Spec{}, url, false, nil)
+	h.want(second, recovery.Completed)
+	if !second.ev.ConnFresh {
+		t.Fatalf("wrote to a connection the server had closed: %+v", second.ev)
+	}
+	if st := e.Stats(); st.HTTP1ClosedIdle != 1 || st.HTTP1RaceLost != 0 || served.Load() != 2 {
+		t.Fatalf("stats %+v, served %d", st, served.Load())
+	}
+}
+
+// The close_notify already inside the TLS layer: the server sends its
+// answer and its close_notify in one segment and keeps the TCP connection
+// open, so the socket shows nothing and only the TLS layer knows.
+func TestHTTP1TLSCloseNotifyBufferedWithTheResponseIsSeenBeforeTheWrite(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	certPEM, keyPEM, _ := p.CertificatePEM()
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{}, 4)
+	go func() {
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer raw.Close()
+				hc := &holdConn{Conn: raw}
+				tc := tls.Server(hc, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+				req, err := http.ReadRequest(bufio.NewReader(tc))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				hc.hold(true)
+				_, _ = io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+				_ = tc.CloseWrite()
+				hc.hold(false)
+				closed <- struct{}{}
+				_, _ = io.Copy(io.Discard, raw) // the TCP side stays open until the client closes
+			}()
+		}
+	}()
+	e := recovery.New(recovery.Config{TLSClientConfig: &tls.Config{RootCAs: p.CertPool(), ServerName: "127.0.0.1"}, Logger: slog.New(slog.DiscardHandler)})
+	defer e.Close()
+	h := &harness{t: t, e: e}
+	url := "https://" + ln.Addr().String()
+	h.want(h.send(t.Context(), recovery.Spec{}, url, false, nil), recovery.Completed)
+	<-closed
+	second := h.send(t.Context(), recovery.Spec{}, url, false, nil)
+	h.want(second, recovery.Completed)
+	if st := e.Stats(); !second.ev.ConnFresh || st.HTTP1ClosedIdle != 1 || st.HTTP1RaceLost != 0 {
+		t.Fatalf("wrote to a connection whose close_notify was buffered: %+v, stats %+v", second.ev, st)
+	}
+}
+
+// holdConn holds writes while held and sends them in one write after.
+type holdConn struct {
+	net.Conn
+	mu   sync.Mutex
+	held bool
+	buf  []byte
+}
+
+func (c *holdConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held {
+		c.buf = append(c.buf, b...)
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *holdConn) hold(v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held = v
+	if !v && len(c.buf) > 0 {
+		// tls.Conn.CloseWrite leaves a write deadline of "now" behind.
+		_ = c.Conn.SetWriteDeadline(time.Time{})
+		_, _ = c.Conn.Write(c.buf)
+		c.buf = nil
 	}
 }
