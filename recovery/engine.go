@@ -288,11 +288,15 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		a.settle(ctx, err, auto)
 		e.pool.release(pc)
-		switch a.Evidence().ProtocolMismatch {
+		m := a.Evidence().ProtocolMismatch
+		if m != "" && version == HTTPVersionAuto {
+			// Not HTTP/2: over http:// the one other protocol is HTTP/1.1.
+			// (A server that closed silently may have answered in
+			// HTTP/1.1 just before: its reset can destroy the answer.)
+			e.learnHTTP1(scheme, authority)
+		}
+		switch m {
 		case MismatchHTTP11:
-			if version == HTTPVersionAuto {
-				e.learnHTTP1(scheme, authority)
-			}
 			err = fmt.Errorf("%w (%w)", ErrSpeaksHTTP1, err)
 		case MismatchNotHTTP2:
 			err = fmt.Errorf("%w (%w)", ErrNotHTTP2, err)
@@ -338,6 +342,14 @@ func (e *Engine) learnHTTP1(scheme, authority string) {
 		e.http1At = make(map[[2]string]bool)
 	}
 	e.http1At[[2]string{scheme, authority}] = true
+	e.http1Mu.Unlock()
+}
+
+// unlearnHTTP1 takes it back: an auto request sent as HTTP/1.1 there was
+// answered in HTTP/2, so the next one tries HTTP/2 again.
+func (e *Engine) unlearnHTTP1(scheme, authority string) {
+	e.http1Mu.Lock()
+	delete(e.http1At, [2]string{scheme, authority})
 	e.http1Mu.Unlock()
 }
 

@@ -331,6 +331,7 @@ func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Reque
 		a.http1Failed(ctx, c.cc.serverClosed(), got > 0)
 		if errors.Is(err, errHTTP2Answer) {
 			a.mismatch(MismatchHTTP2)
+			e.unlearnHTTP1(scheme, authority)
 			err = fmt.Errorf("%w (%w)", ErrSpeaksOnlyHTTP2, err)
 		} else if got == 0 && !dialed && ctx.Err() == nil {
 			// The keep-alive race lost: the request went out on a reused

@@ -167,7 +167,8 @@ type StreamFacts struct {
 	// as an HTTP/1 request and answered it, so it speaks HTTP/1.1.
 	AnsweredHTTP1 bool
 	// ServerSilent reports that the server closed or reset the connection
-	// without having sent a single byte.
+	// (seen by a read or by a refused write) without having sent a single
+	// byte.
 	ServerSilent bool
 }
 
@@ -199,7 +200,7 @@ func (o *Observer) Stream(attemptID string, fallback *ObservedConn) StreamFacts 
 		}
 		f.ConnClosed, f.MappingLost = c.closed, c.lost
 		f.AnsweredHTTP1 = c.http1Answer
-		f.ServerSilent = c.closed && c.inTotal == 0 && c.peerClosed
+		f.ServerSilent = c.inTotal == 0 && ((c.closed && c.peerClosed) || c.peerGone)
 		c.mu.Unlock()
 	}
 	return f
@@ -282,6 +283,7 @@ type ObservedConn struct {
 	inFirst     []byte
 	http1Answer bool
 	peerClosed  bool
+	peerGone    bool // a write failed because the peer closed or reset
 }
 
 type observedTLSConn struct {
@@ -323,6 +325,9 @@ func (c *ObservedConn) Write(b []byte) (int, error) {
 			c.wfailed = true
 			c.changedLocked()
 		}
+		// A write the peer refused (a reset, a broken pipe), not one
+		// after the engine's own close.
+		c.peerGone = c.peerGone || !errors.Is(err, net.ErrClosed)
 		c.mu.Unlock()
 	}
 	return n, err

@@ -222,7 +222,10 @@ func TestE2EHTTPVersionMismatchIsNamedAtStartAndUnsent(t *testing.T) {
 	mu.Lock()
 	out := buf.String()
 	mu.Unlock()
-	if !strings.Contains(out, `"server_speaks":"HTTP/1.1"`) || !strings.Contains(out, `http_version to \"1.1\"`) {
+	// The server answers the preface and closes at once; the reset that
+	// what follows the preface draws may destroy the answer, leaving a
+	// silent close: either way the fix is named.
+	if !strings.Contains(out, "route probe: the route's http_version does not match") || !strings.Contains(out, `http_version to \"1.1\"`) {
 		t.Fatalf("no probe warning naming the fix in:\n%s", out)
 	}
 	in := actionInput(false)
@@ -231,7 +234,11 @@ func TestE2EHTTPVersionMismatchIsNamedAtStartAndUnsent(t *testing.T) {
 	if err == nil {
 		t.Fatal("a failed action returned no error")
 	}
-	if res.State != workflows.StateFailed || len(res.Attempts) != 1 || res.Attempts[0].Classification.Reason != "server_speaks_http1.1_set_http_version" {
+	if len(res.Attempts) != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	if reason := res.Attempts[0].Classification.Reason; res.State != workflows.StateFailed ||
+		(reason != "server_speaks_http1.1_set_http_version" && reason != "server_does_not_speak_http2_set_http_version") {
 		t.Fatalf("result %+v", res)
 	}
 	if n := len(s.p.Processed()); n != 0 {
