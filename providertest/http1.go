@@ -130,12 +130,25 @@ func (p *Provider) serveHTTP1(rc net.Conn, idx int, useTLS bool) {
 			// An HTTP/2 client's preface: answered as an HTTP/1.1-only
 			// server does, 400 and a close; not a request, not recorded.
 			_ = c.respond(http.StatusBadRequest, nil, []byte(errorBody("this server speaks HTTP/1.1", "invalid_request_error", "")), true)
+			c.lingerClose()
 			return
 		}
 		if !c.serveRequest(req, seq) {
 			return
 		}
 	}
+}
+
+// lingerClose half-closes the connection and reads what the client still
+// sends (the rest of an HTTP/2 preface, its first frames) for a moment
+// before closing, as net/http's server does: closing with unread bytes
+// would reset the connection and could destroy the answer just sent.
+func (c *h1conn) lingerClose() {
+	if tc, ok := c.raw.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_ = c.raw.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, c.br)
 }
 
 // serveRequest serves one request and reports whether the connection
