@@ -124,6 +124,7 @@ type Behavior struct {
 	body         string
 	chunks       int
 	cut          CutMode
+	closeAfter   bool // AnswerThenClose: Connection: close on HTTP/1.1
 }
 
 // String returns the Behavior's name as recorded in [Record.Behavior], for
@@ -216,6 +217,16 @@ func (b Behavior) lastFor(id uint32) uint32 {
 // a complete chat.completion object.
 func Answer(text string) Behavior {
 	return Behavior{kind: kindAnswer, name: "Answer", executes: true, text: text}
+}
+
+// AnswerThenClose is [Answer] that, over HTTP/1.1, says "Connection:
+// close" and closes the connection after the complete answer. A client
+// must read it as completed and not reuse the connection. Over HTTP/2,
+// which has no Connection header, it acts as Answer.
+func AnswerThenClose(text string) Behavior {
+	b := Answer(text)
+	b.name, b.closeAfter = "AnswerThenClose", true
+	return b
 }
 
 // GoAwayAbove refuses the request without executing it: it sends GOAWAY

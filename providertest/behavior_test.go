@@ -67,7 +67,7 @@ func TestAnswerNonStreamTLS(t *testing.T) {
 		t.Errorf("usage wrong: %+v", cc.Usage)
 	}
 
-	want := Record{ConnIndex: 0, StreamID: 1, Path: "/v1/chat/completions", IdempotencyKey: "key-1",
+	want := Record{ConnIndex: 0, StreamID: 1, Proto: ProtoHTTP2, Path: "/v1/chat/completions", IdempotencyKey: "key-1",
 		AttemptID: "att-1", Model: "gpt-test", Stream: false, Behavior: "Answer"}
 	if got := p.Received(); len(got) != 1 || got[0] != want {
 		t.Errorf("Received = %+v, want [%+v]", got, want)

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -54,4 +55,18 @@ func newSelfSignedCert() (tls.Certificate, *x509.Certificate, error) {
 		return tls.Certificate{}, nil, fmt.Errorf("providertest: parse certificate: %w", err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf, nil
+}
+
+// CertificatePEM returns the provider's certificate and private key in
+// PEM, for a proxy a test puts in front of the provider (nginx serving
+// HTTP/1.1 over TLS, say) so that [Provider.CertPool] trusts it too.
+func (p *Provider) CertificatePEM() (certPEM, keyPEM []byte, err error) {
+	c := p.serverTLS.Certificates[0]
+	der, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("providertest: marshal key: %w", err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]})
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	return certPEM, keyPEM, nil
 }

@@ -364,6 +364,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	rec := &Record{
 		ConnIndex:      c.index,
 		StreamID:       id,
+		Proto:          ProtoHTTP2,
 		Path:           path,
 		IdempotencyKey: hdr.Get("Idempotency-Key"),
 		AttemptID:      hdr.Get("X-Durallm-Attempt"),
@@ -384,6 +385,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			req: Request{
 				ConnIndex:      c.index,
 				StreamID:       id,
+				Proto:          ProtoHTTP2,
 				Path:           path,
 				Method:         method,
 				IdempotencyKey: rec.IdempotencyKey,

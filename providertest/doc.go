@@ -1,5 +1,6 @@
-// Package testsuite provides a fault-injecting HTTP/2 LLM provider for
-// testing HTTP/2 recovery end to end, over real frames on real sockets.
+// Package testsuite provides a fault-injecting HTTP/2 and HTTP/1.1 LLM
+// provider for testing recovery end to end, over real frames on real
+// sockets.
 //
 // A [Provider] is a small OpenAI-compatible chat-completions server written
 // directly on top of [golang.org/x/net/http2.Framer] and
@@ -9,12 +10,25 @@
 // last-stream ids, RST_STREAM codes and abrupt connection closes, and a
 // general-purpose server does not let a test choose those exactly.
 //
-// The provider listens on loopback only, with two listeners:
+// The provider listens on loopback only, with four listeners:
 //
 //   - TLS on [Provider.URL], using a self-signed ECDSA P-256 certificate
 //     generated at start (SANs 127.0.0.1, ::1 and localhost, ALPN "h2").
 //     [Provider.ClientTLSConfig] and [Provider.CertPool] let a client trust it.
 //   - h2c (cleartext HTTP/2 with prior knowledge) on [Provider.H2CURL].
+//   - HTTP/1.1 in cleartext on [Provider.HTTP1URL], as llama.cpp, vLLM and
+//     Ollama listen, and over TLS on [Provider.HTTP1TLSURL] (same
+//     certificate, ALPN "http/1.1" only). Keep-alive, chunked streams and
+//     the same behaviours, with HTTP/1.1's own faults:
+//     [CloseAfterRead] (close after reading the request),
+//     [Provider.CloseIdleConns] (close idle keep-alive connections, as a
+//     server's keep-alive timeout does), [AnswerThenClose] (Connection:
+//     close), [StreamCut] and [BodyCut] (a chunked body cut mid-chunk) and
+//     [Behavior.After] (a slow first byte). [Record.Proto] and
+//     [Record.ConnRequest] say which protocol and which request of a
+//     kept-alive connection it was. An HTTP/2 preface sent there is
+//     answered 400 and the connection closed, as by an HTTP/1.1-only
+//     server; it is not a request and is not recorded.
 //
 // Every path is accepted and recorded; responses have the shape of
 // POST /v1/chat/completions.
@@ -44,7 +58,7 @@
 //
 // # Lifetime
 //
-// [Provider.Close] closes both listeners and every connection at once,
+// [Provider.Close] closes every listener and every connection at once,
 // interrupts every stalled or delayed stream and waits for all of the
 // provider's goroutines to exit, so it returns promptly and leaks nothing.
 package providertest

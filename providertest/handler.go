@@ -61,7 +61,7 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 			{Name: "content-length", Value: "0"},
 		}, true)
 	case kindNoChoices:
-		body := c.completionJSON(req, nil)
+		body := c.p.completionJSON(req, nil)
 		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
 	case kindStreamStall:
 		if c.sseChunks(st, b.chunks) {
@@ -103,11 +103,17 @@ func (c *conn) cut(st *stream, how CutMode) {
 
 // pause applies WaitFor and After. It reports false if the stream ended
 // while waiting.
-func (c *conn) pause(st *stream, b Behavior) bool {
+func (c *conn) pause(st *stream, b Behavior) bool { return b.pause(st.done, nil) }
+
+// pause applies WaitFor, then After. It reports false if either channel
+// (nil never fires) closed first: the request's end, the provider's.
+func (b Behavior) pause(ended, closing <-chan struct{}) bool {
 	if b.gate != nil {
 		select {
 		case <-b.gate:
-		case <-st.done:
+		case <-ended:
+			return false
+		case <-closing:
 			return false
 		}
 	}
@@ -116,7 +122,9 @@ func (c *conn) pause(st *stream, b Behavior) bool {
 		defer t.Stop()
 		select {
 		case <-t.C:
-		case <-st.done:
+		case <-ended:
+			return false
+		case <-closing:
 			return false
 		}
 	}
@@ -216,16 +224,16 @@ func statusFields(header http.Header) []hpack.HeaderField {
 // answer runs Answer: SSE if the request asked to stream, JSON otherwise.
 func (c *conn) answer(st *stream, req Request, text string, midGate <-chan struct{}) {
 	if !req.Stream {
-		body := c.completionJSON(req, &text)
+		body := c.p.completionJSON(req, &text)
 		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
 		return
 	}
 	if err := c.writeHeaders(st, sseFields(), false); err != nil {
 		return
 	}
-	id, created := c.nextID(), time.Now().Unix()
+	id, created := c.p.nextID(), time.Now().Unix()
 	for i, w := range splitWords(text) {
-		if err := c.writeData(st, c.chunkEvent(id, created, w, i == 0), false); err != nil {
+		if err := c.writeData(st, c.p.chunkEvent(id, created, w, i == 0), false); err != nil {
 			return
 		}
 		if i == 0 && midGate != nil && !c.pause(st, Behavior{gate: midGate}) {
@@ -251,13 +259,13 @@ func (c *conn) sseChunks(st *stream, n int) bool {
 	if err := c.writeHeaders(st, sseFields(), false); err != nil {
 		return false
 	}
-	id, created := c.nextID(), time.Now().Unix()
+	id, created := c.p.nextID(), time.Now().Unix()
 	for i := range n {
 		w := "chunk" + strconv.Itoa(i+1)
 		if i > 0 {
 			w = " " + w
 		}
-		if err := c.writeData(st, c.chunkEvent(id, created, w, i == 0), false); err != nil {
+		if err := c.writeData(st, c.p.chunkEvent(id, created, w, i == 0), false); err != nil {
 			return false
 		}
 	}
@@ -275,7 +283,7 @@ func sseFields() []hpack.HeaderField {
 // chunkEvent renders one chat.completion.chunk SSE event carrying
 // content. The first also carries the assistant role, as OpenAI's does,
 // so every event the client counts is a content event.
-func (c *conn) chunkEvent(id string, created int64, content string, first bool) []byte {
+func (p *Provider) chunkEvent(id string, created int64, content string, first bool) []byte {
 	msg := &message{Content: &content}
 	if first {
 		msg.Role = "assistant"
@@ -284,7 +292,7 @@ func (c *conn) chunkEvent(id string, created int64, content string, first bool) 
 		ID:      id,
 		Object:  "chat.completion.chunk",
 		Created: created,
-		Model:   c.p.model,
+		Model:   p.model,
 		Choices: []choice{{Index: 0, Delta: msg}},
 	}))
 }
@@ -297,12 +305,12 @@ func sseEvent(data []byte) []byte {
 }
 
 // completionJSON renders a chat.completion; a nil text means "no choices".
-func (c *conn) completionJSON(req Request, text *string) []byte {
+func (p *Provider) completionJSON(req Request, text *string) []byte {
 	cc := chatCompletion{
-		ID:      c.nextID(),
+		ID:      p.nextID(),
 		Object:  "chat.completion",
 		Created: time.Now().Unix(),
-		Model:   c.p.model,
+		Model:   p.model,
 		Choices: []choice{},
 	}
 	content := ""
@@ -319,8 +327,8 @@ func (c *conn) completionJSON(req Request, text *string) []byte {
 	return mustJSON(cc)
 }
 
-func (c *conn) nextID() string {
-	return fmt.Sprintf("chatcmpl-durallm-%d", c.p.respSeq.Add(1))
+func (p *Provider) nextID() string {
+	return fmt.Sprintf("chatcmpl-durallm-%d", p.respSeq.Add(1))
 }
 
 // The OpenAI chat-completions response shapes, with only the members the

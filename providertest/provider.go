@@ -32,9 +32,16 @@ const (
 type Option func(*options)
 
 type options struct {
-	maxStreams       uint32
-	model            string
-	tlsAddr, h2cAddr string
+	maxStreams        uint32
+	model             string
+	tlsAddr, h2cAddr  string
+	h1Addr, h1TLSAddr string
+}
+
+// WithHTTP1ListenAddrs sets the addresses of the cleartext HTTP/1.1 and
+// the HTTP/1.1 TLS listeners. Default "127.0.0.1:0" for both.
+func WithHTTP1ListenAddrs(plain, tlsAddr string) Option {
+	return func(o *options) { o.h1Addr, o.h1TLSAddr = plain, tlsAddr }
 }
 
 // WithListenAddrs sets the addresses of the TLS and h2c listeners.
@@ -63,10 +70,16 @@ func WithModel(name string) Option {
 // its body has been read completely.
 type Request struct {
 	// ConnIndex is the 0-based index of the connection, in accept order
-	// across both listeners.
+	// across all listeners.
 	ConnIndex int
-	// StreamID is the HTTP/2 stream the request arrived on.
+	// StreamID is the HTTP/2 stream the request arrived on, 0 over
+	// HTTP/1.1.
 	StreamID uint32
+	// Proto is ProtoHTTP2 or ProtoHTTP11.
+	Proto string
+	// ConnRequest numbers the HTTP/1.1 requests of one connection from
+	// 1 (2 and more: a kept-alive connection); 0 over HTTP/2.
+	ConnRequest int
 	// Path and Method are the :path and :method pseudo-headers.
 	Path, Method string
 	// IdempotencyKey is the idempotency-key header, AttemptID the
@@ -87,8 +100,14 @@ type Request struct {
 type Record struct {
 	// ConnIndex is the 0-based index of the connection, in accept order.
 	ConnIndex int
-	// StreamID is the HTTP/2 stream the request arrived on.
+	// StreamID is the HTTP/2 stream the request arrived on, 0 over
+	// HTTP/1.1.
 	StreamID uint32
+	// Proto is ProtoHTTP2 or ProtoHTTP11.
+	Proto string
+	// ConnRequest numbers the HTTP/1.1 requests of one connection from
+	// 1; 0 over HTTP/2.
+	ConnRequest int
 	// Path is the :path pseudo-header.
 	Path string
 	// IdempotencyKey and AttemptID are the idempotency-key and
@@ -112,10 +131,13 @@ type Provider struct {
 	model      string
 	maxStreams uint32
 
-	tlsLn     net.Listener
-	h2cLn     net.Listener
-	serverTLS *tls.Config
-	leaf      *x509.Certificate
+	tlsLn       net.Listener
+	h2cLn       net.Listener
+	h1Ln        net.Listener
+	h1TLSLn     net.Listener
+	serverTLS   *tls.Config
+	serverTLS11 *tls.Config
+	leaf        *x509.Certificate
 
 	closing chan struct{} // closed by Close
 	wg      sync.WaitGroup
@@ -125,6 +147,7 @@ type Provider struct {
 	closed        bool
 	raws          map[net.Conn]struct{} // every accepted socket, so Close can cut them all
 	conns         map[*conn]struct{}    // connections past the HTTP/2 preface
+	h1conns       map[*h1conn]struct{}  // HTTP/1.1 connections
 	connsAccepted int
 	queue         []Behavior
 	def           Behavior
@@ -133,10 +156,11 @@ type Provider struct {
 	processed     []Record
 }
 
-// NewProvider starts a provider listening on two fresh loopback ports, one
-// TLS and one h2c, with a freshly generated certificate.
+// NewProvider starts a provider listening on four fresh loopback ports
+// (HTTP/2 over TLS, h2c, HTTP/1.1 cleartext and HTTP/1.1 over TLS) with a
+// freshly generated certificate.
 func NewProvider(opts ...Option) (*Provider, error) {
-	o := options{maxStreams: defaultMaxConcurrentStreams, model: defaultModel, tlsAddr: "127.0.0.1:0", h2cAddr: "127.0.0.1:0"}
+	o := options{maxStreams: defaultMaxConcurrentStreams, model: defaultModel, tlsAddr: "127.0.0.1:0", h2cAddr: "127.0.0.1:0", h1Addr: "127.0.0.1:0", h1TLSAddr: "127.0.0.1:0"}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -161,25 +185,48 @@ func NewProvider(opts ...Option) (*Provider, error) {
 		_ = tlsLn.Close()
 		return nil, fmt.Errorf("providertest: listen (h2c): %w", err)
 	}
+	h1Ln, err := net.Listen("tcp", o.h1Addr)
+	if err != nil {
+		_ = tlsLn.Close()
+		_ = h2cLn.Close()
+		return nil, fmt.Errorf("providertest: listen (http/1.1): %w", err)
+	}
+	h1TLSLn, err := net.Listen("tcp", o.h1TLSAddr)
+	if err != nil {
+		_ = tlsLn.Close()
+		_ = h2cLn.Close()
+		_ = h1Ln.Close()
+		return nil, fmt.Errorf("providertest: listen (http/1.1 tls): %w", err)
+	}
 	p := &Provider{
 		model:      o.model,
 		maxStreams: o.maxStreams,
 		tlsLn:      tlsLn,
 		h2cLn:      h2cLn,
+		h1Ln:       h1Ln,
+		h1TLSLn:    h1TLSLn,
 		serverTLS: &tls.Config{
 			Certificates: []tls.Certificate{cert},
 			NextProtos:   []string{http2.NextProtoTLS},
+			MinVersion:   tls.VersionTLS12,
+		},
+		serverTLS11: &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			NextProtos:   []string{"http/1.1"},
 			MinVersion:   tls.VersionTLS12,
 		},
 		leaf:    leaf,
 		closing: make(chan struct{}),
 		raws:    make(map[net.Conn]struct{}),
 		conns:   make(map[*conn]struct{}),
+		h1conns: make(map[*h1conn]struct{}),
 		def:     Answer(defaultAnswer),
 	}
-	p.wg.Add(2)
-	go p.acceptLoop(tlsLn, true)
-	go p.acceptLoop(h2cLn, false)
+	p.wg.Add(4)
+	go p.acceptLoop(tlsLn, func(rc net.Conn, idx int) { p.serveConn(rc, idx, true) })
+	go p.acceptLoop(h2cLn, func(rc net.Conn, idx int) { p.serveConn(rc, idx, false) })
+	go p.acceptLoop(h1Ln, func(rc net.Conn, idx int) { p.serveHTTP1(rc, idx, false) })
+	go p.acceptLoop(h1TLSLn, func(rc net.Conn, idx int) { p.serveHTTP1(rc, idx, true) })
 	return p, nil
 }
 
@@ -230,7 +277,7 @@ func (p *Provider) Close() error {
 	p.mu.Unlock()
 
 	var errs []error
-	for _, ln := range []net.Listener{p.tlsLn, p.h2cLn} {
+	for _, ln := range []net.Listener{p.tlsLn, p.h2cLn, p.h1Ln, p.h1TLSLn} {
 		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			errs = append(errs, fmt.Errorf("providertest: close listener: %w", err))
 		}
@@ -451,7 +498,7 @@ func (p *Provider) removeConn(c *conn) {
 }
 
 // acceptLoop accepts connections on ln until Close closes it.
-func (p *Provider) acceptLoop(ln net.Listener, useTLS bool) {
+func (p *Provider) acceptLoop(ln net.Listener, serve func(rc net.Conn, idx int)) {
 	defer p.wg.Done()
 	var backoff time.Duration
 	for {
@@ -491,27 +538,19 @@ func (p *Provider) acceptLoop(ln net.Listener, useTLS bool) {
 		// observed zero.
 		p.wg.Add(1)
 		p.mu.Unlock()
-		go p.serveConn(rc, idx, useTLS)
+		go serve(rc, idx)
 	}
 }
 
 // serveConn runs one accepted socket to completion.
 func (p *Provider) serveConn(rc net.Conn, idx int, useTLS bool) {
 	defer p.wg.Done()
-	defer func() {
-		p.mu.Lock()
-		delete(p.raws, rc)
-		p.mu.Unlock()
-		_ = rc.Close()
-	}()
+	defer p.forget(rc)
 	var nc net.Conn = rc
 	var tc *tls.Conn
 	if useTLS {
-		tc = tls.Server(rc, p.serverTLS)
-		ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
-		err := tc.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
+		var err error
+		if tc, err = handshake(rc, p.serverTLS); err != nil {
 			return
 		}
 		// RFC 9113 §3.2: over TLS, HTTP/2 is selected by ALPN only.
@@ -521,4 +560,21 @@ func (p *Provider) serveConn(rc net.Conn, idx int, useTLS bool) {
 		nc = tc
 	}
 	newConn(p, idx, rc, tc, nc).serve()
+}
+
+// forget closes an accepted socket and drops it from the set Close cuts.
+func (p *Provider) forget(rc net.Conn) {
+	p.mu.Lock()
+	delete(p.raws, rc)
+	p.mu.Unlock()
+	_ = rc.Close()
+}
+
+// handshake makes the server side of a TLS handshake, bounded by
+// handshakeTimeout.
+func handshake(rc net.Conn, cfg *tls.Config) (*tls.Conn, error) {
+	tc := tls.Server(rc, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	return tc, tc.HandshakeContext(ctx)
 }

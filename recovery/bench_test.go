@@ -24,7 +24,10 @@ import (
 
 // BenchmarkTransport compares the engine with a bare x/net http2.Transport
 // against the same loopback TLS HTTP/2 server (net/http's), in the same
-// run, sequentially and with 64 concurrent streams. "bare" sends the
+// run, sequentially and with 64 concurrent streams; and, as the http1/
+// variants, the engine's HTTP/1.1 client with a bare net/http.Transport
+// against one cleartext HTTP/1.1 server (net/http's, as local model
+// servers are), both keeping up to 64 idle connections. "bare" sends the
 // request as it is; "bare+headers" also sends what the engine adds to every
 // request and the contract requires (docs/contract.md section 5.4: the action's
 // Idempotency-Key and a unique per-attempt id), so engine vs bare+headers
@@ -46,27 +49,42 @@ func BenchmarkTransport(b *testing.B) {
 	srv.StartTLS()
 	defer srv.Close()
 	tlsConfig := &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}
+	h1srv := httptest.NewServer(srv.Config.Handler)
+	defer h1srv.Close()
 
 	transports := []struct {
 		name string
 		make func() (http.RoundTripper, func())
+		url  string // empty: the HTTP/2 server
 	}{
 		{"bare", func() (http.RoundTripper, func()) {
 			t := &http2.Transport{TLSClientConfig: tlsConfig}
 			return t, t.CloseIdleConnections
-		}},
+		}, ""},
 		{"bare+headers", func() (http.RoundTripper, func()) {
 			t := &http2.Transport{TLSClientConfig: tlsConfig}
 			return withContractHeaders{rt: t}, t.CloseIdleConnections
-		}},
+		}, ""},
 		{"engine", func() (http.RoundTripper, func()) {
 			e := recovery.New(recovery.Config{TLSClientConfig: tlsConfig, Logger: slog.New(slog.DiscardHandler)})
 			return e, func() { e.Close() }
-		}},
+		}, ""},
 		{"engine+key", func() (http.RoundTripper, func()) {
 			e := recovery.New(recovery.Config{TLSClientConfig: tlsConfig, Logger: slog.New(slog.DiscardHandler)})
 			return withContractHeaders{rt: e, keyOnly: true}, func() { e.Close() }
-		}},
+		}, ""},
+		{"http1/bare", func() (http.RoundTripper, func()) {
+			t := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+			return t, t.CloseIdleConnections
+		}, h1srv.URL},
+		{"http1/bare+headers", func() (http.RoundTripper, func()) {
+			t := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+			return withContractHeaders{rt: t}, t.CloseIdleConnections
+		}, h1srv.URL},
+		{"http1/engine+key", func() (http.RoundTripper, func()) {
+			e := recovery.New(recovery.Config{MaxIdleHTTP1PerAuthority: 64, Logger: slog.New(slog.DiscardHandler)})
+			return withContractHeaders{rt: e, keyOnly: true}, func() { e.Close() }
+		}, h1srv.URL},
 	}
 	for _, mode := range []struct {
 		name string
@@ -76,9 +94,13 @@ func BenchmarkTransport(b *testing.B) {
 			b.Run(mode.name+"/"+tr.name, func(b *testing.B) {
 				rt, closeFn := tr.make()
 				defer closeFn()
+				url := tr.url
+				if url == "" {
+					url = srv.URL
+				}
 				do := func(ctx context.Context) time.Duration {
 					start := time.Now()
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 					resp, err := rt.RoundTrip(req)
 					if err != nil {
 						b.Fatal(err)

@@ -151,14 +151,26 @@ func classifyResponse(ev Evidence) Classification {
 }
 
 func classifyNoResponse(ev Evidence) Classification {
+	if ev.ProtocolMismatch != "" {
+		// The server does not speak the protocol tried, so it cannot have
+		// read the request as one (an HTTP/1.1 server answered the
+		// HTTP/2 preface, an h2c server the HTTP/1.1 request line): a
+		// configuration error, never an ambiguity. The reason names the
+		// fix; the same route would fail the same way, so only a fallback
+		// may follow.
+		return Classification{Class: Unsent, Reason: mismatchReason(ev.ProtocolMismatch), ReplaySafe: true, Fallback: true, FreshConnection: ev.ConnRef != "", RouteMisconfigured: true}
+	}
+	if ev.HTTPVersion == protoHTTP11 {
+		return classifyHTTP1NoResponse(ev)
+	}
 	switch {
 	case ev.MappingLost:
 		return ambiguous("stream_mapping_lost", false)
 	case ev.DialFailed:
-		return Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
+		return unsentDialFailed
 	case !ev.RequestSent && !ev.MaybeSent:
 		if ev.TimedOut {
-			return Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
+			return unsentTimedOut
 		}
 		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
 	case !ev.RequestSent:
@@ -188,6 +200,54 @@ func classifyNoResponse(ev Evidence) Classification {
 		return ambiguous("rst_stream_"+ev.RSTStream.Label(), true)
 	case ev.ConnClosed:
 		return ambiguous("connection_closed_without_goaway", true)
+	case ev.TimedOut:
+		return ambiguous("timeout_after_send", true)
+	default:
+		return ambiguous("no_response", true)
+	}
+}
+
+// The unsent rows HTTP/2 and HTTP/1.1 share.
+var (
+	unsentDialFailed = Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
+	unsentTimedOut   = Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
+)
+
+// mismatchReason names what the server speaks, and so the fix: set the
+// route's http_version to it.
+func mismatchReason(speaks string) string {
+	switch speaks {
+	case MismatchHTTP11:
+		return "server_speaks_http1.1_set_http_version"
+	case MismatchHTTP2:
+		return "server_speaks_only_http2_set_http_version"
+	default:
+		return "server_does_not_speak_http2_set_http_version"
+	}
+}
+
+// classifyHTTP1NoResponse classifies an HTTP/1.1 attempt that got no
+// response. HTTP/1.1 has no last-stream id and no REFUSED_STREAM: the only
+// proof of non-processing is that no request byte was written, which the
+// engine counts exactly.
+func classifyHTTP1NoResponse(ev Evidence) Classification {
+	switch {
+	case ev.DialFailed:
+		return unsentDialFailed
+	case !ev.RequestSent && ev.TimedOut:
+		return unsentTimedOut
+	case !ev.RequestSent:
+		return Classification{Class: Unsent, Reason: "connection_unusable_before_request", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
+	case ev.ResponseHeaders:
+		// Some answer came but not a readable status line and headers.
+		return ambiguous("http1_answer_cut_before_status", true)
+	case ev.ConnClosed && !ev.ConnFresh:
+		// The keep-alive race: a reused connection the server closed as
+		// the request reached it, or after it read it. No byte of answer
+		// says which.
+		return ambiguous("http1_reused_connection_closed_after_request", true)
+	case ev.ConnClosed:
+		return ambiguous("http1_connection_closed_after_request", true)
 	case ev.TimedOut:
 		return ambiguous("timeout_after_send", true)
 	default:

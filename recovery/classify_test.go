@@ -246,3 +246,44 @@ func TestClassifyEdgeRows(t *testing.T) {
 	}
 	runRows(t, tests)
 }
+
+// TestClassifyHTTP1 walks the HTTP/1.1 rows (docs/recovery.md): with no
+// last-stream id and no REFUSED_STREAM, only "no request byte written"
+// proves non-processing; a protocol mismatch is a configuration error.
+func TestClassifyHTTP1(t *testing.T) {
+	h1 := func(f func(*Evidence)) Evidence {
+		ev := Evidence{HTTPVersion: protoHTTP11, ConnRef: "p-c1", ConnFresh: true}
+		f(&ev)
+		return ev
+	}
+	written := func(e *Evidence) { e.RequestSent, e.RequestBytes = true, 180 }
+	tests := []row{
+		{"unsent: HTTP/1.1 dial or TLS failure", Evidence{HTTPVersion: protoHTTP11, DialFailed: true}, Unsent, "dial_failed", replaySafe},
+		{"unsent: HTTP/1.1 no request byte written", h1(func(e *Evidence) { e.ConnClosed = true }), Unsent, "connection_unusable_before_request", replaySafe},
+		{"unsent: HTTP/1.1 timer before any request byte", h1(func(e *Evidence) { e.TimedOut = true }), Unsent, "timeout_before_send", replaySafe},
+		{"unsent: HTTP/1.1 reused connection, nothing written", h1(func(e *Evidence) { e.ConnFresh = false; e.ConnClosed = true }), Unsent, "connection_unusable_before_request", replaySafe},
+		{"ambiguous: HTTP/1.1 request written, connection closed, no response", h1(func(e *Evidence) { written(e); e.ConnClosed = true }), Ambiguous, "http1_connection_closed_after_request", needsVerdict},
+		{"ambiguous: HTTP/1.1 keep-alive race lost (reused connection closed after the request)", h1(func(e *Evidence) { written(e); e.ConnFresh = false; e.ConnClosed = true }), Ambiguous, "http1_reused_connection_closed_after_request", needsVerdict},
+		{"ambiguous: HTTP/1.1 answer cut before its status line ended", h1(func(e *Evidence) { written(e); e.ResponseHeaders = true; e.ConnClosed = true }), Ambiguous, "http1_answer_cut_before_status", needsVerdict},
+		{"ambiguous: HTTP/1.1 timer after the request was written", h1(func(e *Evidence) { written(e); e.TimedOut = true }), Ambiguous, "timeout_after_send", needsVerdict},
+		{"completed: HTTP/1.1 response complete (Connection: close after it too)", h1(func(e *Evidence) { written(e); e.Status = 200; e.ContentStarted = true }), Completed, "response_complete", nil},
+		{"ambiguous: HTTP/1.1 body cut before content", h1(func(e *Evidence) { written(e); e.Status = 200; e.BodyFailed = true }), Ambiguous, "body_failed_before_content", needsVerdict},
+		{"committed_partial: HTTP/1.1 chunked body cut after content", h1(func(e *Evidence) { written(e); e.Status = 200; e.ContentStarted = true; e.BodyFailed = true }), CommittedPartial, "stream_failed_after_content", terminal},
+		{"throttled: HTTP/1.1 429", h1(func(e *Evidence) { written(e); e.Status = 429 }), Throttled, "status_429", nil},
+
+		{"unsent: the HTTP/2 preface answered by HTTP/1.1 400", Evidence{HTTPVersion: protoHTTP2, ConnRef: "p-c1", RequestSent: true, StreamID: 1, ConnClosed: true, ProtocolMismatch: MismatchHTTP11}, Unsent, "server_speaks_http1.1_set_http_version", misconfiguredUnsent},
+		{"unsent: an h2c server closed before any HTTP/2 byte", Evidence{HTTPVersion: protoHTTP2, ConnRef: "p-c1", RequestSent: true, StreamID: 1, ConnClosed: true, ProtocolMismatch: MismatchNotHTTP2}, Unsent, "server_does_not_speak_http2_set_http_version", misconfiguredUnsent},
+		{"unsent: a protocol mismatch beats lost framing", Evidence{HTTPVersion: protoHTTP2, ConnRef: "p-c1", RequestSent: true, MappingLost: true, ProtocolMismatch: MismatchHTTP11}, Unsent, "server_speaks_http1.1_set_http_version", misconfiguredUnsent},
+		{"unsent: ALPN chose HTTP/1.1 for a route that asked for HTTP/2", Evidence{DialFailed: true, ProtocolMismatch: MismatchHTTP11}, Unsent, "server_speaks_http1.1_set_http_version", misconfiguredUnsent},
+		{"unsent: an HTTP/1.1 request answered by an HTTP/2 SETTINGS frame", h1(func(e *Evidence) { written(e); e.ResponseHeaders = true; e.ProtocolMismatch = MismatchHTTP2 }), Unsent, "server_speaks_only_http2_set_http_version", misconfiguredUnsent},
+	}
+	runRows(t, tests)
+}
+
+func misconfiguredUnsent(t *testing.T, c Classification) {
+	t.Helper()
+	replaySafe(t, c)
+	if !c.RouteMisconfigured || c.ProviderHealth || c.NeedsReconciliation {
+		t.Errorf("a protocol mismatch is a configuration error: want route misconfigured, no health impact, no verdict; got %+v", c)
+	}
+}

@@ -1,7 +1,9 @@
-// Package recovery is durallm's HTTP/2 recovery engine: an http.RoundTripper
-// that owns its connection pool, watches every HTTP/2 frame on its
-// connections, and records for each attempt the evidence that decides
-// whether a failed request is safe to send again.
+// Package recovery is durallm's recovery engine: an http.RoundTripper that
+// owns its connection pools, watches every HTTP/2 frame on its
+// connections (and speaks HTTP/1.1 with a client of its own that counts
+// every byte, see http1.go), and records for each attempt the evidence
+// that decides whether a failed request is safe to send again. Which
+// protocol a request speaks is its route's HTTPVersion (WithHTTPVersion).
 //
 // The engine never retries. It answers one question per attempt — what
 // happened on the wire — as an Evidence value, and Classify turns that into

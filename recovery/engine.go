@@ -24,13 +24,26 @@ import (
 // documented defaults.
 type Config struct {
 	// TLSClientConfig is used for https URLs. Nil means the system roots.
-	// NextProtos is always set to ["h2"]: the engine speaks only HTTP/2.
-	// Verification stays on unless the config itself turns it off.
+	// NextProtos is always replaced by what the request's HTTPVersion
+	// asks for: ["h2", "http/1.1"] for auto, ["h2"] for 2, ["http/1.1"]
+	// for 1.1. Verification stays on unless the config itself turns it
+	// off.
 	TLSClientConfig *tls.Config
-	// AllowH2C permits http URLs, spoken as cleartext HTTP/2 with prior
-	// knowledge (RFC 9113 section 3.3). Meant for loopback tests. When
-	// false an http URL is an error.
+	// AllowH2C makes an http URL sent as HTTPVersionAuto cleartext HTTP/2
+	// with prior knowledge (RFC 9113 section 3.3) instead of HTTP/1.1. A
+	// request that asks for HTTPVersion2 gets h2c whatever it says. Default
+	// false: http URLs speak HTTP/1.1, as local model servers do.
 	AllowH2C bool
+	// HTTP1IdleTimeout closes an idle HTTP/1.1 connection after this long,
+	// so that the engine, not the server, ends an idle keep-alive
+	// connection: keep it below the server's keep-alive timeout. Zero
+	// means DefaultHTTP1IdleTimeout (4s); negative disables keep-alive
+	// (a new connection per request).
+	HTTP1IdleTimeout time.Duration
+	// MaxIdleHTTP1PerAuthority bounds the idle HTTP/1.1 connections kept
+	// per scheme and host:port. HTTP/1.1 connections in use are not
+	// bounded (each carries one request). Zero means 16.
+	MaxIdleHTTP1PerAuthority int
 	// MaxConnsPerAuthority bounds live connections (not draining) plus
 	// dials in progress per host:port. Zero means 4.
 	MaxConnsPerAuthority int
@@ -49,8 +62,22 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ErrNoHTTP2 is returned when a TLS server does not negotiate h2 by ALPN.
-var ErrNoHTTP2 = errors.New("recovery: server did not negotiate HTTP/2 (ALPN h2)")
+// ErrNoHTTP2 is returned when a TLS server does not negotiate h2 by ALPN
+// for a request that asked for HTTPVersion2.
+var ErrNoHTTP2 = errors.New(`recovery: server did not negotiate HTTP/2 (ALPN h2); it speaks HTTP/1.1: set the route's http_version to "1.1" or "auto"`)
+
+// ErrSpeaksHTTP1 wraps the error of an HTTP/2 attempt whose server turned
+// out to speak HTTP/1.1 (Evidence.ProtocolMismatch): a configuration
+// error, named with its fix.
+var ErrSpeaksHTTP1 = errors.New(`recovery: the server speaks HTTP/1.1, not HTTP/2: set the route's http_version to "1.1" (or "auto" without --allow-h2c)`)
+
+// ErrNotHTTP2 wraps the error of an h2c attempt whose server closed the
+// connection without a byte of HTTP/2.
+var ErrNotHTTP2 = errors.New(`recovery: the server closed the connection without speaking HTTP/2: if it speaks HTTP/1.1, set the route's http_version to "1.1"`)
+
+// ErrSpeaksOnlyHTTP2 wraps the error of an HTTP/1.1 attempt whose server
+// answered with an HTTP/2 frame: an h2c-only server.
+var ErrSpeaksOnlyHTTP2 = errors.New(`recovery: the server speaks only cleartext HTTP/2 (h2c): set the route's http_version to "2"`)
 
 // ErrTimedOut marks a context cancellation as a timeout rather than the
 // caller's scope ending. A caller's timer (first-byte, idle) cancels the
@@ -85,14 +112,21 @@ var ErrUnsupportedScheme = errors.New("recovery: unsupported URL scheme")
 //
 // An Engine is safe for concurrent use. Close it to release connections.
 type Engine struct {
-	cfg    Config
-	h2     *http2.Transport
-	obs    *Observer
-	pool   *pool
-	logger *slog.Logger
-	proc   string // random tag that makes connection refs unique across engines and processes (newProcTag)
-	seq    atomic.Uint64
-	stats  stats
+	cfg  Config
+	h2   *http2.Transport
+	obs  *Observer
+	pool *pool
+	h1   *h1Pool
+	// http1At remembers, per scheme and authority, that an auto request
+	// found HTTP/1.1 there (ALPN chose it, or the server answered the h2c
+	// preface in HTTP/1.1), so later auto requests go straight to it.
+	// Keyed without building a string, since every request looks.
+	http1Mu sync.RWMutex
+	http1At map[[2]string]bool
+	logger  *slog.Logger
+	proc    string // random tag that makes connection refs unique across engines and processes (newProcTag)
+	seq     atomic.Uint64
+	stats   stats
 }
 
 // New returns an Engine for cfg.
@@ -115,6 +149,12 @@ func New(cfg Config) *Engine {
 	if cfg.DialContext == nil {
 		cfg.DialContext = (&net.Dialer{}).DialContext
 	}
+	if cfg.HTTP1IdleTimeout == 0 {
+		cfg.HTTP1IdleTimeout = DefaultHTTP1IdleTimeout
+	}
+	if cfg.MaxIdleHTTP1PerAuthority <= 0 {
+		cfg.MaxIdleHTTP1PerAuthority = 16
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -134,6 +174,7 @@ func New(cfg Config) *Engine {
 		proc:   newProcTag(),
 	}
 	e.pool = newPool(cfg.MaxConnsPerAuthority, e.dial)
+	e.h1 = &h1Pool{idleTimeout: cfg.HTTP1IdleTimeout, maxIdle: cfg.MaxIdleHTTP1PerAuthority, stats: &e.stats, idle: map[string][]*h1Conn{}}
 	return e
 }
 
@@ -150,6 +191,7 @@ func newProcTag() string {
 // Close closes every connection. In-flight requests fail.
 func (e *Engine) Close() error {
 	e.pool.closeAllConns()
+	e.h1.closeAll()
 	return nil
 }
 
@@ -172,7 +214,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := a.begin(e, authority); err != nil {
 		return nil, err
 	}
-	if scheme != "https" && !(scheme == "http" && e.cfg.AllowH2C) {
+	if scheme != "https" && scheme != "http" {
 		a.unsendable(UnsendableRoute)
 		a.settle(ctx, nil, auto)
 		return nil, fmt.Errorf("%w %q", ErrUnsupportedScheme, scheme)
@@ -196,11 +238,33 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.Header.Set(HeaderIdempotencyKey, a.spec.IdempotencyKey)
 	}
 
+	version := versionFrom(ctx)
+	if e.useHTTP1(version, scheme, authority) {
+		return e.roundTripHTTP1(ctx, a, out, scheme, authority, auto, nil)
+	}
+	alpn := alpnAuto
+	if version == HTTPVersion2 {
+		alpn = alpnH2
+	}
+
 	e.obs.Track(a.spec.AttemptID)
 	var resp *http.Response
 	for pick := 1; ; pick++ {
-		pc, dialed, err := e.pool.get(ctx, scheme, authority, a.spec.Avoid, a.spec.FreshConnection)
+		pc, dialed, err := e.pool.get(ctx, scheme, authority, alpn, a.spec.Avoid, a.spec.FreshConnection)
 		if err != nil {
+			// Only here: errors.As makes its target escape, and this is
+			// every request's path.
+			var neg errNegotiatedHTTP1
+			if errors.As(err, &neg) {
+				// ALPN chose HTTP/1.1 for an auto request: the connection
+				// is good, for the other protocol.
+				e.obs.Untrack(a.spec.AttemptID)
+				e.learnHTTP1(scheme, authority)
+				return e.roundTripHTTP1(ctx, a, out, scheme, authority, auto, neg.c)
+			}
+			if errors.Is(err, ErrNoHTTP2) {
+				a.mismatch(MismatchHTTP11)
+			}
 			a.dialFailed(ctx)
 			a.settle(ctx, nil, auto)
 			return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
@@ -224,6 +288,19 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		a.settle(ctx, err, auto)
 		e.pool.release(pc)
+		m := a.Evidence().ProtocolMismatch
+		if m != "" && version == HTTPVersionAuto {
+			// Not HTTP/2: over http:// the one other protocol is HTTP/1.1.
+			// (A server that closed silently may have answered in
+			// HTTP/1.1 just before: its reset can destroy the answer.)
+			e.learnHTTP1(scheme, authority)
+		}
+		switch m {
+		case MismatchHTTP11:
+			err = fmt.Errorf("%w (%w)", ErrSpeaksHTTP1, err)
+		case MismatchNotHTTP2:
+			err = fmt.Errorf("%w (%w)", ErrNotHTTP2, err)
+		}
 		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
 	}
 	pc := a.connUsed()
@@ -239,6 +316,62 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 	a.response(resp)
 	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, release: func() { e.pool.release(pc) }}
 	return resp, nil
+}
+
+// useHTTP1 decides the protocol of a request before any connection is
+// picked (Config.AllowH2C and HTTPVersion say how). An auto request over
+// TLS goes to HTTP/2 first, where ALPN decides, unless this authority has
+// already answered in HTTP/1.1.
+func (e *Engine) useHTTP1(v HTTPVersion, scheme, authority string) bool {
+	switch v {
+	case HTTPVersion11:
+		return true
+	case HTTPVersion2:
+		return false
+	}
+	e.http1Mu.RLock()
+	learned := e.http1At[[2]string{scheme, authority}]
+	e.http1Mu.RUnlock()
+	return learned || (scheme == "http" && !e.cfg.AllowH2C)
+}
+
+// learnHTTP1 records that auto requests to authority speak HTTP/1.1.
+func (e *Engine) learnHTTP1(scheme, authority string) {
+	e.http1Mu.Lock()
+	if e.http1At == nil {
+		e.http1At = make(map[[2]string]bool)
+	}
+	e.http1At[[2]string{scheme, authority}] = true
+	e.http1Mu.Unlock()
+}
+
+// unlearnHTTP1 takes it back: an auto request sent as HTTP/1.1 there was
+// answered in HTTP/2, so the next one tries HTTP/2 again.
+func (e *Engine) unlearnHTTP1(scheme, authority string) {
+	e.http1Mu.Lock()
+	delete(e.http1At, [2]string{scheme, authority})
+	e.http1Mu.Unlock()
+}
+
+// The ALPN offers of an HTTP/2 dial: auto also offers http/1.1, so that a
+// server that speaks only HTTP/1.1 can say so.
+var (
+	alpnH2   = []string{http2.NextProtoTLS}
+	alpnAuto = []string{http2.NextProtoTLS, "http/1.1"}
+)
+
+// tlsConfig is the client TLS config for authority, offering protos.
+func (e *Engine) tlsConfig(authority string, protos []string) *tls.Config {
+	cfg := e.cfg.TLSClientConfig.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	cfg.NextProtos = protos
+	if cfg.ServerName == "" {
+		host, _, _ := net.SplitHostPort(authority)
+		cfg.ServerName = host
+	}
+	return cfg
 }
 
 // maxPicks bounds how often one request may be given another connection
@@ -384,7 +517,7 @@ func authorityOf(scheme, host string) string {
 }
 
 // dial opens and wraps one connection.
-func (e *Engine) dial(ctx context.Context, scheme, authority string, wake func()) (*pooledConn, error) {
+func (e *Engine) dial(ctx context.Context, scheme, authority string, alpn []string, wake func()) (*pooledConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
 	defer cancel()
 	raw, err := e.cfg.DialContext(dctx, "tcp", authority)
@@ -393,27 +526,23 @@ func (e *Engine) dial(ctx context.Context, scheme, authority string, wake func()
 	}
 	conn := raw
 	if scheme == "https" {
-		cfg := e.cfg.TLSClientConfig.Clone()
-		if cfg == nil {
-			cfg = &tls.Config{}
-		}
-		cfg.NextProtos = []string{http2.NextProtoTLS}
-		if cfg.ServerName == "" {
-			host, _, _ := net.SplitHostPort(authority)
-			cfg.ServerName = host
-		}
-		tc := tls.Client(raw, cfg)
+		tc := tls.Client(raw, e.tlsConfig(authority, alpn))
 		if err := tc.HandshakeContext(dctx); err != nil {
 			raw.Close()
 			return nil, fmt.Errorf("recovery: TLS handshake with %s: %w", authority, err)
 		}
 		if tc.ConnectionState().NegotiatedProtocol != http2.NextProtoTLS {
+			if len(alpn) > 1 {
+				// Offered both: the server chose HTTP/1.1 (or, saying
+				// nothing, implied it).
+				return nil, errNegotiatedHTTP1{c: e.newH1Conn(raw, tc, authority)}
+			}
 			raw.Close()
 			return nil, fmt.Errorf("%w: %s", ErrNoHTTP2, authority)
 		}
 		conn = tc
 	}
-	pc := &pooledConn{ref: e.proc + "-c" + strconv.FormatUint(e.seq.Add(1), 10), authority: authority}
+	pc := &pooledConn{ref: e.proc + "-c" + strconv.FormatUint(e.seq.Add(1), 10), authority: authority, h2c: scheme == "http"}
 	oc, outer := e.obs.wrap(conn, pc.ref, ConnHooks{
 		GoAway: func(g GoAway) {
 			pc.draining.Store(true)
@@ -496,6 +625,7 @@ type Attempt struct {
 	mu       sync.Mutex
 	engine   *Engine
 	conn     *pooledConn
+	http1    bool // sent over HTTP/1.1: the engine recorded the wire facts itself
 	ev       Evidence
 	settled  bool
 	finished bool
@@ -566,7 +696,7 @@ func (a *Attempt) unsendable(u Unsendable) {
 func (a *Attempt) useConn(pc *pooledConn, dialed bool) {
 	a.mu.Lock()
 	a.conn = pc
-	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = pc.ref, dialed, "HTTP/2.0"
+	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = pc.ref, dialed, protoHTTP2
 	a.mu.Unlock()
 }
 
@@ -661,7 +791,7 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 			a.ev.Canceled = true
 		}
 	}
-	if e := a.engine; e != nil {
+	if e := a.engine; e != nil && !a.http1 {
 		var oc *ObservedConn
 		if a.conn != nil {
 			oc = a.conn.oc
@@ -679,6 +809,16 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 		a.ev.RSTStream, a.ev.GoAway = f.RSTStream, f.GoAway
 		a.ev.ConnClosed, a.ev.MappingLost = f.ConnClosed, f.MappingLost
 		a.ev.SentAfterGoAway = f.SentAfterGoAway
+		if a.ev.Status == 0 && a.ev.ProtocolMismatch == "" {
+			switch {
+			case f.AnsweredHTTP1:
+				a.ev.ProtocolMismatch = MismatchHTTP11
+			case f.ServerSilent && a.conn != nil && a.conn.h2c:
+				// With prior knowledge nothing negotiated HTTP/2; a
+				// server that does speak it sends SETTINGS first.
+				a.ev.ProtocolMismatch = MismatchNotHTTP2
+			}
+		}
 		if a.ev.TransportReplays > 0 {
 			e.stats.replays.Add(int64(a.ev.TransportReplays))
 		}

@@ -25,20 +25,27 @@ type Evidence struct {
 
 	// Authority is the host:port the request was meant for.
 	Authority string `json:"authority,omitempty"`
-	// HTTPVersion is the protocol spoken, "HTTP/2.0" when a connection was
-	// had.
+	// HTTPVersion is the protocol spoken, "HTTP/2.0" or "HTTP/1.1" once a
+	// connection was had (the route's http_version and ALPN decide).
 	HTTPVersion string `json:"http_version,omitempty"`
+	// ProtocolMismatch says what the server turned out to speak when it
+	// was not what the engine tried (MismatchHTTP11, MismatchHTTP2,
+	// MismatchNotHTTP2): the route is misconfigured, and the request was
+	// provably not processed.
+	ProtocolMismatch string `json:"protocol_mismatch,omitempty"`
 	// ConnRef names the connection the attempt used, unique per process
 	// and connection (e.g. "7f3a9c01d2e4b5a6-c12"). Empty when no connection was had.
 	ConnRef string `json:"conn_ref,omitempty"`
-	// ConnFresh reports that the connection was dialed for this attempt.
+	// ConnFresh reports that the connection was dialed for this attempt;
+	// false with a ConnRef means a reused (kept-alive) connection.
 	ConnFresh bool `json:"conn_fresh,omitempty"`
 	// DialFailed reports that no connection could be had (dial, TLS or
 	// ALPN failure). The request never left the client.
 	DialFailed bool `json:"dial_failed,omitempty"`
 
 	// RequestSent reports that a HEADERS frame carrying this attempt's
-	// header was handed to the connection.
+	// header was handed to the connection; over HTTP/1.1, that at least
+	// one byte of the request was written to it (RequestBytes > 0).
 	RequestSent bool `json:"request_sent,omitempty"`
 	// MaybeSent reports that the request was in the transport's hands
 	// when its context ended and the observer could not prove its HEADERS
@@ -58,10 +65,13 @@ type Evidence struct {
 	// had already received GOAWAY: the pool's drain failed. It should never
 	// be true; an alert watches it (docs/operations.md).
 	SentAfterGoAway bool `json:"sent_after_goaway,omitempty"`
-	// RequestBytes counts HEADERS and DATA payload bytes sent on the stream.
+	// RequestBytes counts HEADERS and DATA payload bytes sent on the
+	// stream; over HTTP/1.1, the request's bytes (request line, headers,
+	// body) the connection accepted, counted exactly.
 	RequestBytes int64 `json:"request_bytes,omitempty"`
 
-	// ResponseHeaders reports that a HEADERS frame arrived on the stream.
+	// ResponseHeaders reports that a HEADERS frame arrived on the stream;
+	// over HTTP/1.1, that any byte of an answer arrived.
 	ResponseHeaders bool `json:"response_headers,omitempty"`
 	// Status is the final HTTP status, 0 when no response arrived.
 	Status int `json:"status,omitempty"`

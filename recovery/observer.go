@@ -15,6 +15,7 @@ const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
 	frameRSTStream    = 0x3
+	frameSettings     = 0x4
 	framePing         = 0x6
 	frameGoAway       = 0x7
 	frameContinuation = 0x9
@@ -36,6 +37,9 @@ const (
 )
 
 var attemptHeaderLower = strings.ToLower(HeaderAttemptID)
+
+// http1StatusPrefix begins every HTTP/1.x status line.
+const http1StatusPrefix = "HTTP/1."
 
 // errObserverLost marks a connection whose frames could not be followed.
 var errObserverLost = errors.New("recovery: frame observer lost the connection's framing")
@@ -158,6 +162,14 @@ type StreamFacts struct {
 	// SentAfterGoAway reports that a stream of the attempt left on a
 	// connection that had already received GOAWAY.
 	SentAfterGoAway bool
+	// AnsweredHTTP1 reports that the server's first bytes on the
+	// connection were an HTTP/1.x status line: it read the HTTP/2 preface
+	// as an HTTP/1 request and answered it, so it speaks HTTP/1.1.
+	AnsweredHTTP1 bool
+	// ServerSilent reports that the server closed or reset the connection
+	// (seen by a read or by a refused write) without having sent a single
+	// byte.
+	ServerSilent bool
 }
 
 // Stream returns what the frames said about attemptID so far. When no
@@ -187,6 +199,8 @@ func (o *Observer) Stream(attemptID string, fallback *ObservedConn) StreamFacts 
 			f.GoAway = &g
 		}
 		f.ConnClosed, f.MappingLost = c.closed, c.lost
+		f.AnsweredHTTP1 = c.http1Answer
+		f.ServerSilent = c.inTotal == 0 && ((c.closed && c.peerClosed) || c.peerGone)
 		c.mu.Unlock()
 	}
 	return f
@@ -262,6 +276,14 @@ type ObservedConn struct {
 	// wfailed: a write to the connection failed. x/net's writer keeps the
 	// error and writes nothing after it, so no later frame will be seen.
 	wfailed bool
+	// inTotal counts bytes received; inFirst keeps the first few, where
+	// an HTTP/1.x status line would be (http1Answer). peerClosed: the read
+	// side ended by the server's close or reset, not the engine's.
+	inTotal     int64
+	inFirst     []byte
+	http1Answer bool
+	peerClosed  bool
+	peerGone    bool // a write failed because the peer closed or reset
 }
 
 type observedTLSConn struct {
@@ -303,6 +325,9 @@ func (c *ObservedConn) Write(b []byte) (int, error) {
 			c.wfailed = true
 			c.changedLocked()
 		}
+		// A write the peer refused (a reset, a broken pipe), not one
+		// after the engine's own close.
+		c.peerGone = c.peerGone || !errors.Is(err, net.ErrClosed)
 		c.mu.Unlock()
 	}
 	return n, err
@@ -337,7 +362,16 @@ func (c *ObservedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 || err != nil {
 		c.mu.Lock()
-		if n > 0 && !c.lost {
+		if n > 0 && c.inTotal < int64(len(http1StatusPrefix)) {
+			c.inFirst = append(c.inFirst, b[:min(n, len(http1StatusPrefix)-len(c.inFirst))]...)
+			if string(c.inFirst) == http1StatusPrefix {
+				// An HTTP/2 server's first bytes are a SETTINGS frame,
+				// which can never begin "HTTP/1.".
+				c.http1Answer = true
+			}
+		}
+		c.inTotal += int64(n)
+		if n > 0 && !c.lost && !c.http1Answer {
 			if ferr := c.in.feed(b[:n], c.inKeep, c.inFrame); ferr != nil {
 				c.loseLocked()
 			}
@@ -345,6 +379,7 @@ func (c *ObservedConn) Read(b []byte) (int, error) {
 		closedNow := err != nil && !c.closed
 		if closedNow {
 			c.closed = true
+			c.peerClosed = !errors.Is(err, net.ErrClosed)
 		}
 		c.mu.Unlock()
 		if closedNow && c.hooks.Closed != nil {

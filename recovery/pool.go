@@ -15,6 +15,7 @@ type pooledConn struct {
 	authority string
 	cc        *http2.ClientConn
 	oc        *ObservedConn
+	h2c       bool // cleartext with prior knowledge: nothing negotiated HTTP/2
 
 	// draining is set, from the frame observer's read path, the moment a
 	// GOAWAY arrives, a 421 quarantines the connection, or the framing is
@@ -61,7 +62,8 @@ type authPool struct {
 // dialFunc dials a new connection. wake must be called (from any
 // goroutine, never blocking) when the connection's state changes in a way
 // that may free a slot: GOAWAY, lost framing, close.
-type dialFunc func(ctx context.Context, scheme, authority string, wake func()) (*pooledConn, error)
+// alpn is the TLS offer for an https dial.
+type dialFunc func(ctx context.Context, scheme, authority string, alpn []string, wake func()) (*pooledConn, error)
 
 func newPool(max int, dial dialFunc) *pool {
 	return &pool{max: max, dial: dial, byAuth: make(map[string]*authPool)}
@@ -89,7 +91,7 @@ func (p *pool) notify(ap *authPool) {
 // stream slot on it. avoid lists connection refs the attempt must not use;
 // fresh demands a newly dialed connection. dialed reports that the
 // connection was dialed for this call.
-func (p *pool) get(ctx context.Context, scheme, authority string, avoid []string, fresh bool) (c *pooledConn, dialed bool, err error) {
+func (p *pool) get(ctx context.Context, scheme, authority string, alpn, avoid []string, fresh bool) (c *pooledConn, dialed bool, err error) {
 	for {
 		p.mu.Lock()
 		ap := p.authLocked(authority)
@@ -118,7 +120,7 @@ func (p *pool) get(ctx context.Context, scheme, authority string, avoid []string
 			ap.dialing++
 			p.mu.Unlock()
 			closeAll(stale)
-			pc, err := p.dial(ctx, scheme, authority, func() { p.notify(ap) })
+			pc, err := p.dial(ctx, scheme, authority, alpn, func() { p.notify(ap) })
 			p.mu.Lock()
 			ap.dialing--
 			if err == nil {

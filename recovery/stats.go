@@ -27,6 +27,25 @@ type Stats struct {
 	MaybeSent int64
 	// Attempts counts finished attempts by classification.
 	Attempts map[Class]int64
+
+	// HTTP/1.1 keep-alive decisions (the keep-alive race, docs/recovery.md).
+	// HTTP1ConnsOpened counts HTTP/1.1 connections dialed (also in
+	// ConnsOpened).
+	HTTP1ConnsOpened int64
+	// HTTP1Reused counts requests sent on a kept-alive connection that
+	// passed the usability check.
+	HTTP1Reused int64
+	// HTTP1ClosedIdle counts idle connections the usability check found
+	// closed (or sent to) by the server: discarded unwritten, and a new
+	// connection dialed instead.
+	HTTP1ClosedIdle int64
+	// HTTP1Expired counts idle connections the engine closed at its own
+	// idle timeout (Config.HTTP1IdleTimeout), before the server could.
+	HTTP1Expired int64
+	// HTTP1RaceLost counts requests written on a reused connection that
+	// the server then closed without a byte of answer: ambiguous, since
+	// HTTP/1.1 cannot prove such a request unprocessed.
+	HTTP1RaceLost int64
 }
 
 type stats struct {
@@ -35,6 +54,11 @@ type stats struct {
 	replays      atomic.Int64
 	observerLost atomic.Int64
 	maybeSent    atomic.Int64
+	h1Opened     atomic.Int64
+	h1Reused     atomic.Int64
+	h1ClosedIdle atomic.Int64
+	h1Expired    atomic.Int64
+	h1RaceLost   atomic.Int64
 
 	mu       sync.Mutex
 	goAways  map[string]int64
@@ -68,6 +92,11 @@ func (e *Engine) Stats() Stats {
 		TransportReplays: s.replays.Load(),
 		ObserverLost:     s.observerLost.Load(),
 		MaybeSent:        s.maybeSent.Load(),
+		HTTP1ConnsOpened: s.h1Opened.Load(),
+		HTTP1Reused:      s.h1Reused.Load(),
+		HTTP1ClosedIdle:  s.h1ClosedIdle.Load(),
+		HTTP1Expired:     s.h1Expired.Load(),
+		HTTP1RaceLost:    s.h1RaceLost.Load(),
 		GoAways:          make(map[string]int64),
 		Attempts:         make(map[Class]int64),
 	}

@@ -208,13 +208,14 @@ func (t *Telemetry) WatchEngine(e *recovery.Engine) {
 
 func (t *Telemetry) engineCounters() error {
 	m := t.meter
-	conns, err1 := m.Int64ObservableCounter("durallm.connections.opened", metric.WithDescription("HTTP/2 connections the engine opened"))
+	conns, err1 := m.Int64ObservableCounter("durallm.connections.opened", metric.WithDescription("Connections the engine opened (HTTP/2 and HTTP/1.1)"))
 	goaways, err2 := m.Int64ObservableCounter("durallm.goaways", metric.WithDescription("GOAWAY frames received, by http2.error_code"))
 	quarantines, err3 := m.Int64ObservableCounter("durallm.quarantines", metric.WithDescription("Connections quarantined after a 421"))
 	replays, err4 := m.Int64ObservableCounter("durallm.transport.replays", metric.WithDescription("Streams that re-sent an attempt already sent (should stay 0)"))
 	lost, err5 := m.Int64ObservableCounter("durallm.observer.lost", metric.WithDescription("Connections whose HTTP/2 framing the observer could not follow"))
 	maybeSent, err6 := m.Int64ObservableCounter("durallm.maybe_sent", metric.WithDescription("Attempts whose context ended mid-send with no proof their HEADERS stayed (ambiguous, not unsent)"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	keepAlive, err7 := m.Int64ObservableCounter("durallm.http1.keepalive", metric.WithDescription("HTTP/1.1 keep-alive decisions, by decision: reused, closed_idle (found closed by the server, discarded unwritten), expired (closed at the engine's idle timeout), race_lost (a reused connection closed after the request: ambiguous)"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return err
 	}
 	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -230,6 +231,10 @@ func (t *Telemetry) engineCounters() error {
 			sum.TransportReplays += s.TransportReplays
 			sum.ObserverLost += s.ObserverLost
 			sum.MaybeSent += s.MaybeSent
+			sum.HTTP1Reused += s.HTTP1Reused
+			sum.HTTP1ClosedIdle += s.HTTP1ClosedIdle
+			sum.HTTP1Expired += s.HTTP1Expired
+			sum.HTTP1RaceLost += s.HTTP1RaceLost
 			for k, v := range s.GoAways {
 				byCode[k] += v
 			}
@@ -239,13 +244,16 @@ func (t *Telemetry) engineCounters() error {
 		o.ObserveInt64(replays, sum.TransportReplays)
 		o.ObserveInt64(lost, sum.ObserverLost)
 		o.ObserveInt64(maybeSent, sum.MaybeSent)
+		for decision, n := range map[string]int64{"reused": sum.HTTP1Reused, "closed_idle": sum.HTTP1ClosedIdle, "expired": sum.HTTP1Expired, "race_lost": sum.HTTP1RaceLost} {
+			o.ObserveInt64(keepAlive, n, metric.WithAttributes(attribute.String("decision", decision)))
+		}
 		for code, n := range byCode {
 			// Keys are ErrCode.Label values (RFC names or UNKNOWN), never
 			// the peer's raw code, so this attribute stays bounded.
 			o.ObserveInt64(goaways, n, metric.WithAttributes(attribute.String("http2.error_code", code)))
 		}
 		return nil
-	}, conns, goaways, quarantines, replays, lost, maybeSent)
+	}, conns, goaways, quarantines, replays, lost, maybeSent, keepAlive)
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,8 +40,10 @@ type Options struct {
 	// (tests use the providertest provider's). Verification stays on unless a
 	// route sets insecure_skip_verify, which logs a warning.
 	TLS *tls.Config
-	// AllowH2C lets routes use http:// base URLs as cleartext HTTP/2 with
-	// prior knowledge: for loopback providers only.
+	// AllowH2C makes http:// routes whose http_version is auto speak
+	// cleartext HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1. A
+	// route with http_version "2" speaks h2c whatever it says. Default
+	// false: http:// speaks HTTP/1.1, as local model servers do.
 	AllowH2C bool
 	// Reconciler is asked about ambiguous attempts before a person is.
 	// Nil means none.
@@ -74,6 +77,12 @@ type Options struct {
 	// Temporal SDK's own metrics, give the client
 	// Telemetry.TemporalMetricsHandler() when dialing it.
 	Telemetry *telemetry.Telemetry
+	// ProbeRoutes checks, at Start, what each route's server speaks
+	// (recovery.Engine.Probe: a TLS handshake or the HTTP/2 preface, never
+	// a request) and logs it, warning about a route whose http_version
+	// does not match its server, with the fix. At most 2s. Default false;
+	// durallm worker and dev turn it on.
+	ProbeRoutes bool
 	// MetricsAddr, when set (e.g. "127.0.0.1:9090"), serves /metrics,
 	// /healthz and /readyz there: counters and health, never content. It
 	// needs Telemetry.
@@ -127,6 +136,8 @@ type Worker struct {
 	streamHTTP  *http.Server
 	streamToken string
 	names       []string // the configured routes, for the start log
+	routes      routes.Config
+	probe       bool
 	started     atomic.Bool
 	// sweeper expires journal entries while the worker runs; nil when
 	// the journal cannot expire or sweeping is off.
@@ -203,7 +214,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		DisableEagerActivities:           o.DisableEagerActivities,
 	})
 	Register(tw, acts)
-	w := &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, names: o.Config.Names()}
+	w := &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
 	if ex, ok := o.Journal.(journal.Expirable); ok && o.JournalRetention >= 0 {
 		w.sweeper = &journal.Sweeper{Journal: ex, Actions: TemporalActions(c), Retention: o.JournalRetention, Logger: o.Logger}
 		w.sweepEvery = o.JournalSweepEvery
@@ -311,6 +322,9 @@ func (w *Worker) Start() error {
 		w.streamHTTP = w.serve(ln, mux, "stream endpoint")
 		w.log.Info("serving /v1/streams/", "addr", w.streamAddr, "token", w.streamToken != "")
 	}
+	if w.probe {
+		w.probeRoutes()
+	}
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}
@@ -325,6 +339,36 @@ func (w *Worker) Start() error {
 	}
 	w.log.Info("durallm worker started", "routes", w.names)
 	return nil
+}
+
+// probeRoutes logs what each route's server speaks (Options.ProbeRoutes),
+// all routes at once, within 2s. Before any attempt, so an auto route
+// that meets an HTTP/1.1 server over h2c already knows.
+func (w *Worker) probeRoutes() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range w.routes.Routes {
+		engine := w.engine
+		if r.InsecureSkipVerify && w.acts.InsecureEngine != nil {
+			engine = w.acts.InsecureEngine
+		}
+		v, _ := recovery.ParseHTTPVersion(r.HTTPVersion) // validated in New
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := engine.Probe(ctx, r.BaseURL, v)
+			switch {
+			case err != nil:
+				w.log.Warn("route probe: server not reached at start", "route", r.Name, "error", err)
+			case p.Mismatch != "":
+				w.log.Warn("route probe: the route's http_version does not match its server; its attempts will be unsent", "route", r.Name, "http_version", string(v), "server_speaks", p.Mismatch, "fix", p.Fix())
+			default:
+				w.log.Info("route probe", "route", r.Name, "http_version", string(v), "speaks", p.Speaks, "checked", p.Checked)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Stop stops taking new work, gives in-flight attempts up to StopTimeout

@@ -21,7 +21,9 @@ import (
 func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo-provider", "[flags]", stderr)
 	tlsAddr := fs.String("tls-addr", "127.0.0.1:8443", "TLS (h2) listen address; its self-signed certificate names only loopback")
-	h2cAddr := fs.String("h2c-addr", "127.0.0.1:8080", "cleartext HTTP/2 (prior knowledge) listen address; workers reach it with --allow-h2c")
+	h2cAddr := fs.String("h2c-addr", "127.0.0.1:8080", "cleartext HTTP/2 (prior knowledge) listen address; routes reach it with http_version \"2\" (or a worker with --allow-h2c)")
+	h1Addr := fs.String("http1-addr", "127.0.0.1:8081", "cleartext HTTP/1.1 listen address, as local model servers listen")
+	h1TLSAddr := fs.String("http1-tls-addr", "127.0.0.1:8444", "HTTP/1.1 over TLS (ALPN http/1.1 only) listen address")
 	model := fs.String("model", "demo-model", "model name echoed in answers")
 	goawayEvery := fs.Int("goaway-every", 0, "send a GOAWAY above the boundary on every Nth request (0: never), to watch recovery")
 	misdirectedEvery := fs.Int("misdirected-every", 0, "answer 421 to every Nth request (0: never)")
@@ -32,7 +34,7 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "durallm demo-provider: --goaway-every and --misdirected-every must not be negative")
 		return exitUsage
 	}
-	p, err := providertest.NewProvider(providertest.WithListenAddrs(*tlsAddr, *h2cAddr), providertest.WithModel(*model))
+	p, err := providertest.NewProvider(providertest.WithListenAddrs(*tlsAddr, *h2cAddr), providertest.WithHTTP1ListenAddrs(*h1Addr, *h1TLSAddr), providertest.WithModel(*model))
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm demo-provider: %v\n", err)
 		return exitError
@@ -49,7 +51,7 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 		}
 		return providertest.Behavior{}, false
 	})
-	fmt.Fprintf(stdout, "demo provider (OpenAI chat-completions shape) on %s and %s; Ctrl-C stops\n", p.URL(), p.H2CURL())
+	fmt.Fprintf(stdout, "demo provider (OpenAI chat-completions shape): HTTP/2 on %s and %s, HTTP/1.1 on %s and %s; Ctrl-C stops\n", p.URL(), p.H2CURL(), p.HTTP1URL(), p.HTTP1TLSURL())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()

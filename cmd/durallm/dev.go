@@ -140,11 +140,12 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	// The payload keyring, when on, encrypts the journal and the results
 	// too.
 	results := resultstore.Dir{Path: filepath.Join(*dataDir, "results"), Keys: keys}
-	// dev is a local tool: an http:// route (a local model server, the
-	// standalone demo provider) may speak cleartext HTTP/2.
+	// An http:// route speaks HTTP/1.1 (auto), as local model servers
+	// do; a route to a cleartext HTTP/2 server (the standalone demo
+	// provider's h2c port) says http_version: "2".
 	// Pollers and eager start as measured best for the embedded server
 	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal"), Keys: keys, Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes}}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, AllowH2C: true,
+	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal"), Keys: keys, Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes}}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, ProbeRoutes: true,
 		WorkflowPollers: 8, ActivityPollers: 8}
 	var demo *providertest.Provider
 	if *routesFile != "" {

@@ -53,7 +53,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	maxBytes := byteSize(defaultJournalMaxBytes)
 	fs.Var(&maxBytes, "journal-max-bytes", "the journal's size bound in stored bytes (KiB, MiB, GiB suffixes; 0: none): at the bound new attempts go unjournaled, nothing is dropped")
 	maxEntries := fs.Int64("journal-max-entries", 0, "the journal's bound in entries (0: none)")
-	allowH2C := fs.Bool("allow-h2c", false, "let http:// routes speak cleartext HTTP/2 (a provider on a private network, such as the compose demo provider)")
+	allowH2C := fs.Bool("allow-h2c", false, "http:// routes with http_version auto speak cleartext HTTP/2 (h2c) instead of HTTP/1.1 (a provider on a private network, such as the compose demo provider)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -106,7 +106,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: results,
-		AllowH2C: *allowH2C, StreamAddr: *streamAddr, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+		AllowH2C: *allowH2C, ProbeRoutes: true, StreamAddr: *streamAddr, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention,
 	})
 	if err != nil {

@@ -246,7 +246,8 @@ func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result
 
 	actx, cancelAttempt := context.WithTimeoutCause(ctx, route.AttemptTimeout, ErrAttemptTimeout)
 	defer cancelAttempt()
-	rctx, cancel := context.WithCancelCause(actx)
+	// The route says which HTTP version the engine speaks for it.
+	rctx, cancel := context.WithCancelCause(recovery.WithHTTPVersion(actx, recovery.HTTPVersion(route.HTTPVersion)))
 	// Deferred before the body's Close below, so it runs after it: the
 	// engine reads the context when the body closes, and a cancellation
 	// then would record a clean end as canceled.

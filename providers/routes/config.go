@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/durallm/durallm/recovery"
 )
 
 // Config is the worker-side route configuration. Keys never appear in it,
@@ -111,8 +113,9 @@ func EnvPrefix(name string) string {
 // adapter refuses response_format), a base URL that does not parse or is
 // not http(s), a missing model, both or neither key source (neither is
 // allowed only for a loopback base URL), an api_key_env that is not a
-// variable name, negative timeouts, negative context tokens, empty data
-// tags, and honours_idempotency_key without a positive idempotency_window.
+// variable name, an http_version other than auto, 2 or 1.1, negative
+// timeouts, negative context tokens, empty data tags, and
+// honours_idempotency_key without a positive idempotency_window.
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Routes) == 0 {
@@ -170,6 +173,9 @@ func (c Config) Validate() error {
 		}
 		if r.Model == "" {
 			bad("model", "required")
+		}
+		if _, err := recovery.ParseHTTPVersion(r.HTTPVersion); err != nil {
+			bad("http_version", `must be "auto", "2" or "1.1"`)
 		}
 		switch {
 		case r.APIKeyEnv != "" && r.APIKeyFile != "":
@@ -232,6 +238,7 @@ type rawRoute struct {
 	IdempotencyWindow     string  `yaml:"idempotency_window"`
 	InsecureSkipVerify    string  `yaml:"insecure_skip_verify"`
 	Intermediary          string  `yaml:"intermediary"`
+	HTTPVersion           string  `yaml:"http_version"`
 }
 
 type rawCaps struct {
@@ -252,7 +259,8 @@ type rawCaps struct {
 //
 // The overrides, for a route called NAME (see EnvPrefix):
 // DURALLM_ROUTE_<NAME>_BASE_URL, DURALLM_ROUTE_<NAME>_MODEL,
-// DURALLM_ROUTE_<NAME>_API_KEY_ENV and DURALLM_ROUTE_<NAME>_INTERMEDIARY.
+// DURALLM_ROUTE_<NAME>_API_KEY_ENV, DURALLM_ROUTE_<NAME>_INTERMEDIARY and
+// DURALLM_ROUTE_<NAME>_HTTP_VERSION.
 // API_KEY_ENV replaces the key source, so it also clears api_key_file.
 func LoadConfig(path string, env func(string) string) (Config, error) {
 	if env == nil {
@@ -287,6 +295,11 @@ func LoadConfig(path string, env func(string) string) (Config, error) {
 			if v := env(p + "API_KEY_ENV"); v != "" {
 				r.APIKeyEnv, r.APIKeyFile = v, ""
 			}
+			// A BASE_URL pointed at another server may need another
+			// protocol.
+			if v := env(p + "HTTP_VERSION"); v != "" {
+				r.HTTPVersion = strings.TrimSpace(v)
+			}
 			// Whoever points BASE_URL at a gateway must be able to say so.
 			if v := env(p + "INTERMEDIARY"); v != "" {
 				b, err := strconv.ParseBool(strings.TrimSpace(v))
@@ -314,6 +327,7 @@ func (rr rawRoute) route(i int) (Route, []error) {
 		Name: strings.TrimSpace(rr.Name), Kind: strings.TrimSpace(rr.Kind),
 		BaseURL: strings.TrimSpace(rr.BaseURL), Model: strings.TrimSpace(rr.Model),
 		APIKeyEnv: strings.TrimSpace(rr.APIKeyEnv), APIKeyFile: strings.TrimSpace(rr.APIKeyFile),
+		HTTPVersion: strings.TrimSpace(rr.HTTPVersion),
 	}
 	var errs []error
 	bad := func(field, problem string) {

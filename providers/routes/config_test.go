@@ -59,6 +59,7 @@ routes:
     kind: openai
     base_url: http://127.0.0.1:8000/v1
     model: llama3
+    http_version: "1.1"
   - name: filed
     kind: openai
     base_url: https://gateway.example/v1
@@ -89,7 +90,7 @@ routes:
 			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
 		},
 		{
-			Name: "local", Kind: "openai", BaseURL: "http://127.0.0.1:8000/v1", Model: "llama3",
+			Name: "local", Kind: "openai", BaseURL: "http://127.0.0.1:8000/v1", Model: "llama3", HTTPVersion: "1.1",
 			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
 		},
 		{
@@ -241,6 +242,7 @@ routes:
     idle_timeout: soon
     honours_idempotency_key: maybe
     intermediary: perhaps
+    http_version: "3"
     capabilities:
       context_tokens: lots
   - name: ""
@@ -255,6 +257,7 @@ routes:
 		`route "bad": idle_timeout: not a Go duration`,
 		`route "bad": honours_idempotency_key: not true or false`,
 		`route "bad": intermediary: not true or false`,
+		`route "bad": http_version: must be "auto", "2" or "1.1"`,
 		`route "bad": capabilities.context_tokens: not an integer`,
 		`routes[1]: name: required`,
 		`routes[1]: base_url: required`,

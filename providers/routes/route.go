@@ -85,6 +85,14 @@ type Route struct {
 	// code is ambiguous instead of refused (recovery.Spec.Intermediary).
 	// Default false.
 	Intermediary bool
+	// HTTPVersion is the HTTP version the route speaks: "auto" (also
+	// empty, the default), "2" or "1.1" (recovery.HTTPVersion). auto over
+	// https takes what ALPN negotiates (h2 or http/1.1); auto over http://
+	// speaks HTTP/1.1, as local model servers do, unless the worker runs
+	// with --allow-h2c, which makes it cleartext HTTP/2. "2" over http://
+	// is cleartext HTTP/2 (h2c with prior knowledge) whatever the worker
+	// allows.
+	HTTPVersion string
 	// InsecureSkipVerify turns TLS certificate verification off for this
 	// route. Explicit and off by default; the caller logs a warning when
 	// it builds the transport.
