@@ -40,12 +40,12 @@ func oneActivityWorkflow(ctx workflow.Context, in string) (string, error) {
 func echoActivity(_ context.Context, in string) (string, error) { return in, nil }
 
 // latencyCPUProfile, when set, is a directory: each sub-benchmark of
-// BenchmarkSequentialLatency writes the process's CPU profile of its
-// measured runs only (not the server's start or the warm-up) there, named
-// after the sub-benchmark. See docs/performance.md for the breakdown.
-// The profile is also reported, broken down, as cpu-<bucket>-ms/op
-// metrics (cpuBuckets).
-var latencyCPUProfile = flag.String("latency.cpuprofile", "", "directory for CPU profiles of BenchmarkSequentialLatency's measured runs")
+// BenchmarkSequentialLatency and BenchmarkEmbeddedServerTuning writes the
+// process's CPU profile of its measured runs only (not the server's start
+// or the warm-up) there, named after the sub-benchmark, and reports it
+// broken down as cpu-<bucket>-ms/op metrics (cpuBuckets). See
+// docs/performance.md, "Where the CPU of an action goes".
+var latencyCPUProfile = flag.String("latency.cpuprofile", "", "directory for CPU profiles of the latency and tuning benchmarks' measured runs")
 
 // latencyWarmup runs are left out of every measurement: the first few
 // actions after a start ride on full token buckets and warm caches, and
