@@ -3,6 +3,7 @@ module github.com/durallm/durallm
 go 1.26.8
 
 require (
+	github.com/google/pprof v0.0.0-20250403155104-27863c87afa6
 	github.com/jackc/pgx/v5 v5.10.0
 	github.com/openai/openai-go/v3 v3.99.0
 	github.com/prometheus/client_golang v1.21.0

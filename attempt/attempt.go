@@ -92,7 +92,27 @@ type Plan struct {
 	Unknown          []string    `json:"unknown,omitempty"`
 	Reconciler       bool        `json:"reconciler"`
 	SearchAttributes bool        `json:"search_attributes"`
+	// StateUpserts is how LLMAction keeps DurallmState current, and
+	// DescribeRoutes always sets CurrentStateUpserts. It travels in the
+	// plan, which history records, so that a history replays the way it
+	// was recorded: histories from before the field have 0.
+	StateUpserts int `json:"state_upserts,omitempty"`
 }
+
+// The ways LLMAction keeps its search attributes current.
+const (
+	// StateUpsertsEveryChange upserts on every state change, queued
+	// included (histories recorded before StateUpserts existed).
+	StateUpsertsEveryChange = 0
+	// StateUpsertsSkipQueued leaves out the upsert for queued: the first
+	// dispatch's upsert (or the end's) always follows it in the same
+	// workflow task, so no visibility record ever showed it, and each
+	// upsert is a history event and a visibility task, about 5% of an
+	// action's CPU on the embedded server (docs/performance.md).
+	StateUpsertsSkipQueued = 1
+	// CurrentStateUpserts is what new actions use.
+	CurrentStateUpserts = StateUpsertsSkipQueued
+)
 
 // Verdict is a reconciliation decision (docs/contract.md section 5).
 type Verdict string

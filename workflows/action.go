@@ -860,7 +860,10 @@ func (w *action) setState(s State, outcome, route string) {
 	if route != "" {
 		updates = append(updates, AttrRoute.ValueSet(route))
 	}
-	if w.plan.SearchAttributes {
+	// Queued is never seen (see attempt.StateUpsertsSkipQueued); the
+	// plan says whether this history upserted it.
+	skip := s == StateQueued && w.plan.StateUpserts >= attempt.StateUpsertsSkipQueued
+	if w.plan.SearchAttributes && !skip {
 		if err := workflow.UpsertTypedSearchAttributes(w.ctx, updates...); err != nil {
 			w.log.Warn("search attribute update failed", "error", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/durallm/durallm/attempt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -98,6 +99,28 @@ func hostPort(opts client.Options) string {
 	return opts.HostPort
 }
 
+// uncompressedOnLoopback turns the SDK's gRPC compression (gzip by
+// default) off for a server on this machine, where it costs CPU on both
+// ends and saves nothing: 6% of an action's CPU on the embedded server
+// (docs/performance.md, "Where the CPU of an action goes"). A
+// compression already chosen in o is kept.
+func uncompressedOnLoopback(o *client.Options) {
+	if o.ConnectionOptions.GrpcCompression != nil {
+		return
+	}
+	addr := o.HostPort
+	if addr == "" {
+		addr = client.DefaultHostPort
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return
+	}
+	if host == "localhost" || net.ParseIP(host).IsLoopback() {
+		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -170,6 +193,7 @@ func (c *connFlags) dialWith(ctx context.Context, tel *telemetry.Telemetry) (cli
 		opts.Namespace = c.namespace
 	}
 	opts.Logger = quietLogger()
+	uncompressedOnLoopback(&opts)
 	if err := instrument(&opts, tel); err != nil {
 		return nil, err
 	}

@@ -122,7 +122,8 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer tel.Shutdown(context.Background())
-	copts := client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: quietLogger()}
+	copts := srv.ClientOptions() // no gzip on loopback
+	copts.Logger = quietLogger()
 	if err := instrument(&copts, tel); err != nil {
 		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
 		return exitError

@@ -49,6 +49,7 @@ var commands = map[string]command{
 	"cancel":       {"cancel an action with an origin", runCancel},
 	"reconcile":    {"deliver a verdict on an action awaiting reconciliation", runReconcile},
 	"list":         {"list actions in a state", runList},
+	"load":         {"drive happy actions at a concurrency and report actions/s and latency percentiles", runLoad},
 	"codec-server": {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
 }
 

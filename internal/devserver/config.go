@@ -268,6 +268,14 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		// were notified, up to history.transferTaskBatchSize (100) at a
 		// time. BenchmarkSequentialLatency, docs/performance.md.
 		dynamicconfig.TransferProcessorMaxPollRPS.Key(): transferReadsPerSecond,
+		// Every history write walks the new events' payloads to add up
+		// the size of those stored externally (SDK external storage),
+		// and the visibility record then carries the totals; durallm
+		// stores nothing externally, and the walk is 2.5% of the
+		// process's CPU per action on the embedded default (workflow.
+		// CalculateExternalPayloadSize, docs/performance.md "Where the
+		// CPU of an action goes").
+		dynamicconfig.ExternalPayloadsEnabled.Key(): false,
 		// The UI polls visibility for every open page; the default of 10
 		// RPS per namespace throttles even a single user with two tabs.
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key():       100,

@@ -2,8 +2,13 @@ package devserver_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +38,14 @@ func oneActivityWorkflow(ctx workflow.Context, in string) (string, error) {
 }
 
 func echoActivity(_ context.Context, in string) (string, error) { return in, nil }
+
+// latencyCPUProfile, when set, is a directory: each sub-benchmark of
+// BenchmarkSequentialLatency and BenchmarkEmbeddedServerTuning writes the
+// process's CPU profile of its measured runs only (not the server's start
+// or the warm-up) there, named after the sub-benchmark, and reports it
+// broken down as cpu-<bucket>-ms/op metrics (cpuBuckets). See
+// docs/performance.md, "Where the CPU of an action goes".
+var latencyCPUProfile = flag.String("latency.cpuprofile", "", "directory for CPU profiles of the latency and tuning benchmarks' measured runs")
 
 // latencyWarmup runs are left out of every measurement: the first few
 // actions after a start ride on full token buckets and warm caches, and
@@ -68,15 +81,25 @@ const latencyWarmup = 10
 // activity takes the queue too) should add one.
 //
 //	go test -run '^$' -bench BenchmarkSequentialLatency -benchtime 200x ./internal/devserver/
+//
+// "embedded+gzip" and "embedded+payload-stats" each put back one of the
+// CPU cuts of docs/performance.md "Where the CPU of an action goes": the
+// SDK's default gzip on the client's gRPC, and the server's default
+// history.externalPayloadsEnabled; "before-cpu-cuts" puts back both.
 func BenchmarkSequentialLatency(b *testing.B) {
 	serverDefault := map[string]any{"history.transferProcessorMaxPollRPS": nil}
+	payloadStats := map[string]any{"history.externalPayloadsEnabled": nil}
 	for _, v := range []struct {
 		name       string
 		dc         map[string]any
 		eagerStart bool // the first workflow task comes back with the start
 		noEagerAct bool // the activity goes through a transfer task too
+		gzip       bool // the SDK's default gRPC compression
 	}{
 		{name: "embedded"},
+		{name: "embedded+gzip", gzip: true},
+		{name: "embedded+payload-stats", dc: payloadStats},
+		{name: "before-cpu-cuts", dc: payloadStats, gzip: true},
 		{name: "server-default", dc: serverDefault},
 		{name: "server-default+eager-start", dc: serverDefault, eagerStart: true},
 		{name: "server-default-no-eager-activities", dc: serverDefault, noEagerAct: true},
@@ -85,6 +108,10 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			st := newBenchStack(b, func(o *devserver.Options) { o.DynamicConfig = v.dc }, worker.Options{
 				TaskQueue: "lat", WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct,
+			}, func(o *client.Options) {
+				if v.gzip {
+					o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionGzip{}
+				}
 			})
 			tcl := st.tc
 			bw := sdkworker.New(tcl, "lat-base", sdkworker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8, DisableEagerActivities: v.noEagerAct})
@@ -134,6 +161,7 @@ func BenchmarkSequentialLatency(b *testing.B) {
 					lat := make([]time.Duration, 0, b.N)
 					ids := make([]string, 0, b.N)
 					starts, ends := make([]time.Time, 0, b.N), make([]time.Time, 0, b.N)
+					profilePath, stopProfile := startLatencyProfile(b)
 					cpu0 := processCPU(b)
 					b.ResetTimer()
 					for range b.N {
@@ -149,12 +177,15 @@ func BenchmarkSequentialLatency(b *testing.B) {
 					}
 					b.StopTimer()
 					cpu := processCPU(b) - cpu0
+					stopProfile()
+					var events int
 					var wait, run, work, server, lead, lag []time.Duration
 					for i, id := range ids {
 						h, err := historyTimes(ctx, tcl, id)
 						if err != nil {
 							b.Fatal(err)
 						}
+						events += h.events
 						wait, run = append(wait, h.wftWait), append(run, h.wftRun)
 						work, server = append(work, h.work), append(server, h.completed.Sub(h.started))
 						lead, lag = append(lead, h.started.Sub(starts[i])), append(lag, ends[i].Sub(h.completed))
@@ -167,9 +198,35 @@ func BenchmarkSequentialLatency(b *testing.B) {
 					b.ReportMetric(ms(percentile(lead, 50)), "start-lead-p50-ms")
 					b.ReportMetric(ms(percentile(lag, 50)), "result-lag-p50-ms")
 					b.ReportMetric(ms(cpu/time.Duration(b.N)), "cpu-ms/op")
+					b.ReportMetric(float64(events)/float64(b.N), "events/op")
+					if profilePath != "" {
+						reportCPUBreakdown(b, profilePath, b.N)
+					}
 				})
 			}
 		})
+	}
+}
+
+// startLatencyProfile starts the CPU profile -latency.cpuprofile asks for
+// and returns its path ("" for none) and what stops it.
+func startLatencyProfile(b *testing.B) (path string, stop func()) {
+	if *latencyCPUProfile == "" {
+		return "", func() {}
+	}
+	path = filepath.Join(*latencyCPUProfile, strings.NewReplacer("/", "_", "+", "_").Replace(b.Name())+".pprof")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return path, func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
 	}
 }
 
@@ -188,6 +245,7 @@ type runTimes struct {
 	wftWait time.Duration // workflow tasks' scheduled-to-started gaps, summed
 	wftRun  time.Duration // workflow tasks' started-to-completed, summed
 	work    time.Duration // activity started to completed
+	events  int           // history events
 	// started and completed are the execution's first and last events.
 	started, completed time.Time
 }
@@ -201,6 +259,7 @@ func historyTimes(ctx context.Context, c client.Client, id string) (runTimes, er
 		if err != nil {
 			return t, err
 		}
+		t.events++
 		at := e.GetEventTime().AsTime()
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:

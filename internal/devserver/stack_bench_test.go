@@ -30,8 +30,9 @@ type benchStack struct {
 
 // newBenchStack starts a stack; server adjusts the server's options and
 // wo the worker's (TaskQueue, TLS, Config, Logger and SearchAttributes
-// are set here).
-func newBenchStack(b *testing.B, server func(*devserver.Options), wo worker.Options) *benchStack {
+// are set here). The client is dialled with the server's ClientOptions,
+// as 'durallm dev' does; clientOpts, if any, adjust them.
+func newBenchStack(b *testing.B, server func(*devserver.Options), wo worker.Options, clientOpts ...func(*client.Options)) *benchStack {
 	b.Helper()
 	so := devserver.Options{
 		DataDir: b.TempDir(), FrontendPort: devserver.FreePort, DisableUI: true,
@@ -50,7 +51,12 @@ func newBenchStack(b *testing.B, server func(*devserver.Options), wo worker.Opti
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { p.Close() })
-	tc, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	co := srv.ClientOptions()
+	co.Logger = sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
+	for _, f := range clientOpts {
+		f(&co)
+	}
+	tc, err := client.Dial(co)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -67,6 +67,8 @@ func BenchmarkEmbeddedServerTuning(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
 			var next atomic.Int64
 			var wg sync.WaitGroup
+			profilePath, stopProfile := startLatencyProfile(b)
+			cpu0 := processCPU(b)
 			b.ResetTimer()
 			start := time.Now()
 			for range 16 {
@@ -88,6 +90,12 @@ func BenchmarkEmbeddedServerTuning(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
+			cpu := processCPU(b) - cpu0
+			stopProfile()
+			b.ReportMetric(ms(cpu/time.Duration(b.N)), "cpu-ms/op")
+			if profilePath != "" {
+				reportCPUBreakdown(b, profilePath, b.N)
+			}
 			slices.Sort(lat)
 			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "actions/s")
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
