@@ -832,7 +832,7 @@ func (c *Cluster) PrintSummary(w io.Writer) {
 	fmt.Fprintf(w, "  attempt journal     %s (journal and result store, shared by the workers)\n", c.JournalDSN)
 	fmt.Fprintf(w, "\nPoint durallm and the temporal CLI at it:\n\n")
 	fmt.Fprintf(w, "  export TEMPORAL_ADDRESS=%s TEMPORAL_NAMESPACE=%s\n", c.Frontend, c.o.Namespace)
-	fmt.Fprintf(w, "  durallm run --route primary --message hello --result-dir %s\n", filepath.Join(c.o.Dir, "results"))
+	fmt.Fprintf(w, "  durallm run --route primary --message hello --journal-dsn '%s'\n", c.JournalDSN)
 	fmt.Fprintf(w, "  durallm list --state completed\n")
 	fmt.Fprintf(w, "  temporal workflow list --query 'DurallmState=\"completed\"'\n")
 	fmt.Fprintf(w, "  temporal operator cluster describe\n\n")
