@@ -139,14 +139,15 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		route.AttemptTimeout = in.Timeout
 	}
 
-	ctx, release := a.endOnWorkerStop(ctx)
-	defer release()
 	// Heartbeats go on the activity's context: they end when Temporal
 	// has lost the attempt, while the exchange may run on, and with it
-	// the journal's sent record.
+	// the journal's sent record. The worker's own stop ends the exchange
+	// after StopGrace either way, lost or not.
 	stop := a.heartbeat(ctx, att)
 	ctx, detach := a.outliveLostAttempt(ctx, in)
 	defer detach()
+	ctx, release := a.endOnWorkerStop(ctx)
+	defer release()
 	stopSent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
 	if a.Streams != nil {
