@@ -3,12 +3,10 @@ package journal_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -28,14 +26,9 @@ var pg *pgserver.Server
 
 func TestMain(m *testing.M) { os.Exit(pgserver.ForTests(m, &pg)) }
 
-var dbs atomic.Int64
-
-// freshDSN names a database no test has used: OpenPostgres creates it.
-func freshDSN() string { return pg.DSN(fmt.Sprintf("journal_%d", dbs.Add(1))) }
-
 func openPostgres(t *testing.T) *journal.Postgres {
 	t.Helper()
-	j, err := journal.OpenPostgres(context.Background(), freshDSN())
+	j, err := journal.OpenPostgres(context.Background(), pg.FreshDSN())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +43,7 @@ func TestPostgres(t *testing.T) {
 // Two workers starting at once against a server without the database
 // both end up with one database and one migrated schema.
 func TestPostgresTwoWorkersStartingAtOnceMigrateOnce(t *testing.T) {
-	dsn := freshDSN()
+	dsn := pg.FreshDSN()
 	var wg sync.WaitGroup
 	js := make([]*journal.Postgres, 4)
 	errs := make([]error, 4)
@@ -134,7 +127,7 @@ func TestPostgresUnreachableNamesTheAddress(t *testing.T) {
 
 func TestPostgresSealed(t *testing.T) {
 	journaltest.RunSealed(t, func(t *testing.T) journaltest.Storage {
-		dsn := freshDSN()
+		dsn := pg.FreshDSN()
 		return journaltest.Storage{
 			Open: func(t *testing.T, keys *codec.Keyring) journal.Journal {
 				j, err := journal.OpenPostgres(context.Background(), dsn)

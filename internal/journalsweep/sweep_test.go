@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +26,6 @@ import (
 )
 
 var (
-	dbs atomic.Int64
 	pg  *pgserver.Server
 	srv *devserver.Server
 	tc  client.Client
@@ -72,7 +70,7 @@ func backends(t *testing.T) map[string]func(t *testing.T) journal.Expirable {
 	return map[string]func(t *testing.T) journal.Expirable{
 		"dir": func(t *testing.T) journal.Expirable { return journal.Dir{Path: filepath.Join(t.TempDir(), "journal")} },
 		"postgres": func(t *testing.T) journal.Expirable {
-			j, err := journal.OpenPostgres(context.Background(), pg.DSN(fmt.Sprintf("sweep_%d", dbs.Add(1))))
+			j, err := journal.OpenPostgres(context.Background(), pg.FreshDSN())
 			if err != nil {
 				t.Fatal(err)
 			}

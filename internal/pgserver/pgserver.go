@@ -19,6 +19,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,6 +55,14 @@ type Server struct {
 	cmd   *exec.Cmd
 	done  chan error
 	log   string // the server's log file
+	fresh atomic.Int64
+}
+
+// FreshDSN names a database on this server that no caller has been
+// given before ("fresh_N"; it does not exist yet): a test's own database,
+// which durallm's Open creates.
+func (s *Server) FreshDSN() string {
+	return s.DSN(fmt.Sprintf("fresh_%d", s.fresh.Add(1)))
 }
 
 // DSN is a libpq/pgx connection URL for database db on this server.

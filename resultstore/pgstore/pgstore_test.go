@@ -3,10 +3,8 @@ package pgstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -23,13 +21,9 @@ var pg *pgserver.Server
 
 func TestMain(m *testing.M) { os.Exit(pgserver.ForTests(m, &pg)) }
 
-var dbs atomic.Int64
-
-func freshDSN() string { return pg.DSN(fmt.Sprintf("results_%d", dbs.Add(1))) }
-
 func TestPostgres(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Backend {
-		dsn := freshDSN()
+		dsn := pg.FreshDSN()
 		s, err := pgstore.Open(context.Background(), dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +46,7 @@ func TestPostgres(t *testing.T) {
 // references; it creates nothing itself.
 func TestClientConnectsToTheWorkersStore(t *testing.T) {
 	ctx := context.Background()
-	dsn := freshDSN()
+	dsn := pg.FreshDSN()
 	if _, err := pgstore.Connect(ctx, dsn); !errors.Is(err, pgdb.ErrUnreachable) {
 		t.Fatalf("a client connected to a database no worker created: %v", err)
 	}
@@ -81,7 +75,7 @@ func TestClientConnectsToTheWorkersStore(t *testing.T) {
 
 func TestPostgresSealed(t *testing.T) {
 	storetest.RunSealed(t, func(t *testing.T) storetest.Storage {
-		dsn := freshDSN()
+		dsn := pg.FreshDSN()
 		return storetest.Storage{
 			Open: func(t *testing.T, keys *codec.Keyring) resultstore.Store {
 				s, err := pgstore.Open(context.Background(), dsn)
