@@ -143,3 +143,26 @@ func TestJournalInvariants(t *testing.T) {
 		t.Fatalf("journal %+v violations %v", r.Journal, r.Violations)
 	}
 }
+
+// Defect: the checker flagged an ambiguous attempt followed by another as
+// "another attempt followed without a verdict" even when a verdict
+// (not_executed, allow_replay) had allowed the next attempt.
+func TestAnAmbiguousAttemptFollowedUnderAVerdictIsNoViolation(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, v := range []attempt.Verdict{attempt.VerdictNotExecuted, attempt.VerdictAllowReplay} {
+		id := "v-" + string(v)
+		send(t, p, id, id+"-2")
+		first := record(1, id+"-1", recovery.Ambiguous)
+		first.Verdict, first.VerdictBy = v, "person"
+		r := New(1)
+		r.Add(p, nil, id, workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
+			Attempts: []workflows.AttemptRecord{first, record(2, id+"-2", recovery.Completed)}}, Response: &providers.Response{Text: "ok"}}, nil, false)
+		if len(r.Violations) != 0 {
+			t.Errorf("%s: violations %v", v, r.Violations)
+		}
+	}
+}
