@@ -445,8 +445,14 @@ func (a *Activities) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// heartbeat records progress until stop is called. The heartbeat is also
-// how Temporal delivers a cancellation to a running activity.
+// heartbeat records progress every HeartbeatEvery until stop is called.
+// The heartbeat is also how Temporal delivers a cancellation to a running
+// activity. The first one waits for the first interval: the SDK sends a
+// first heartbeat at once, synchronously, and the server persists it, so
+// one at the start cost every attempt a round trip and a write on its
+// critical path (stop waits for it) while saying nothing the defaults do
+// not (no content, no connection yet). An answer within the interval
+// needs none (issue 15, docs/performance.md).
 func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
@@ -462,12 +468,6 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			ev := att.Evidence()
-			stage := "sending"
-			if ev.ContentStarted {
-				stage = "streaming"
-			}
-			activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
 			select {
 			case <-done:
 				return
@@ -475,6 +475,12 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 				return
 			case <-t.C:
 			}
+			ev := att.Evidence()
+			stage := "sending"
+			if ev.ContentStarted {
+				stage = "streaming"
+			}
+			activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
 		}
 	}()
 	return func() {

@@ -11,9 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	sdktestsuite "go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -375,5 +378,56 @@ func TestJournalUnreachableTheAttemptStillCompletes(t *testing.T) {
 	}
 	if out, err := a.Reconcile(context.Background(), attempt.ReconcileInput{AttemptID: "act-1-openai"}); err != nil || out.Verdict != attempt.VerdictNone {
 		t.Fatalf("reconcile over an unreachable journal: %+v %v", out, err)
+	}
+}
+
+// heartbeatsOf runs CallModel in the SDK's activity environment (which
+// delivers RecordHeartbeat calls to a listener) and counts the heartbeats
+// the attempt recorded.
+func heartbeatsOf(t *testing.T, a *Activities, in attempt.Input) (attempt.Outcome, int) {
+	t.Helper()
+	var s sdktestsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	var beats atomic.Int32
+	env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { beats.Add(1) })
+	v, err := env.ExecuteActivity(a.CallModel, in)
+	var out attempt.Outcome
+	if err == nil {
+		err = v.Get(&out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, int(beats.Load())
+}
+
+// Issue 15: every attempt recorded a heartbeat the moment it started. The
+// SDK sends a first heartbeat at once, as a synchronous call that the
+// server persists, and the attempt's end waited for it: ~3 ms of an
+// action's critical path and ~3–4 ms of the server's CPU, for details
+// (no content yet, no connection) that are the defaults anyway. An answer
+// that comes before the first interval needs no heartbeat; a longer one
+// still heartbeats every interval.
+func TestAnAttemptAnsweredWithinTheHeartbeatIntervalRecordsNoHeartbeat(t *testing.T) {
+	a, _ := newActs(t)
+	a.HeartbeatEvery = time.Minute
+	out, beats := heartbeatsOf(t, a, attemptOn("openai", hello()))
+	if out.Classification.Class != recovery.Completed || beats != 0 {
+		t.Fatalf("class %s, %d heartbeats: want completed with none", out.Classification.Class, beats)
+	}
+}
+
+func TestALongAttemptStillHeartbeats(t *testing.T) {
+	a, p := newActs(t)
+	a.HeartbeatEvery = 20 * time.Millisecond
+	p.Push(providertest.Answer("slow").After(300 * time.Millisecond))
+	out, beats := heartbeatsOf(t, a, attemptOn("openai", hello()))
+	// The SDK throttles what reaches the server (here: the first call,
+	// then at most one per throttle window), so what counts is that a
+	// running attempt is not silent: its heartbeats are how Temporal
+	// tells a dead worker and delivers a cancel.
+	if out.Classification.Class != recovery.Completed || beats == 0 {
+		t.Fatalf("class %s, %d heartbeats: want completed with at least one", out.Classification.Class, beats)
 	}
 }
