@@ -98,6 +98,10 @@ type Options struct {
 	// journal_mode=wal, synchronous=normal); a value "" removes one. For
 	// benchmarks that compare settings.
 	SQLitePragmas map[string]string
+	// NoStatementCache runs the server's SQLite store without the
+	// devserver's prepared-statement cache (see statementCache), as the
+	// server alone would: for benchmarks that measure what it saves.
+	NoStatementCache bool
 
 	// DynamicConfig overrides the server's dynamic config on top of the
 	// dev defaults (see devDynamicConfig), by key (for example
@@ -150,6 +154,7 @@ type Server struct {
 	namespace        string
 	uiURL            string
 	quietLogs        *atomic.Bool
+	stmtCache        *statementCache // nil with Options.NoStatementCache
 
 	stopOnce sync.Once
 	stopErr  error
@@ -295,6 +300,21 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		namespace:        r.Namespace,
 		quietLogs:        r.quiet,
 	}
+	if !r.NoStatementCache {
+		s.stmtCache, err = newStatementCache(sqlConf, serverLogger{l: r.logger})
+		switch {
+		case errors.Is(err, errNotCacheable):
+			r.logger.Warn("SQLite runs without the statement cache", "error", err)
+		case err != nil:
+			return nil, err
+		}
+	}
+	started := false
+	defer func() {
+		if !started && s.stmtCache != nil {
+			_ = s.stmtCache.Close() // every failed start; Stop's call is a no-op then
+		}
+	}()
 	r.Progress(fmt.Sprintf("starting Temporal server on %s", s.frontendHostPort))
 	// The reservation must end right before the server is built: it binds
 	// its gRPC listeners while its components are constructed, and neither
@@ -327,6 +347,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		_ = s.Stop()
 		return nil, err
 	}
+	started = true
 	return s, nil
 }
 
@@ -550,6 +571,11 @@ func (s *Server) Stop() error {
 		}
 		if err := recoverFatal(s.temporal.Stop); err != nil {
 			errs = append(errs, fmt.Errorf("devserver: stopping Temporal server: %w", err))
+		}
+		if s.stmtCache != nil {
+			if err := s.stmtCache.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("devserver: closing SQLite: %w", err))
+			}
 		}
 		s.stopErr = errors.Join(errs...)
 	})

@@ -95,8 +95,10 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		eagerStart bool // the first workflow task comes back with the start
 		noEagerAct bool // the activity goes through a transfer task too
 		gzip       bool // the SDK's default gRPC compression
+		noCache    bool // SQLite without the devserver's statement cache
 	}{
 		{name: "embedded"},
+		{name: "embedded-no-statement-cache", noCache: true},
 		{name: "embedded+gzip", gzip: true},
 		{name: "embedded+payload-stats", dc: payloadStats},
 		{name: "before-cpu-cuts", dc: payloadStats, gzip: true},
@@ -106,7 +108,7 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		{name: "embedded+eager-start", eagerStart: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			st := newBenchStack(b, func(o *devserver.Options) { o.DynamicConfig = v.dc }, worker.Options{
+			st := newBenchStack(b, func(o *devserver.Options) { o.DynamicConfig, o.NoStatementCache = v.dc, v.noCache }, worker.Options{
 				TaskQueue: "lat", WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct,
 			}, func(o *client.Options) {
 				if v.gzip {
