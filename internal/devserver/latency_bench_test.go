@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -21,7 +22,10 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
@@ -96,9 +100,11 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		noEagerAct bool // the activity goes through a transfer task too
 		gzip       bool // the SDK's default gRPC compression
 		noCache    bool // SQLite without the devserver's statement cache
+		devWiring  bool // the worker as 'durallm dev' wires it (telemetry, journal, result store)
 	}{
 		{name: "embedded"},
 		{name: "embedded-no-statement-cache", noCache: true},
+		{name: "embedded+dev-wiring", devWiring: true},
 		{name: "embedded+gzip", gzip: true},
 		{name: "embedded+payload-stats", dc: payloadStats},
 		{name: "before-cpu-cuts", dc: payloadStats, gzip: true},
@@ -108,9 +114,18 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		{name: "embedded+eager-start", eagerStart: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			st := newBenchStack(b, func(o *devserver.Options) { o.DynamicConfig, o.NoStatementCache = v.dc, v.noCache }, worker.Options{
-				TaskQueue: "lat", WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct,
-			}, func(o *client.Options) {
+			wo := worker.Options{TaskQueue: "lat", WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct}
+			if v.devWiring {
+				tel, err := telemetry.New(slog.New(slog.DiscardHandler))
+				if err != nil {
+					b.Fatal(err)
+				}
+				dir := b.TempDir()
+				wo.Telemetry = tel
+				wo.Journal = journal.Dir{Path: filepath.Join(dir, "journal"), Bound: &journal.Bound{MaxBytes: 1 << 30}}
+				wo.Results = resultstore.Dir{Path: filepath.Join(dir, "results")}
+			}
+			st := newBenchStack(b, func(o *devserver.Options) { o.DynamicConfig, o.NoStatementCache = v.dc, v.noCache }, wo, func(o *client.Options) {
 				if v.gzip {
 					o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionGzip{}
 				}
