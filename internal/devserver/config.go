@@ -230,17 +230,27 @@ func (r *resolved) buildServerOptions(conf *config.Config, p ports) ([]temporal.
 // every server the project starts uses; see devDynamicConfig.
 const transferReadsPerSecond = 1000
 
+// longPollInterval bounds every history long poll of the embedded server
+// (history.longPollExpirationInterval; the server's default is 20 s):
+// how long a caller waiting for an action's result sleeps when the
+// server lost its wakeup (TestTheServerLosesALongPollWakeupWhenTwoArrive-
+// BeforeItIsRead), before it asks again and finds the action closed.
+// Each waiting caller then asks once per interval, a read of cached
+// mutable state.
+const longPollInterval = 2 * time.Second
+
 // TemporaltestOption is the server option a
 // go.temporal.io/server/temporaltest server needs for the same latency as
 // the embedded default (pass it with temporaltest.WithBaseServerOptions):
 // temporaltest's own dynamic config (it refreshes the search-attribute
 // cache on read), plus the transfer-queue read rate of devDynamicConfig,
 // without which each workflow task waits up to 50 ms once a burst of 20
-// is spent.
+// is spent, and its short history long poll (longPollInterval).
 func TemporaltestOption() temporal.ServerOption {
 	return temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
 		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: transferReadsPerSecond}},
+		dynamicconfig.HistoryLongPollExpirationInterval.Key():       []dynamicconfig.ConstrainedValue{{Value: longPollInterval}},
 	})
 }
 
@@ -268,6 +278,12 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		// were notified, up to history.transferTaskBatchSize (100) at a
 		// time. BenchmarkSequentialLatency, docs/performance.md.
 		dynamicconfig.TransferProcessorMaxPollRPS.Key(): transferReadsPerSecond,
+		// A caller waiting for an action's result whose wakeup the server
+		// lost (it drops one when two updates arrive before the waiter
+		// reads the first, which on 2 busy cores happens about once in a
+		// thousand actions) slept out the whole 20 s long poll; see
+		// longPollInterval.
+		dynamicconfig.HistoryLongPollExpirationInterval.Key(): longPollInterval,
 		// Every history write walks the new events' payloads to add up
 		// the size of those stored externally (SDK external storage),
 		// and the visibility record then carries the totals; durallm

@@ -208,6 +208,7 @@ func BenchmarkSequentialLatency(b *testing.B) {
 						lead, lag = append(lead, h.started.Sub(starts[i])), append(lag, ends[i].Sub(h.completed))
 					}
 					reportPercentiles(b, "", lat)
+					logSlowest(ctx, b, tcl, ids, lat, starts)
 					b.ReportMetric(ms(percentile(wait, 50)), "wft-wait-p50-ms")
 					b.ReportMetric(ms(percentile(run, 50)), "wft-run-p50-ms")
 					b.ReportMetric(ms(percentile(work, 50)), "work-p50-ms")
@@ -297,6 +298,32 @@ func historyTimes(ctx context.Context, c client.Client, id string) (runTimes, er
 		}
 	}
 	return t, nil
+}
+
+// logSlowest logs the slowest run's history as offsets from its start
+// call, when it took over a second: the p99 is where a stall shows, and
+// its events say which hop it was.
+func logSlowest(ctx context.Context, b *testing.B, c client.Client, ids []string, lat []time.Duration, starts []time.Time) {
+	i := 0
+	for j := range lat {
+		if lat[j] > lat[i] {
+			i = j
+		}
+	}
+	if lat[i] < time.Second {
+		return
+	}
+	var lines []string
+	it := c.GetWorkflowHistory(ctx, ids[i], "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			b.Logf("slowest run %s: reading its history: %v", ids[i], err)
+			return
+		}
+		lines = append(lines, fmt.Sprintf("%8.1f ms %s", ms(e.GetEventTime().AsTime().Sub(starts[i])), e.GetEventType()))
+	}
+	b.Logf("slowest run %s took %v: %s", ids[i], lat[i], strings.Join(lines, "; "))
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
