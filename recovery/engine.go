@@ -314,7 +314,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		e.pool.wakeAuthority(authority)
 	}
 	a.response(resp)
-	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, release: func() { e.pool.release(pc) }}
+	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, pool: e.pool, pc: pc}
 	return resp, nil
 }
 
@@ -906,10 +906,15 @@ func (a *Attempt) FinishWith(f Facts) (Evidence, Classification) {
 // body wraps a response body to find the commit boundary and the end of
 // the exchange.
 type body struct {
-	rc      io.ReadCloser
-	a       *Attempt
-	ctx     context.Context
-	auto    bool
+	rc   io.ReadCloser
+	a    *Attempt
+	ctx  context.Context
+	auto bool
+	// At the end, an HTTP/2 body returns pc to pool; an HTTP/1.1 body
+	// calls release. The HTTP/2 path names the connection instead of
+	// capturing it in a closure: one allocation less per request.
+	pool    *pool
+	pc      *pooledConn
 	release func()
 	once    sync.Once
 }
@@ -944,6 +949,10 @@ func (b *body) Close() error {
 func (b *body) end(err error) {
 	b.once.Do(func() {
 		b.a.settle(b.ctx, err, b.auto)
-		b.release()
+		if b.release != nil {
+			b.release()
+		} else {
+			b.pool.release(b.pc)
+		}
 	})
 }
