@@ -71,9 +71,12 @@ func NewObserver() *Observer {
 // callbacks run under the connection's lock and take the tracker's).
 // Untrack therefore never holds tracker.mu while it takes a connection's.
 type tracker struct {
-	mu          sync.Mutex
-	gone        bool          // untracked: bind must not attach it to a stream any more
-	bindings    []binding     // every (connection, stream) entry that points at it, for Untrack to remove
+	mu       sync.Mutex
+	gone     bool      // untracked: bind must not attach it to a stream any more
+	bindings []binding // every (connection, stream) entry that points at it, for Untrack to remove
+	// bindBuf backs bindings for the usual single stream, so binding it
+	// allocates nothing.
+	bindBuf     [1]binding
 	conn        *ObservedConn // the connection that carried its latest stream
 	streams     int
 	streamID    uint32
@@ -87,10 +90,19 @@ type tracker struct {
 
 // Track starts watching for attemptID. It must be called before the
 // request's HEADERS are written; frames for an untracked id are ignored.
-func (o *Observer) Track(attemptID string) {
+func (o *Observer) Track(attemptID string) { o.track(attemptID, nil) }
+
+// track is Track with the tracker's storage given: the engine passes
+// one inside its Attempt, which it allocates anyway. t must be unused
+// (zero) and is not used when attemptID is already tracked; nil means a
+// new one.
+func (o *Observer) track(attemptID string, t *tracker) {
 	o.mu.Lock()
 	if _, ok := o.attempts[attemptID]; !ok {
-		o.attempts[attemptID] = &tracker{}
+		if t == nil {
+			t = &tracker{}
+		}
+		o.attempts[attemptID] = t
 	}
 	o.mu.Unlock()
 }
@@ -485,6 +497,9 @@ func (c *ObservedConn) attach(t *tracker, stream uint32, headerBytes int64) {
 		return
 	}
 	c.streams[stream] = t
+	if t.bindings == nil {
+		t.bindings = t.bindBuf[:0]
+	}
 	t.bindings = append(t.bindings, binding{conn: c, stream: stream})
 	t.conn, t.streamID = c, stream
 	t.streams++
