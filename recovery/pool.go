@@ -137,7 +137,8 @@ func (p *pool) get(ctx context.Context, scheme, authority string, alpn, avoid []
 			ap.dialing++
 			p.mu.Unlock()
 			closeAll(stale)
-			pc, err := p.dial(ctx, scheme, authority, alpn, func() { p.notify(ap) })
+			wakeAP := ap // captured by the hooks: a copy, so get's own ap stays on the stack
+			pc, err := p.dial(ctx, scheme, authority, alpn, func() { p.notify(wakeAP) })
 			p.mu.Lock()
 			ap.dialing--
 			if err == nil {
