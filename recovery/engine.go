@@ -839,8 +839,7 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 		if a.conn != nil {
 			oc = a.conn.oc
 		}
-		f := e.obs.Stream(a.spec.AttemptID, oc)
-		e.obs.Untrack(a.spec.AttemptID)
+		f := e.obs.final(a.spec.AttemptID, oc)
 		if f.ConnRef != "" {
 			a.ev.ConnRef = f.ConnRef
 		}
