@@ -206,15 +206,7 @@ type StreamFacts struct {
 // stream carried it yet, conn-level facts come from fallback (the
 // connection the caller chose), which may be nil.
 func (o *Observer) Stream(attemptID string, fallback *ObservedConn) StreamFacts {
-	var f StreamFacts
-	c := fallback
-	if t := o.lookup(attemptID); t != nil {
-		t.mu.Lock()
-		c = t.factsLocked(&f, c)
-		t.mu.Unlock()
-	}
-	c.connFacts(&f)
-	return f
+	return o.facts(attemptID, fallback, false)
 }
 
 // final is Stream followed by Untrack, for the end of an exchange, in one
@@ -222,12 +214,26 @@ func (o *Observer) Stream(attemptID string, fallback *ObservedConn) StreamFacts 
 // instead of two of each. The facts are the tracker's as it is marked
 // gone, so no frame can change them in between either.
 func (o *Observer) final(attemptID string, fallback *ObservedConn) StreamFacts {
+	return o.facts(attemptID, fallback, true)
+}
+
+// facts is Stream, and with untrack also Untrack.
+func (o *Observer) facts(attemptID string, fallback *ObservedConn, untrack bool) StreamFacts {
 	var f StreamFacts
 	c := fallback
-	if t := o.remove(attemptID); t != nil {
+	var t *tracker
+	if untrack {
+		t = o.remove(attemptID)
+	} else {
+		t = o.lookup(attemptID)
+	}
+	if t != nil {
 		t.mu.Lock()
 		c = t.factsLocked(&f, c)
-		bs := t.goneLocked()
+		var bs []binding
+		if untrack {
+			bs = t.goneLocked()
+		}
 		t.mu.Unlock()
 		unbind(t, bs)
 	}
