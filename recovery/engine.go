@@ -229,14 +229,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	out := new(http.Request)
 	*out = *req
-	out.Header = req.Header.Clone()
-	if out.Header == nil {
-		out.Header = make(http.Header)
-	}
-	out.Header.Set(HeaderAttemptID, a.spec.AttemptID)
-	if a.spec.IdempotencyKey != "" && out.Header.Get(HeaderIdempotencyKey) == "" {
-		out.Header.Set(HeaderIdempotencyKey, a.spec.IdempotencyKey)
-	}
+	out.Header = sendHeader(req.Header, a.spec.AttemptID, a.spec.IdempotencyKey)
 
 	version := versionFrom(ctx)
 	if e.useHTTP1(version, scheme, authority) {
@@ -247,7 +240,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		alpn = alpnH2
 	}
 
-	e.obs.Track(a.spec.AttemptID)
+	e.obs.track(a.spec.AttemptID, &a.tracker)
 	var resp *http.Response
 	for pick := 1; ; pick++ {
 		pc, dialed, err := e.pool.get(ctx, scheme, authority, alpn, a.spec.Avoid, a.spec.FreshConnection)
@@ -314,8 +307,42 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		e.pool.wakeAuthority(authority)
 	}
 	a.response(resp)
-	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, release: func() { e.pool.release(pc) }}
+	resp.Body = &body{rc: resp.Body, a: a, ctx: ctx, auto: auto, pool: e.pool, pc: pc}
 	return resp, nil
+}
+
+// sendHeader returns the header an attempt sends: a copy of h (which is
+// not modified) with HeaderAttemptID set to attemptID and, when key is
+// not empty and h carries no Idempotency-Key value, HeaderIdempotencyKey
+// set to key. That is h.Clone() followed by Set, built with room for the
+// two values: Clone sizes the map and the shared values array for h
+// alone, so each Set then allocated again (a []string, and a bigger map
+// when h's was full), on every request.
+func sendHeader(h http.Header, attemptID, key string) http.Header {
+	nv := 2
+	for _, vv := range h {
+		nv += len(vv)
+	}
+	sv := make([]string, nv) // shared backing array, as in Clone
+	out := make(http.Header, len(h)+2)
+	for k, vv := range h {
+		if vv == nil {
+			// Preserved as Clone does.
+			out[k] = nil
+			continue
+		}
+		n := copy(sv, vv)
+		out[k] = sv[:n:n]
+		sv = sv[n:]
+	}
+	// Both names are canonical, so indexing is what Set and Get do.
+	sv[0] = attemptID
+	out[HeaderAttemptID] = sv[0:1:1]
+	if vv := out[HeaderIdempotencyKey]; key != "" && (len(vv) == 0 || vv[0] == "") {
+		sv[1] = key
+		out[HeaderIdempotencyKey] = sv[1:2:2]
+	}
+	return out
 }
 
 // useHTTP1 decides the protocol of a request before any connection is
@@ -630,13 +657,22 @@ type Attempt struct {
 	settled  bool
 	finished bool
 	class    Classification
+
+	// tracker is the observer's record of the attempt's streams, kept
+	// here so tracking it allocates nothing (Observer.track); only the
+	// observer touches it, under its own lock.
+	tracker tracker
 }
 
 // NewAttempt returns an attempt for spec, giving it a random AttemptID when
 // it has none.
 func NewAttempt(spec Spec) *Attempt {
 	if spec.AttemptID == "" {
-		spec.AttemptID = attemptIDPrefix + strconv.FormatUint(attemptSeq.Add(1), 36)
+		// Built in one allocation: the prefix (17 bytes) and a base-36
+		// uint64 (at most 13) fit the stack buffer.
+		var buf [32]byte
+		id := strconv.AppendUint(append(buf[:0], attemptIDPrefix...), attemptSeq.Add(1), 36)
+		spec.AttemptID = string(id)
 	}
 	spec.Avoid = append([]string(nil), spec.Avoid...)
 	return &Attempt{spec: spec, ev: Evidence{
@@ -724,7 +760,14 @@ func (a *Attempt) maybeSent() {
 }
 
 func (a *Attempt) response(resp *http.Response) {
-	ra, ok := ParseRetryAfter(resp.Header, time.Now())
+	var ra time.Duration
+	var ok bool
+	// ParseRetryAfter reports nothing for a response with neither header
+	// (the canonical spellings are the ones it reads), so the common case
+	// skips its lookups and the clock read.
+	if len(resp.Header["Retry-After"]) > 0 || len(resp.Header["Retry-After-Ms"]) > 0 {
+		ra, ok = ParseRetryAfter(resp.Header, time.Now())
+	}
 	a.mu.Lock()
 	a.ev.Status = resp.StatusCode
 	if ok {
@@ -796,8 +839,7 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 		if a.conn != nil {
 			oc = a.conn.oc
 		}
-		f := e.obs.Stream(a.spec.AttemptID, oc)
-		e.obs.Untrack(a.spec.AttemptID)
+		f := e.obs.final(a.spec.AttemptID, oc)
 		if f.ConnRef != "" {
 			a.ev.ConnRef = f.ConnRef
 		}
@@ -906,10 +948,15 @@ func (a *Attempt) FinishWith(f Facts) (Evidence, Classification) {
 // body wraps a response body to find the commit boundary and the end of
 // the exchange.
 type body struct {
-	rc      io.ReadCloser
-	a       *Attempt
-	ctx     context.Context
-	auto    bool
+	rc   io.ReadCloser
+	a    *Attempt
+	ctx  context.Context
+	auto bool
+	// At the end, an HTTP/2 body returns pc to pool; an HTTP/1.1 body
+	// calls release. The HTTP/2 path names the connection instead of
+	// capturing it in a closure: one allocation less per request.
+	pool    *pool
+	pc      *pooledConn
 	release func()
 	once    sync.Once
 }
@@ -944,6 +991,10 @@ func (b *body) Close() error {
 func (b *body) end(err error) {
 	b.once.Do(func() {
 		b.a.settle(b.ctx, err, b.auto)
-		b.release()
+		if b.release != nil {
+			b.release()
+		} else {
+			b.pool.release(b.pc)
+		}
 	})
 }

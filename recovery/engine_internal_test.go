@@ -314,3 +314,59 @@ func TestAConnectionStuckInAWriteBlocksNoOtherPick(t *testing.T) {
 		t.Fatal("an attempt to another authority waited on a connection stuck in a write")
 	}
 }
+
+// sendHeader must give exactly what Clone followed by Set gave (the
+// engine's former code), leave the caller's header alone, and keep every
+// value slice at its own capacity, so an append to one cannot overwrite
+// another's value in the shared array.
+func TestSendHeaderIsCloneAndSet(t *testing.T) {
+	reference := func(h http.Header, id, key string) http.Header {
+		out := h.Clone()
+		if out == nil {
+			out = make(http.Header)
+		}
+		out.Set(HeaderAttemptID, id)
+		if key != "" && out.Get(HeaderIdempotencyKey) == "" {
+			out.Set(HeaderIdempotencyKey, key)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		h    http.Header
+		key  string
+	}{
+		{"nil header", nil, ""},
+		{"nil header, key", nil, "k1"},
+		{"empty", http.Header{}, "k1"},
+		{"values", http.Header{"Content-Type": {"application/json"}, "Accept": {"a", "b"}}, "k1"},
+		{"nil and empty values kept", http.Header{"X-Nil": nil, "X-Empty": {}}, "k1"},
+		{"caller's own key wins", http.Header{HeaderIdempotencyKey: {"mine"}}, "k1"},
+		{"caller's empty key replaced", http.Header{HeaderIdempotencyKey: {""}}, "k1"},
+		{"caller's attempt id replaced", http.Header{HeaderAttemptID: {"forged", "two"}}, "k1"},
+		{"no key", http.Header{"Authorization": {"Bearer x"}}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := fmt.Sprint(c.h)
+			got := sendHeader(c.h, "att-1", c.key)
+			want := reference(c.h, "att-1", c.key)
+			if fmt.Sprint(got) != fmt.Sprint(want) || len(got) != len(want) {
+				t.Fatalf("sendHeader = %v, want %v", got, want)
+			}
+			for k, vv := range want {
+				if (vv == nil) != (got[k] == nil) {
+					t.Fatalf("%s: nil-ness differs: got %#v, want %#v", k, got[k], vv)
+				}
+			}
+			if fmt.Sprint(c.h) != before {
+				t.Fatalf("caller's header changed: %v, was %v", c.h, before)
+			}
+			for k, vv := range got {
+				if cap(vv) != len(vv) {
+					t.Fatalf("%s: cap %d > len %d: an append would write into another header's values", k, cap(vv), len(vv))
+				}
+			}
+		})
+	}
+}

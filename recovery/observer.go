@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // HTTP/2 frame types and flags the observer reads (RFC 9113 section 6).
@@ -71,9 +72,12 @@ func NewObserver() *Observer {
 // callbacks run under the connection's lock and take the tracker's).
 // Untrack therefore never holds tracker.mu while it takes a connection's.
 type tracker struct {
-	mu          sync.Mutex
-	gone        bool          // untracked: bind must not attach it to a stream any more
-	bindings    []binding     // every (connection, stream) entry that points at it, for Untrack to remove
+	mu       sync.Mutex
+	gone     bool      // untracked: bind must not attach it to a stream any more
+	bindings []binding // every (connection, stream) entry that points at it, for Untrack to remove
+	// bindBuf backs bindings for the usual single stream, so binding it
+	// allocates nothing.
+	bindBuf     [1]binding
 	conn        *ObservedConn // the connection that carried its latest stream
 	streams     int
 	streamID    uint32
@@ -87,10 +91,19 @@ type tracker struct {
 
 // Track starts watching for attemptID. It must be called before the
 // request's HEADERS are written; frames for an untracked id are ignored.
-func (o *Observer) Track(attemptID string) {
+func (o *Observer) Track(attemptID string) { o.track(attemptID, nil) }
+
+// track is Track with the tracker's storage given: the engine passes
+// one inside its Attempt, which it allocates anyway. t must be unused
+// (zero) and is not used when attemptID is already tracked; nil means a
+// new one.
+func (o *Observer) track(attemptID string, t *tracker) {
 	o.mu.Lock()
 	if _, ok := o.attempts[attemptID]; !ok {
-		o.attempts[attemptID] = &tracker{}
+		if t == nil {
+			t = &tracker{}
+		}
+		o.attempts[attemptID] = t
 	}
 	o.mu.Unlock()
 }
@@ -105,21 +118,38 @@ type binding struct {
 // It also removes the attempt's streams from their connections' maps, so
 // a long-lived connection holds entries only for attempts in flight.
 func (o *Observer) Untrack(attemptID string) {
+	if t := o.remove(attemptID); t != nil {
+		t.mu.Lock()
+		bs := t.goneLocked()
+		t.mu.Unlock()
+		unbind(t, bs)
+	}
+}
+
+// remove takes attemptID out of the tracked set and returns its tracker.
+func (o *Observer) remove(attemptID string) *tracker {
 	o.mu.Lock()
 	t := o.attempts[attemptID]
 	delete(o.attempts, attemptID)
 	o.mu.Unlock()
-	if t == nil {
-		return
-	}
-	// Marking the tracker gone first closes the race with a bind already
-	// past its lookup: bind checks gone under t.mu, so either it sees gone
-	// and adds nothing, or its binding is in the list read here.
-	t.mu.Lock()
+	return t
+}
+
+// goneLocked marks t untracked and returns its bindings, for unbind to
+// remove once t.mu is released. Marking it gone first closes the race
+// with a bind already past its lookup: bind checks gone under t.mu, so
+// either it sees gone and adds nothing, or its binding is in the list
+// returned here.
+func (t *tracker) goneLocked() []binding {
 	t.gone = true
 	bs := t.bindings
 	t.bindings = nil
-	t.mu.Unlock()
+	return bs
+}
+
+// unbind removes t's bindings from their connections' stream maps. It
+// takes each connection's lock, so t.mu must not be held (lock order).
+func unbind(t *tracker, bs []binding) {
 	for _, b := range bs {
 		b.conn.mu.Lock()
 		if b.conn.streams[b.stream] == t {
@@ -176,34 +206,73 @@ type StreamFacts struct {
 // stream carried it yet, conn-level facts come from fallback (the
 // connection the caller chose), which may be nil.
 func (o *Observer) Stream(attemptID string, fallback *ObservedConn) StreamFacts {
+	return o.facts(attemptID, fallback, false)
+}
+
+// final is Stream followed by Untrack, for the end of an exchange, in one
+// pass: one lookup in the tracked set and one hold of the tracker's lock
+// instead of two of each. The facts are the tracker's as it is marked
+// gone, so no frame can change them in between either.
+func (o *Observer) final(attemptID string, fallback *ObservedConn) StreamFacts {
+	return o.facts(attemptID, fallback, true)
+}
+
+// facts is Stream, and with untrack also Untrack.
+func (o *Observer) facts(attemptID string, fallback *ObservedConn, untrack bool) StreamFacts {
 	var f StreamFacts
 	c := fallback
-	if t := o.lookup(attemptID); t != nil {
+	var t *tracker
+	if untrack {
+		t = o.remove(attemptID)
+	} else {
+		t = o.lookup(attemptID)
+	}
+	if t != nil {
 		t.mu.Lock()
-		f.StreamID, f.Streams, f.RequestBytes, f.ResponseHeaders = t.streamID, t.streams, t.reqBytes, t.respHeaders
-		f.SentAfterGoAway = t.afterGoAway
-		if t.rst != nil {
-			code := *t.rst
-			f.RSTStream = &code
-		}
-		if t.conn != nil {
-			c = t.conn
+		c = t.factsLocked(&f, c)
+		var bs []binding
+		if untrack {
+			bs = t.goneLocked()
 		}
 		t.mu.Unlock()
+		unbind(t, bs)
 	}
-	if c != nil {
-		f.ConnRef = c.ref
-		c.mu.Lock()
-		if c.goAway != nil {
-			g := *c.goAway
-			f.GoAway = &g
-		}
-		f.ConnClosed, f.MappingLost = c.closed, c.lost
-		f.AnsweredHTTP1 = c.http1Answer
-		f.ServerSilent = c.inTotal == 0 && ((c.closed && c.peerClosed) || c.peerGone)
-		c.mu.Unlock()
-	}
+	c.connFacts(&f)
 	return f
+}
+
+// factsLocked copies the tracker's facts into f and returns the
+// connection whose facts complete them: the one that carried the latest
+// stream, else c. t.mu must be held.
+func (t *tracker) factsLocked(f *StreamFacts, c *ObservedConn) *ObservedConn {
+	f.StreamID, f.Streams, f.RequestBytes, f.ResponseHeaders = t.streamID, t.streams, t.reqBytes, t.respHeaders
+	f.SentAfterGoAway = t.afterGoAway
+	if t.rst != nil {
+		code := *t.rst
+		f.RSTStream = &code
+	}
+	if t.conn != nil {
+		return t.conn
+	}
+	return c
+}
+
+// connFacts adds the connection-level facts of c, which may be nil, to f.
+func (c *ObservedConn) connFacts(f *StreamFacts) {
+	if c == nil {
+		return
+	}
+	f.ConnRef = c.ref
+	c.mu.Lock()
+	if c.goAway != nil {
+		g := *c.goAway
+		f.GoAway = &g
+	}
+	closed := c.closed.Load()
+	f.ConnClosed, f.MappingLost = closed, c.lost
+	f.AnsweredHTTP1 = c.http1Answer
+	f.ServerSilent = c.inTotal == 0 && ((closed && c.peerClosed) || c.peerGone)
+	c.mu.Unlock()
 }
 
 // ConnHooks are called by an ObservedConn from its read path, before the
@@ -266,8 +335,14 @@ type ObservedConn struct {
 	blockOn uint32              // its stream id
 	streams map[uint32]*tracker // streams of tracked attempts (Untrack removes them)
 	goAway  *GoAway             // every GOAWAY received so far, merged (mergeGoAway)
-	closed  bool
-	lost    bool
+	// closed: the read side has ended. Written under mu with peerClosed,
+	// but atomic so that isClosed, which the pool asks for every
+	// connection on every pick, need not take mu: mu is the lock the
+	// connection's read loop and writer take for every frame, so taking
+	// it from the requesting goroutine moved its cache line between
+	// cores twice per pick.
+	closed atomic.Bool
+	lost   bool
 	// pingsOut counts outgoing PING frames (the engine's write barrier,
 	// Engine.neverLeft). changed is closed and replaced when pingsOut
 	// grows, the framing is lost or a write fails.
@@ -298,14 +373,9 @@ func (c *observedTLSConn) ConnectionState() tls.ConnectionState { return c.tls.C
 // Ref names the connection in evidence.
 func (c *ObservedConn) Ref() string { return c.ref }
 
-// isClosed reports that the connection's read side has ended. It never
-// waits on a write: Write holds c.mu only while it parses, never across
-// the underlying write.
-func (c *ObservedConn) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+// isClosed reports that the connection's read side has ended. It takes
+// no lock (see closed), so it never waits on a read or a write.
+func (c *ObservedConn) isClosed() bool { return c.closed.Load() }
 
 // Write observes the frames in b before handing them to the connection, so
 // a request is marked sent before the server can possibly answer it (and
@@ -376,9 +446,9 @@ func (c *ObservedConn) Read(b []byte) (int, error) {
 				c.loseLocked()
 			}
 		}
-		closedNow := err != nil && !c.closed
+		closedNow := err != nil && !c.closed.Load()
 		if closedNow {
-			c.closed = true
+			c.closed.Store(true)
 			c.peerClosed = !errors.Is(err, net.ErrClosed)
 		}
 		c.mu.Unlock()
@@ -485,6 +555,9 @@ func (c *ObservedConn) attach(t *tracker, stream uint32, headerBytes int64) {
 		return
 	}
 	c.streams[stream] = t
+	if t.bindings == nil {
+		t.bindings = t.bindBuf[:0]
+	}
 	t.bindings = append(t.bindings, binding{conn: c, stream: stream})
 	t.conn, t.streamID = c, stream
 	t.streams++

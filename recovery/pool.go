@@ -25,6 +25,9 @@ type pooledConn struct {
 	// inflight counts the attempts the pool handed this connection that
 	// have not been released yet.
 	inflight atomic.Int32
+	// ap is the authority's pool entry, set before the connection is
+	// handed out, so release finds it without the pool's lock and map.
+	ap *authPool
 }
 
 // usable reports whether the connection may take new streams. It reads
@@ -57,6 +60,14 @@ type authPool struct {
 	conns   []*pooledConn
 	dialing int
 	wake    chan struct{} // closed and replaced when a slot may have opened
+	// getters counts get calls in progress for the authority. A release
+	// wakes only when it is above zero: a release with no get in
+	// progress has no one to wake, and closing and replacing wake on
+	// every release cost a channel allocation and both locks per request.
+	// get registers before it first looks, so a release that reads zero
+	// happened before any later get looked, and that get sees what the
+	// release freed.
+	getters atomic.Int32
 }
 
 // dialFunc dials a new connection. wake must be called (from any
@@ -92,9 +103,15 @@ func (p *pool) notify(ap *authPool) {
 // fresh demands a newly dialed connection. dialed reports that the
 // connection was dialed for this call.
 func (p *pool) get(ctx context.Context, scheme, authority string, alpn, avoid []string, fresh bool) (c *pooledConn, dialed bool, err error) {
+	var ap *authPool
+	defer func() { ap.getters.Add(-1) }()
 	for {
 		p.mu.Lock()
-		ap := p.authLocked(authority)
+		if ap == nil {
+			// Registered before the first look (see authPool.getters).
+			ap = p.authLocked(authority)
+			ap.getters.Add(1)
+		}
 		p.wakeMu.Lock()
 		wake := ap.wake // taken before looking, so no wake-up is missed
 		p.wakeMu.Unlock()
@@ -120,10 +137,12 @@ func (p *pool) get(ctx context.Context, scheme, authority string, alpn, avoid []
 			ap.dialing++
 			p.mu.Unlock()
 			closeAll(stale)
-			pc, err := p.dial(ctx, scheme, authority, alpn, func() { p.notify(ap) })
+			wakeAP := ap // captured by the hooks: a copy, so get's own ap stays on the stack
+			pc, err := p.dial(ctx, scheme, authority, alpn, func() { p.notify(wakeAP) })
 			p.mu.Lock()
 			ap.dialing--
 			if err == nil {
+				pc.ap = ap
 				ap.conns = append(ap.conns, pc)
 			}
 			p.mu.Unlock()
@@ -184,10 +203,13 @@ func (p *pool) closeAllConns() {
 }
 
 // release returns the attempt's hold on pc, taken by get, and wakes the
-// waiters of its authority. Call it exactly once per successful get.
+// waiters of its authority, if a get is in progress there (see
+// authPool.getters). Call it exactly once per successful get.
 func (p *pool) release(pc *pooledConn) {
 	pc.inflight.Add(-1)
-	p.wakeAuthority(pc.authority)
+	if pc.ap.getters.Load() > 0 {
+		p.notify(pc.ap)
+	}
 }
 
 // wakeAuthority wakes waiters for a connection to authority: a slot may
