@@ -493,7 +493,7 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 // it as a local activity so route configuration stays on the worker and
 // the answer is recorded in history.
 func (a *Activities) DescribeRoutes(_ context.Context, in attempt.PlanInput) (attempt.Plan, error) {
-	p := attempt.Plan{Reconciler: a.Reconciler != nil || a.Journal != nil, SearchAttributes: a.SearchAttributes, StateUpserts: attempt.CurrentStateUpserts}
+	p := attempt.Plan{Reconciler: a.Reconciler != nil || a.Journal != nil, SearchAttributes: a.SearchAttributes, StateUpserts: attempt.CurrentStateUpserts, DeadlineTimer: attempt.CurrentDeadlineTimer}
 	for _, name := range in.Routes {
 		r, ok := a.Routes[name]
 		if !ok {

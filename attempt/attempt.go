@@ -97,6 +97,11 @@ type Plan struct {
 	// plan, which history records, so that a history replays the way it
 	// was recorded: histories from before the field have 0.
 	StateUpserts int `json:"state_upserts,omitempty"`
+	// DeadlineTimer is when LLMAction starts a timer for the overall
+	// deadline around an attempt; DescribeRoutes always sets
+	// CurrentDeadlineTimer. It travels in the plan for the same reason
+	// as StateUpserts: histories from before the field have 0.
+	DeadlineTimer int `json:"deadline_timer,omitempty"`
 }
 
 // The ways LLMAction keeps its search attributes current.
@@ -112,6 +117,22 @@ const (
 	StateUpsertsSkipQueued = 1
 	// CurrentStateUpserts is what new actions use.
 	CurrentStateUpserts = StateUpsertsSkipQueued
+)
+
+// When LLMAction times the overall deadline around an attempt.
+const (
+	// DeadlineTimerEveryAttempt starts one for every attempt (histories
+	// recorded before DeadlineTimer existed).
+	DeadlineTimerEveryAttempt = 0
+	// DeadlineTimerNearDeadline starts one only when the attempt's own
+	// Temporal timeouts (ScheduleToStart, then StartToClose) could let it
+	// run past the deadline. Otherwise Temporal ends the activity first
+	// and the timer could never fire: it was only a history event and a
+	// timer task per action that waited in the server until the deadline
+	// (docs/performance.md).
+	DeadlineTimerNearDeadline = 1
+	// CurrentDeadlineTimer is what new actions use.
+	CurrentDeadlineTimer = DeadlineTimerNearDeadline
 )
 
 // Verdict is a reconciliation decision (docs/contract.md section 5).

@@ -608,7 +608,12 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	w.setState(StateDispatching, "", route.Name)
 
 	fut := workflow.ExecuteActivity(actx, attempt.CallModel, input)
-	_, _ = workflow.AwaitWithTimeout(w.ctx, remaining, func() bool { return fut.IsReady() || w.cancelReq != nil })
+	settledOrStopped := func() bool { return fut.IsReady() || w.cancelReq != nil }
+	if w.deadlineTimerNeeded(rec) {
+		_, _ = workflow.AwaitWithTimeout(w.ctx, remaining, settledOrStopped)
+	} else {
+		_ = workflow.Await(w.ctx, settledOrStopped)
+	}
 	if !fut.IsReady() {
 		// The scope ended mid-attempt: cancel the activity through its
 		// heartbeat and wait for it to settle, so its evidence is final.
@@ -651,6 +656,21 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	}
 	w.log.Info("attempt finished", "attempt", n, "route", route.Name, "classification", string(rec.Classification.Class), "reason", rec.Classification.Reason)
 	return rec
+}
+
+// deadlineTimerMargin is how long before the deadline the attempt's own
+// Temporal timeouts must end it for the deadline timer to be left out: the
+// server fires those timeouts from its timer queue, a little late under
+// load, and only a timer that could never fire first may go.
+const deadlineTimerMargin = 30 * time.Second
+
+// deadlineTimerNeeded says whether the overall deadline must be timed
+// around this attempt. Temporal ends the activity by rec.Deadline at the
+// latest (ScheduleToStart after the queue timeout, then StartToClose
+// after the attempt timeout and its grace); when that is well before the
+// deadline, a timer for the deadline could never fire first.
+func (w *action) deadlineTimerNeeded(rec AttemptRecord) bool {
+	return w.plan.DeadlineTimer < attempt.DeadlineTimerNearDeadline || rec.Deadline.Add(deadlineTimerMargin).After(w.deadline)
 }
 
 // outcomeOfError turns an activity that did not return an outcome into

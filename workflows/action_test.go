@@ -672,6 +672,57 @@ func TestOverallDeadlineCancelsTheAttempt(t *testing.T) {
 	}
 }
 
+// timersOf counts the timers the workflow starts.
+func (r *run) timersOf() *int {
+	n := new(int)
+	r.env.SetOnTimerScheduledListener(func(string, time.Duration) { *n++ })
+	return n
+}
+
+// Issue 15: every attempt started a timer for the overall deadline, an
+// event and a timer task each, though with the defaults (5 min deadline,
+// 30 s queue, 60 s attempt) Temporal's own timeouts end the activity
+// minutes before that timer could fire.
+func TestAnAttemptWellInsideTheDeadlineStartsNoTimer(t *testing.T) {
+	r := newRun(t, slow(10*time.Second, ok))
+	timers := r.timersOf()
+	if res := r.exec(input("a")); res.State != StateCompleted {
+		t.Fatalf("state %s", res.State)
+	}
+	if *timers != 0 {
+		t.Fatalf("%d timers started for an attempt Temporal ends long before the deadline", *timers)
+	}
+}
+
+// An attempt whose queue and attempt timeouts reach past the deadline is
+// still timed, and the deadline still ends it.
+func TestAnAttemptThatCouldOutliveTheDeadlineIsTimed(t *testing.T) {
+	r := newRun(t, blockUntilCanceled)
+	timers := r.timersOf()
+	in := input("a")
+	in.Deadline = 2 * time.Minute
+	in.AttemptTimeout = 100 * time.Second // + 30 s queue + 2 s grace > 2 min - the margin
+	res := r.exec(in)
+	if res.State != StateCanceled || res.Origin != OriginOverallDeadline || *timers != 1 {
+		t.Fatalf("state %s origin %s, %d timers", res.State, res.Origin, *timers)
+	}
+}
+
+// A plan from before DeadlineTimer (a history recorded then) keeps the
+// timer on every attempt, so such histories replay as recorded.
+func TestAPlanWithoutDeadlineTimerTimesEveryAttempt(t *testing.T) {
+	r := newRunWith(t, nil, ok)
+	r.env.OnActivity(r.acts.DescribeRoutes, mock.Anything, mock.Anything).Return(func(ctx context.Context, in attempt.PlanInput) (attempt.Plan, error) {
+		p, err := r.acts.DescribeRoutes(ctx, in)
+		p.DeadlineTimer = attempt.DeadlineTimerEveryAttempt
+		return p, err
+	})
+	timers := r.timersOf()
+	if res := r.exec(input("a")); res.State != StateCompleted || *timers != 1 {
+		t.Fatalf("state %s, %d timers", res.State, *timers)
+	}
+}
+
 func TestLateSignalsAreRecordedAndIgnored(t *testing.T) {
 	r := newRun(t, slow(time.Minute, ok))
 	r.env.RegisterDelayedCallback(func() {

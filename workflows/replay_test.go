@@ -21,9 +21,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 	// happy_path_upsert_queued.json is the happy path as recorded before
 	// attempt.StateUpsertsSkipQueued (an upsert for queued, then one for
-	// dispatching); happy_path.json has only the dispatching one. The
-	// others were recorded before it too.
-	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false}
+	// dispatching); happy_path.json has only the dispatching one.
+	// happy_path_deadline_timer.json is the happy path as recorded before
+	// attempt.DeadlineTimerNearDeadline, with a deadline timer around the
+	// attempt; the others were re-recorded after it.
+	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "happy_path_deadline_timer.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {
