@@ -383,30 +383,42 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 		return func() {}
 	}
 	deadline, _ := ctx.Deadline()
+	var last time.Time
+	failed := false
+	// Not stopped by ctx: the caller's stop ends it, after the exchange.
+	return onEachTick(journalSentPoll, nil, func() {
+		if time.Since(last) < a.journalLease() || !att.OnTheWire() {
+			return
+		}
+		last = time.Now()
+		e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
+		if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil && !failed {
+			failed = true
+			a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
+			a.Telemetry.JournalFailed(ctx)
+		}
+	})
+}
+
+// onEachTick calls fn every interval, the first time after one interval,
+// until stop is called or until ends (nil: never). stop waits for a call
+// in progress, so fn never runs after stop returns.
+func onEachTick(every time.Duration, until <-chan struct{}, fn func()) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(journalSentPoll)
+		t := time.NewTicker(every)
 		defer t.Stop()
-		var last time.Time
-		failed := false
 		for {
 			select {
 			case <-done:
 				return
+			case <-until:
+				return
 			case <-t.C:
 			}
-			if time.Since(last) < a.journalLease() || !att.OnTheWire() {
-				continue
-			}
-			last = time.Now()
-			e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
-			if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil && !failed {
-				failed = true
-				a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
-				a.Telemetry.JournalFailed(ctx)
-			}
+			fn()
 		}
 	}()
 	return func() {
@@ -461,32 +473,14 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 	if every <= 0 {
 		every = 250 * time.Millisecond
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ev := att.Evidence()
-			stage := "sending"
-			if ev.ContentStarted {
-				stage = "streaming"
-			}
-			activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
+	return onEachTick(every, ctx.Done(), func() {
+		ev := att.Evidence()
+		stage := "sending"
+		if ev.ContentStarted {
+			stage = "streaming"
 		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
+		activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
+	})
 }
 
 // DescribeRoutes returns the Plan for the named routes. The workflow runs
