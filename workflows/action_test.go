@@ -1,13 +1,10 @@
 package workflows
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/attempt"
-	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,8 +21,11 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/recovery"
 )
 
@@ -57,25 +57,8 @@ type run struct {
 	mu     sync.Mutex
 	calls  []attempt.Input
 	times  []time.Time
-	events *lockedBuffer // the llm.attempt events, as JSON lines
+	events *syncbuf.Buffer // the llm.attempt events, as JSON lines
 	acts   *activities.Activities
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newRun(t *testing.T, steps ...step) *run { return newRunWith(t, nil, steps...) }
@@ -88,7 +71,7 @@ func newRunWith(t *testing.T, adjust func(*activities.Activities), steps ...step
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := s.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
-	events := &lockedBuffer{}
+	events := &syncbuf.Buffer{}
 	env.RegisterWorkflowWithOptions(New(Options{Events: slog.New(slog.NewJSONHandler(events, nil))}), workflow.RegisterOptions{Name: WorkflowName})
 	acts := &activities.Activities{Routes: testRoutes}
 	if adjust != nil {

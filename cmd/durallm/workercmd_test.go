@@ -11,31 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/workflows"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
@@ -90,7 +72,7 @@ func TestWorkerStartedBeforeTemporalWaitsAndRetries(t *testing.T) {
 	workerContext = func() context.Context { return ctx }
 	t.Cleanup(func() { workerContext = context.Background })
 
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- dispatch([]string{"worker", "--address", "127.0.0.1:" + strconv.Itoa(port), "--routes", routesFile,

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,11 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/providertest"
@@ -213,15 +212,12 @@ http {
 // reconciliation wait and without executing anything.
 func TestE2EHTTPVersionMismatchIsNamedAtStartAndUnsent(t *testing.T) {
 	s := newStack(t)
-	var buf bytes.Buffer
-	var mu sync.Mutex
+	var logs syncbuf.Buffer
 	s.startWorker(withRoute(s.p.HTTP1URL()+"/v1", "2"), func(o *worker.Options) {
 		o.ProbeRoutes = true
-		o.Logger = slog.New(slog.NewJSONHandler(&lockedBuffer{b: &buf, mu: &mu}, nil))
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
+	out := logs.String()
 	// The server answers the preface and closes at once; the reset that
 	// what follows the preface draws may destroy the answer, leaving a
 	// silent close: either way the fix is named.

@@ -1,14 +1,11 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/durallm/durallm/attempt"
-	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,9 +32,12 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -522,9 +521,8 @@ func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
 	const prompt, answer, key = "PROMPT-CANARY-4711", "ANSWER-CANARY-0815", "sk-KEY-CANARY-2342"
 	t.Setenv("DURALLM_TEST_CANARY_KEY", key)
 	s := newStack(t)
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(&lockedBuffer{b: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs syncbuf.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	tel, err := telemetry.New(logger)
 	if err != nil {
 		t.Fatal(err)
@@ -572,9 +570,7 @@ func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
 	if !strings.Contains(attrs.String(), "DurallmState") {
 		t.Fatalf("no search attributes captured: %s", attrs.String())
 	}
-	mu.Lock()
 	logText := logs.String()
-	mu.Unlock()
 	if !strings.Contains(logText, "llm.attempt") {
 		t.Fatal("no attempt events captured")
 	}
@@ -590,17 +586,6 @@ func TestE2ENothingSecretIsWrittenAnywhere(t *testing.T) {
 	if !strings.Contains(s.p.Received()[0].Path, "/chat/completions") {
 		t.Fatalf("unexpected path %q", s.p.Received()[0].Path)
 	}
-}
-
-type lockedBuffer struct {
-	b  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }
 
 // With tracing on, an action's workflow, its attempt activity and the

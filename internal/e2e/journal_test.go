@@ -1,14 +1,13 @@
 package e2e_test
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/worker"
@@ -24,9 +23,7 @@ func TestE2EJournalUnreachableTheActionStillCompletes(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	logs := &lockedBuffer{b: &buf, mu: &mu}
+	logs := &syncbuf.Buffer{}
 	s.startWorker(func(o *worker.Options) {
 		o.Journal = journal.Dir{Path: filepath.Join(file, "journal")}
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
@@ -36,9 +33,7 @@ func TestE2EJournalUnreachableTheActionStillCompletes(t *testing.T) {
 	if err != nil || res.State != workflows.StateCompleted || res.Response == nil || res.Response.Text != "answered without a journal" {
 		t.Fatalf("state %s err %v response %+v", res.State, err, res.Response)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(buf.String(), "attempt journal unavailable") {
-		t.Fatalf("the journal's absence was not reported; worker log:\n%s", buf.String())
+	if out := logs.String(); !strings.Contains(out, "attempt journal unavailable") {
+		t.Fatalf("the journal's absence was not reported; worker log:\n%s", out)
 	}
 }
