@@ -216,25 +216,30 @@ func TestTemporalCloudAPIKeyNeverFallsBackToPlaintext(t *testing.T) {
 	}
 	defer ln.Close()
 	first := make(chan []byte, 16)
-	go func() {
+	// Every connection's reader must be done before first is closed: the
+	// client may still be connecting (a retry) when the dial returns.
+	var readers sync.WaitGroup
+	readers.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
+			readers.Go(func() {
 				defer c.Close()
 				b := make([]byte, 24)
 				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				n, _ := io.ReadAtLeast(c, b, 1)
 				first <- b[:n]
-			}()
+			})
 		}
-	}()
+	})
 	cloudEnv(t, map[string]string{"TEMPORAL_ADDRESS": ln.Addr().String(), "TEMPORAL_API_KEY": "test-api-key"})
 	if err := dialForTest(t); err == nil {
 		t.Fatal("dial succeeded against a server that speaks no TLS")
 	}
+	_ = ln.Close()
+	readers.Wait()
 	close(first)
 	n := 0
 	for b := range first {
