@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,30 +20,20 @@ import (
 
 	"github.com/durallm/durallm/codec"
 	demonstration "github.com/durallm/durallm/internal/demo"
+	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/providertest"
 )
 
 // devRun is one 'durallm dev' running in this process.
 type devRun struct {
 	t    *testing.T
-	mu   sync.Mutex
-	out  bytes.Buffer
-	err  bytes.Buffer
+	out  syncbuf.Buffer // read while dev still writes it
+	err  bytes.Buffer   // read only once dev has exited
 	done chan int
 	stop context.CancelFunc
 }
 
-func (d *devRun) Write(p []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.Write(p)
-}
-
-func (d *devRun) output() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.String()
-}
+func (d *devRun) output() string { return d.out.String() }
 
 // startDev runs 'dev' with args until stop is called.
 func startDev(t *testing.T, args ...string) *devRun {
@@ -53,7 +42,7 @@ func startDev(t *testing.T, args ...string) *devRun {
 	devContext = func() context.Context { return ctx }
 	t.Cleanup(func() { devContext = context.Background })
 	d := &devRun{t: t, done: make(chan int, 1), stop: cancel}
-	go func() { d.done <- dispatch(append([]string{"dev"}, args...), d, &d.err) }()
+	go func() { d.done <- dispatch(append([]string{"dev"}, args...), &d.out, &d.err) }()
 	return d
 }
 
