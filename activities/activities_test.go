@@ -22,9 +22,9 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // CallModel outside Temporal (no heartbeats): one attempt through the real

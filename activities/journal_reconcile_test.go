@@ -16,8 +16,8 @@ import (
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // Only the causes that mean "stop" end the exchange; the SDK's own

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // Connection refs are "<engine tag>-c<n>": the tag is all that keeps two

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // These tests drive the engine over real HTTP/2 frames against the

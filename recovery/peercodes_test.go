@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // unassignedCodes are HTTP/2 error codes RFC 9113 does not define. A peer

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // slowConn makes every write to the socket take a while, so a header block

@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/telemetry"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 func newTelemetry(t *testing.T) *telemetry.Telemetry {

@@ -20,7 +20,7 @@ func TestProductionBuildLinksNoDevTooling(t *testing.T) {
 			p == "github.com/temporalio/ui-server/v2" || strings.HasPrefix(p, "github.com/temporalio/ui-server/v2/"),
 			p == "github.com/durallm/durallm/internal/chaos",
 			p == "github.com/durallm/durallm/internal/devserver",
-			p == "github.com/durallm/durallm/providertest":
+			p == "github.com/durallm/durallm/testsuite/providertest":
 			found = append(found, p)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // runDemoProvider serves the providertest's fault-injecting provider on its

@@ -25,9 +25,9 @@ import (
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )

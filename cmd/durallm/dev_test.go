@@ -21,7 +21,7 @@ import (
 	"github.com/durallm/durallm/codec"
 	demonstration "github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/internal/syncbuf"
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // devRun is one 'durallm dev' running in this process.

@@ -18,7 +18,7 @@ import (
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/internal/pgserver"
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
 

@@ -36,7 +36,7 @@ import (
 	"github.com/durallm/durallm/internal/haproxy"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )

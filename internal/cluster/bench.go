@@ -18,7 +18,7 @@ import (
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )

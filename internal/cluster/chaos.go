@@ -12,8 +12,8 @@ import (
 
 	"github.com/durallm/durallm/internal/chaos"
 	"github.com/durallm/durallm/internal/chaos/report"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
 

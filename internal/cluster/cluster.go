@@ -59,8 +59,8 @@ import (
 	"github.com/durallm/durallm/internal/haproxy"
 	"github.com/durallm/durallm/internal/pgserver"
 	"github.com/durallm/durallm/journal"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
 

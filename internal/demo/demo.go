@@ -17,7 +17,7 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
 

@@ -57,7 +57,7 @@ func bucketOf(stack []string) string {
 			return "protobuf"
 		case strings.HasPrefix(f, "google.golang.org/grpc"), strings.HasPrefix(f, "golang.org/x/net/http2"):
 			return "grpc"
-		case strings.HasPrefix(f, "github.com/durallm/durallm/providertest"):
+		case strings.HasPrefix(f, "github.com/durallm/durallm/testsuite/providertest"):
 			return "provider"
 		case strings.HasPrefix(f, "github.com/durallm/"):
 			return "durallm"

@@ -19,8 +19,8 @@ import (
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )

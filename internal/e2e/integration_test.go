@@ -38,10 +38,10 @@ import (
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/journal"
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )

@@ -16,8 +16,8 @@ import (
 	"testing"
 
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // The providertest provider speaks the OpenAI shape only, so these tests

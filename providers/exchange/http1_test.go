@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/providers/exchange"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // The route's http_version reaches the engine: a route at the provider's

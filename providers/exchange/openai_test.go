@@ -22,8 +22,8 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providertest"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 // These tests make real attempts through the recovery engine against the

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/internal/cluster"
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

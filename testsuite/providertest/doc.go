@@ -1,4 +1,4 @@
-// Package testsuite provides a fault-injecting HTTP/2 and HTTP/1.1 LLM
+// Package providertest provides a fault-injecting HTTP/2 and HTTP/1.1 LLM
 // provider for testing recovery end to end, over real frames on real
 // sockets.
 //

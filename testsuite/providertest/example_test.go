@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/durallm/durallm/providertest"
+	"github.com/durallm/durallm/testsuite/providertest"
 	"golang.org/x/net/http2"
 )
 
