@@ -347,8 +347,10 @@ func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bo
 	case recovery.Completed, recovery.CommittedPartial:
 		if c.Class == recovery.CommittedPartial && rec.Evidence.Activity != "" && w.plan.Reconciler {
 			// Committed on a worker that was lost: its text is not in
-			// history, but the journal may hold the whole response.
-			if v, ok := w.runReconciler(rec); ok && v.Verdict == attempt.VerdictCompleted {
+			// history, but the journal may hold the whole response. A
+			// cancel meanwhile leaves the partial standing (endWith notes
+			// it): what was delivered was delivered.
+			if v, ok, _ := w.runReconciler(rec); ok && v.Verdict == attempt.VerdictCompleted {
 				w.decide(Decision{Next: DecideFinish, Why: c.Reason + ": the response from " + v.By})
 				last := &w.status.Attempts[len(w.status.Attempts)-1]
 				last.Verdict, last.VerdictBy = v.Verdict, v.By
@@ -744,7 +746,12 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 	w.verdict = nil
 	w.setState(StateAwaitingReconciliation, string(recovery.Ambiguous), rec.Route)
 	if w.plan.Reconciler {
-		if v, ok := w.runReconciler(rec); ok {
+		v, ok, stopped := w.runReconciler(rec)
+		switch {
+		case stopped:
+			w.status.AwaitingAttempt = 0
+			return ReconcileRequest{}, "", scopeEndedWhileWaiting
+		case ok:
 			w.status.AwaitingAttempt = 0
 			return v, v.By, verdictArrived
 		}
@@ -773,26 +780,42 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 	return ReconcileRequest{}, "timeout", waitTimedOut
 }
 
-func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
+// runReconciler runs the worker's reconciler (the journal first, then the
+// application's) on an ambiguous attempt. ok says it gave a valid
+// verdict; stopped, that the scope ended while it ran: the reconcile
+// activity only reads, so it is canceled and not waited for, and the
+// action's cancel takes effect at once rather than when the reconciler
+// would have returned (it may wait up to the attempt's deadline).
+func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopped bool) {
 	// The built-in reconciler may wait for an attempt that can still end
 	// on a live worker, until the attempt's deadline: the activity's own
 	// timeout leaves room for that.
-	ctx := workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
+	ctx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute + max(0, rec.Deadline.Sub(workflow.Now(w.ctx))),
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
-	})
-	var out attempt.ReconcileOutput
-	err := workflow.ExecuteActivity(ctx, attempt.Reconcile, attempt.ReconcileInput{
+	}))
+	defer cancel()
+	fut := workflow.ExecuteActivity(ctx, attempt.Reconcile, attempt.ReconcileInput{
 		ActionRef: w.status.ActionRef, IdempotencyKey: w.in.IdempotencyKey, Attempt: rec.N,
 		AttemptID: rec.Evidence.AttemptID, Route: rec.Route, Evidence: rec.Evidence,
-	}).Get(ctx, &out)
+	})
+	_ = workflow.Await(w.ctx, func() bool { return fut.IsReady() || w.cancelReq != nil })
+	if !fut.IsReady() && w.scopeEnded() {
+		// Not waiting for cancellation, the future settles at once.
+		cancel()
+		_ = fut.Get(ctx, nil)
+		w.note("the reconciler was canceled: the action's scope ended (" + string(w.origin) + ")")
+		return ReconcileRequest{}, false, true
+	}
+	var out attempt.ReconcileOutput
+	err := fut.Get(ctx, &out)
 	if out.JournalState != "" {
 		w.attemptRecord(rec.N).JournalState = out.JournalState
 	}
 	if err != nil {
 		w.note("reconciler failed: " + err.Error())
-		return ReconcileRequest{}, false
+		return ReconcileRequest{}, false, false
 	}
 	by := out.By
 	if by == "" {
@@ -801,14 +824,14 @@ func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, bool) {
 	r := ReconcileRequest{Attempt: rec.N, Verdict: out.Verdict, Response: out.Response, ResultRef: out.ResultRef, By: by}
 	if out.Verdict == attempt.VerdictNone {
 		w.note("reconciler (" + by + ") could not tell: " + out.Note)
-		return ReconcileRequest{}, false
+		return ReconcileRequest{}, false, false
 	}
 	if err := validVerdict(r); err != nil {
 		w.note("reconciler verdict ignored: " + err.Error())
-		return ReconcileRequest{}, false
+		return ReconcileRequest{}, false, false
 	}
 	w.note("reconciler verdict " + string(out.Verdict) + " by " + by)
-	return r, true
+	return r, true, false
 }
 
 // backoff waits d, or until the scope ends. It reports whether the wait

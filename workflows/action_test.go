@@ -1015,3 +1015,43 @@ func TestAmbiguousAttemptReconciledFromTheJournal(t *testing.T) {
 		}
 	})
 }
+
+// A cancel that arrives while the built-in reconciler is still reading the
+// journal (it may wait up to the attempt's deadline for a live worker)
+// ends the action at once, and cancels the reconcile activity, which only
+// reads.
+func TestACancelDuringTheBuiltInReconcilerEndsTheActionAtOnce(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		cancel func(r *run)
+		origin CancelOrigin
+	}{
+		{"a cancel signal", func(r *run) { r.env.SignalWorkflow(SignalCancel, cancelSignal(OriginUserStop)) }, OriginUserStop},
+		{"Temporal cancellation", func(r *run) { r.env.CancelWorkflow() }, OriginParentCanceled},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			withJournal := func(a *activities.Activities) { a.Journal = journal.Dir{Path: t.TempDir()} }
+			r := newRunWith(t, withJournal, heartbeatLost(attempt.Progress{ConnRef: "p-c1"}))
+			r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).After(time.Hour).
+				Return(attempt.ReconcileOutput{Verdict: attempt.VerdictNone, By: attempt.ByJournal}, nil).Maybe()
+			var reconcileCanceled bool
+			r.env.SetOnActivityCanceledListener(func(info *activity.Info) {
+				reconcileCanceled = reconcileCanceled || info.ActivityType.Name == "Reconcile"
+			})
+			var cancelAt time.Time
+			r.env.RegisterDelayedCallback(func() { cancelAt = r.env.Now(); tt.cancel(r) }, 10*time.Second)
+			res := r.exec(input("a"))
+			if res.State != StateCanceled || res.Origin != tt.origin {
+				t.Fatalf("state %s origin %s notes %v", res.State, res.Origin, res.Notes)
+			}
+			// Virtual time: the action ended when the cancel arrived, not
+			// when the reconciler would have returned an hour later.
+			if ended := r.env.Now(); ended.Sub(cancelAt) >= time.Minute {
+				t.Fatalf("the action ended %v after the cancel", ended.Sub(cancelAt))
+			}
+			if !reconcileCanceled {
+				t.Fatal("the reconcile activity was not canceled")
+			}
+		})
+	}
+}
