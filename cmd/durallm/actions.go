@@ -283,16 +283,55 @@ func runStart(args []string, stdout, stderr io.Writer, wait bool) int {
 	}
 	res, err := act.Result(ctx)
 	if err != nil && ctx.Err() != nil {
-		st, serr := c.Status(context.Background(), act.ID)
-		if serr == nil && st.State == workflows.StateAwaitingReconciliation {
-			printStatus(stdout, cf.jsonOut, st)
-			fmt.Fprintf(stderr, "%s awaits reconciliation of attempt %d: durallm reconcile --id %s --attempt %d --verdict ...\n", act.ID, st.AwaitingAttempt, act.ID, st.AwaitingAttempt)
-			return exitAwaiting
-		}
-		fmt.Fprintf(stderr, "durallm run: stopped waiting: %v\n", context.Cause(ctx))
-		return exitError
+		status := func(ctx context.Context) (workflows.Status, error) { return c.Status(ctx, act.ID) }
+		return afterGivingUp(stdout, stderr, cf.jsonOut, act.ID, context.Cause(ctx), status, statusRetry)
 	}
 	return printResult(stdout, stderr, cf.jsonOut, res, err)
+}
+
+// statusRetry is how `run --wait` retries the status query it makes when
+// it stops waiting: many clients giving up at the same moment query the
+// action together, and a query can fail for a moment (its workflow task
+// busy, the frontend loaded). About 8 s in all.
+var statusRetry = retry{first: 250 * time.Millisecond, tries: 6}
+
+// retry is a bounded exponential retry: tries calls, waiting first, then
+// twice as long each time.
+type retry struct {
+	first time.Duration
+	tries int
+}
+
+// afterGivingUp is `run --wait`'s end when it stopped waiting: it asks the
+// action's status (retried as r says, except for an action that does not
+// exist), and an action awaiting a verdict exits exitAwaiting.
+func afterGivingUp(stdout, stderr io.Writer, jsonOut bool, id string, cause error, status func(context.Context) (workflows.Status, error), r retry) int {
+	var st workflows.Status
+	var serr error
+	wait := r.first
+	for i := 0; i < r.tries; i++ {
+		if i > 0 {
+			time.Sleep(wait)
+			wait *= 2
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, serr = status(ctx)
+		cancel()
+		if serr == nil || errors.Is(serr, durallm.ErrNotFound) {
+			break
+		}
+	}
+	if serr == nil && st.State == workflows.StateAwaitingReconciliation {
+		printStatus(stdout, jsonOut, st)
+		fmt.Fprintf(stderr, "%s awaits reconciliation of attempt %d: durallm reconcile --id %s --attempt %d --verdict ...\n", id, st.AwaitingAttempt, id, st.AwaitingAttempt)
+		return exitAwaiting
+	}
+	if serr != nil {
+		fmt.Fprintf(stderr, "durallm run: stopped waiting (%v), and its status could not be read: %v\n", cause, serr)
+		return exitError
+	}
+	fmt.Fprintf(stderr, "durallm run: stopped waiting: %v\n", cause)
+	return exitError
 }
 
 // actionInput builds the input from a file or from flags.

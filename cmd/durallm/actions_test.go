@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/workflows"
+)
+
+// When `run --wait` gives up, a follow-up status query that fails (several
+// clients giving up at once all query the action together) is retried:
+// an action awaiting a verdict exits 7, as docs/cli.md promises, not 1.
+func TestRunWaitExitsAwaitingWhenItsFirstStatusQueryFails(t *testing.T) {
+	awaiting := workflows.Status{State: workflows.StateAwaitingReconciliation, AwaitingAttempt: 1}
+	transient := errors.New("context deadline exceeded (query)")
+	for _, tt := range []struct {
+		name  string
+		fails int   // status calls that fail before one succeeds
+		err   error // what they fail with
+		want  int
+	}{
+		{"the first query answers", 0, transient, exitAwaiting},
+		{"two queries fail, the third answers", 2, transient, exitAwaiting},
+		{"the action is gone: not retried", 1 << 30, durallm.ErrNotFound, exitError},
+		{"no query ever answers", 1 << 30, transient, exitError},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			status := func(context.Context) (workflows.Status, error) {
+				calls++
+				if calls <= tt.fails {
+					return workflows.Status{}, tt.err
+				}
+				return awaiting, nil
+			}
+			var stdout, stderr bytes.Buffer
+			// The production retry, with its waits shortened.
+			r := statusRetry
+			r.first = time.Millisecond
+			got := afterGivingUp(&stdout, &stderr, false, "act-1", errors.New("gave up"), status, r)
+			if got != tt.want {
+				t.Fatalf("exit %d, want %d; stderr %q", got, tt.want, stderr.String())
+			}
+			if errors.Is(tt.err, durallm.ErrNotFound) && calls != 1 {
+				t.Fatalf("a missing action was queried %d times", calls)
+			}
+		})
+	}
+}
