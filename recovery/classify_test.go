@@ -203,8 +203,8 @@ func TestClassifyNeverPermitsReplayOfAnExecutedRequest(t *testing.T) {
 
 // TestClassifyEdgeRows are the rows whose evidence only a layer above the
 // engine knows (why the context ended, how the activity ended, a request
-// that can never be sent) and the edge cases issue 10 found. Each row is
-// named after the defect it pins.
+// that can never be sent) and the edge cases of docs/recovery.md. Each row
+// is named after the defect it pins.
 func TestClassifyEdgeRows(t *testing.T) {
 	sent := Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
 	with := func(ev Evidence, f func(*Evidence)) Evidence { f(&ev); return ev }

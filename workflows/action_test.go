@@ -662,7 +662,7 @@ func (r *run) timersOf() *int {
 	return n
 }
 
-// Issue 15: every attempt started a timer for the overall deadline, an
+// A timer for the overall deadline around every attempt would cost an
 // event and a timer task each, though with the defaults (5 min deadline,
 // 30 s queue, 60 s attempt) Temporal's own timeouts end the activity
 // minutes before that timer could fire.
@@ -770,7 +770,7 @@ func TestStatusQueryMatchesTheResult(t *testing.T) {
 	}
 }
 
-// Edge-path defects (issue 10), each test named after its defect.
+// Edge-path defects, each test named after its defect.
 
 func fails(err error) step {
 	return step{f: func(context.Context, attempt.Input) (attempt.Outcome, error) {

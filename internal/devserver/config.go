@@ -273,7 +273,7 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		// with our one shard, one caller drains the burst in about eight
 		// actions and from then on each workflow task waits for the next
 		// 50 ms token: a steady 100 ms per one-activity action, two or
-		// three times what the first eight took (issue 15). 1000 bounds
+		// three times what the first eight took. 1000 bounds
 		// the wait at 1 ms; the reader still reads only when new tasks
 		// were notified, up to history.transferTaskBatchSize (100) at a
 		// time. BenchmarkSequentialLatency, docs/performance.md.

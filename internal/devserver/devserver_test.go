@@ -408,7 +408,7 @@ func TestDynamicConfigOverrides(t *testing.T) {
 	def := devDynamicConfig()
 	cacheKey := dynamicconfig.HistoryCacheHostLevelMaxSize.Key()
 	require.Contains(t, def, cacheKey)
-	require.Equal(t, 1000, def[dynamicconfig.TransferProcessorMaxPollRPS.Key()], "issue 15: the server's 20/s makes every action wait")
+	require.Equal(t, 1000, def[dynamicconfig.TransferProcessorMaxPollRPS.Key()], "the server's 20/s makes every action wait")
 
 	r, err := Options{DataDir: t.TempDir(), DynamicConfig: map[string]any{
 		"History.HostLevelCacheMaxSize": nil,

@@ -27,8 +27,8 @@ import (
 // core), the close is lost: the waiter reads "running" and sleeps until
 // its long poll expires (history.longPollExpirationInterval, 20 s by
 // default), and the caller gets the result 20 s after the action ended.
-// BenchmarkSequentialLatency caught it (issue 15: a 20.01 s p99 with the
-// workflow closed at 43 ms, logged by its slowest-run history).
+// BenchmarkSequentialLatency shows it (a 20.01 s p99 with the workflow
+// closed at 43 ms, logged by its slowest-run history).
 //
 // This test pins the server's behaviour: when it fails, the notifier no
 // longer loses wakeups and devDynamicConfig's short long poll (below)
