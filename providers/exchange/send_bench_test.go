@@ -16,7 +16,7 @@ import (
 // baseline), both against a transport that answers at once, so the figure
 // is the client's own CPU and allocations. Run:
 //
-//	go test -run '^$' -bench BenchmarkSend -benchmem ./providers/
+//	go test -run '^$' -bench BenchmarkSend -benchmem ./providers/exchange/
 func BenchmarkSend(b *testing.B) {
 	rt := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, req.Body)
