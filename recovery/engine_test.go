@@ -594,7 +594,7 @@ func TestAttemptEventIsSanitized(t *testing.T) {
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &ev); err != nil {
 		t.Fatalf("want exactly one JSON event, got %q: %v", out, err)
 	}
-	for _, field := range []string{"action_ref", "attempt", "route", "authority", "http_version", "conn_ref", "stream_id", "request_bytes", "response_headers", "content_started", "response_bytes", "goaway_last_stream_id", "goaway_code", "status", "retry_after", "elapsed", "classification", "next"} {
+	for _, field := range []string{"action_ref", "attempt", "route", "authority", "http_version", "conn_ref", "stream_id", "request_bytes", "response_headers", "content_started", "response_bytes", "goaway_last_stream_id", "goaway_code", "status", "retry_after", "elapsed", "classification", "reason"} {
 		if _, ok := ev[field]; !ok {
 			t.Errorf("event lacks %q: %s", field, out)
 		}

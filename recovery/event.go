@@ -10,13 +10,15 @@ import (
 const AttemptEvent = "llm.attempt"
 
 // LogAttempt emits the attempt's one structured event. It writes only the
-// contract's evidence fields, and extra (the workflow adds its decision):
+// contract's evidence fields and classification, and extra (the workflow
+// adds its decision: next, why, next_route, wait):
 // never content, headers, keys or GOAWAY debug data (Evidence holds none
-// of them). Outcomes that need a person (ambiguous, committed_partial) log
-// at Warn, the rest at Info.
+// of them). A truncated answer and a repeated 421 log at Warn, the rest at
+// Info: an ambiguous attempt is handled by design (docs/contract.md
+// section 2.3).
 func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classification, extra ...slog.Attr) {
 	level := slog.LevelInfo
-	if c.Class == Ambiguous || c.Class == CommittedPartial || c.Class == MisdirectedRepeated {
+	if c.Class == CommittedPartial || c.Class == MisdirectedRepeated {
 		level = slog.LevelWarn
 	}
 	if !logger.Enabled(ctx, level) {
@@ -45,7 +47,6 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 		slog.Duration("elapsed", ev.Elapsed),
 		slog.String("classification", string(c.Class)),
 		slog.String("reason", c.Reason),
-		slog.String("next", Next(c)),
 	)
 	if ev.GoAway != nil {
 		attrs = append(attrs,
@@ -78,26 +79,4 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 	}
 	attrs = append(attrs, extra...)
 	logger.LogAttrs(ctx, level, AttemptEvent, attrs...)
-}
-
-// Next names the most the contract allows after c, for logs and summaries:
-// "finish", "wait_reconciliation", "retry_fresh_connection",
-// "retry_or_fallback", "fallback" or "stop".
-func Next(c Classification) string {
-	switch {
-	case c.Class == Completed || c.Class == CommittedPartial:
-		return "finish"
-	case c.NeedsReconciliation:
-		return "wait_reconciliation"
-	case c.Terminal:
-		return "stop"
-	case c.SameRoute && c.FreshConnection:
-		return "retry_fresh_connection"
-	case c.SameRoute:
-		return "retry_or_fallback"
-	case c.Fallback:
-		return "fallback"
-	default:
-		return "stop"
-	}
 }

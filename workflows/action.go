@@ -12,40 +12,20 @@ package workflows
 import (
 	"context"
 	"errors"
-	"fmt"
-	"github.com/durallm/durallm/attempt"
 	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 )
-
-// Search attributes the workflow keeps current. They are keywords so
-// "all actions awaiting reconciliation" is one query:
-//
-//	DurallmState = "awaiting_reconciliation"
-var (
-	AttrState   = temporal.NewSearchAttributeKeyKeyword("DurallmState")
-	AttrOutcome = temporal.NewSearchAttributeKeyKeyword("DurallmOutcome")
-	AttrRoute   = temporal.NewSearchAttributeKeyKeyword("DurallmRoute")
-)
-
-// SearchAttributes lists the search attributes to register in a namespace
-// (all Keyword), for servers the project sets up itself.
-var SearchAttributes = map[string]enumspb.IndexedValueType{
-	"DurallmState":   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	"DurallmOutcome": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	"DurallmRoute":   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-}
 
 const (
 	defaultMaxAttempts      = 4
@@ -210,52 +190,6 @@ func (w *action) onCancel(r CancelRequest) {
 	w.note("cancel requested: " + string(r.Origin))
 }
 
-// checkVerdict is the reconcile Update's validator: it rejects with a clear
-// message and writes nothing. The rejection is an application error whose
-// type (RejectNotAwaiting, ...) says why, so a client decides on the type,
-// never on the message.
-func (w *action) checkVerdict(r ReconcileRequest) error {
-	reject := func(typ, format string, args ...any) error {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), typ, nil)
-	}
-	switch {
-	case w.status.State != StateAwaitingReconciliation:
-		return reject(RejectNotAwaiting, "action %s is %s, not awaiting reconciliation", w.status.ActionRef, w.status.State)
-	case w.verdict != nil:
-		return reject(RejectVerdictPending, "a %s verdict for attempt %d is already being applied", w.verdict.Verdict, w.verdict.Attempt)
-	case r.Attempt != w.status.AwaitingAttempt:
-		return reject(RejectStaleAttempt, "stale attempt %d: action %s awaits reconciliation of attempt %d", r.Attempt, w.status.ActionRef, w.status.AwaitingAttempt)
-	}
-	return validVerdict(r)
-}
-
-// validVerdict checks the verdict itself: a known one, and a completed
-// one with its result.
-func validVerdict(r ReconcileRequest) error {
-	reject := func(format string, args ...any) error {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), RejectInvalidVerdict, nil)
-	}
-	switch r.Verdict {
-	case attempt.VerdictCompleted:
-		if r.Response == nil && r.ResultRef == "" {
-			return reject("verdict completed needs a response or a result_ref")
-		}
-	case attempt.VerdictNotExecuted, attempt.VerdictAllowReplay, attempt.VerdictAbandon:
-	default:
-		return reject("unknown verdict %q: want completed, not_executed, allow_replay or abandon", r.Verdict)
-	}
-	return nil
-}
-
-func (w *action) acceptVerdict(r ReconcileRequest, via string) {
-	w.verdict = &r
-	by := ""
-	if r.By != "" {
-		by = " by " + r.By
-	}
-	w.note(fmt.Sprintf("reconcile %s%s via %s for attempt %d", r.Verdict, by, via, r.Attempt))
-}
-
 func (w *action) note(what string) {
 	w.status.Notes = append(w.status.Notes, Note{At: workflow.Now(w.ctx), What: what})
 }
@@ -294,202 +228,83 @@ type cursor struct {
 	next                nextAttempt
 }
 
-// step applies the contract's next-step table (docs/contract.md section
-// 4.2) to one attempt: it records the attempt's Decision and either ends
-// the action (done) or moves cur to the next attempt.
+// step decides what follows one attempt (decide, the one place that
+// does) and carries it out: it records the decision, then ends the action
+// (done) or moves cur to the next attempt, after any wait the decision
+// needs (a verdict; a backoff is run's).
 func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bool) {
-	c := rec.Classification
-	route := w.routes[cur.route]
-	if w.origin != "" && c.Class != recovery.Completed && c.Class != recovery.CommittedPartial {
-		w.decide(Decision{Next: DecideStop, Why: "scope_ended_" + string(w.origin)})
-		return w.endCanceled(), true
+	pl := decide(rec.Classification, rec.Evidence, w.position(cur, rec))
+	for _, n := range pl.notes {
+		w.note(n)
 	}
-	if c.Class == recovery.Misdirected {
+	if pl.misdirected {
 		w.misdirected = true
 	}
-	avoid := cur.next.avoid
-	if rec.Evidence.ConnRef != "" && (c.FreshConnection || rec.Evidence.GoAway != nil) {
-		avoid = appendUnique(avoid, rec.Evidence.ConnRef)
-	}
-	stop := func(s State, reason string) (ActionResult, bool) {
-		w.decide(Decision{Next: DecideStop, Why: reason})
-		return w.end(s, string(c.Class), reason), true
-	}
-	// again makes one more attempt, as d says and nx describes, unless the
-	// budget is spent.
-	again := func(d Decision, nx nextAttempt) (ActionResult, bool) {
-		if !w.another(d) {
-			return w.end(StateFailed, string(c.Class), "budget_exhausted"), true
-		}
-		cur.next = nx
-		return ActionResult{}, false
-	}
-	// fallBack moves to route j.
-	fallBack := func(j int, after string) (ActionResult, bool) {
-		res, done := again(Decision{Next: DecideFallback, Why: c.Reason, Route: w.routes[j].Name},
-			nextAttempt{why: "fallback", detail: "after " + after + " on " + route.Name})
-		if !done {
-			cur.route, cur.tries = j, 0
-		}
-		return res, done
-	}
-	// fallBackOrStop falls back to the next route that can serve, or ends
-	// the action when there is none.
-	fallBackOrStop := func(after string) (ActionResult, bool) {
-		j, ok := w.fallbackFrom(cur.route, c)
-		if !ok {
-			return stop(StateFailed, c.Reason+": no route to fall back to")
-		}
-		return fallBack(j, after)
-	}
-
-	switch c.Class {
-	case recovery.Completed, recovery.CommittedPartial:
-		if c.Class == recovery.CommittedPartial && rec.Evidence.Activity != "" && w.plan.Reconciler {
-			// Committed on a worker that was lost: its text is not in
-			// history, but the journal may hold the whole response. A
-			// cancel meanwhile leaves the partial standing (endWith notes
-			// it): what was delivered was delivered.
-			if v, ok, _ := w.runReconciler(rec); ok && v.Verdict == attempt.VerdictCompleted {
-				w.decide(Decision{Next: DecideFinish, Why: c.Reason + ": the response from " + v.By})
-				last := &w.status.Attempts[len(w.status.Attempts)-1]
-				last.Verdict, last.VerdictBy = v.Verdict, v.By
-				w.countVerdict(v.Verdict, v.By)
-				w.response, w.resRef = v.Response, v.ResultRef
-				return w.end(StateReconciled, string(attempt.VerdictCompleted), "reconciled"), true
+	switch pl.d.Next {
+	case DecideFinish:
+		if pl.askJournal && w.plan.Reconciler {
+			if res, ok := w.recoverLostPartial(rec); ok {
+				return res, true
 			}
 		}
-		w.decide(Decision{Next: DecideFinish, Why: c.Reason})
-		s := StateCompleted
-		if c.Class == recovery.CommittedPartial {
-			s = StateCompletedPartial
+		w.record(pl.d)
+		if w.cancelReq != nil {
+			w.note("cancel arrived as the response committed: the response stands")
 		}
-		return w.endWith(s, c), true
-	case recovery.Rejected, recovery.ContentFiltered:
-		return stop(StateRejected, c.Reason)
-	case recovery.MisdirectedRepeated:
-		return stop(StateFailed, c.Reason)
-
-	case recovery.Misdirected:
-		return again(Decision{Next: DecideRetry, Why: "fresh connection after 421", Route: route.Name},
-			nextAttempt{why: "421 retry", detail: "fresh connection after 421", avoid: avoid, fresh: true})
-	case recovery.Refused:
-		if c.RouteMisconfigured {
-			return fallBackOrStop(c.Reason)
+		if pl.end == StateCompletedPartial && w.response == nil && w.resRef == "" {
+			// Committed on a worker that was lost: its text went to the
+			// subscribers of that worker and is not in history.
+			w.response = &providers.Response{Partial: true, Incomplete: providers.IncompleteWorkerLost}
 		}
-		return again(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name},
-			nextAttempt{why: "transport retry", detail: freshDetail(rec.Evidence), avoid: avoid})
+		return w.end(pl.end, pl.outcome, pl.reason), true
+	case DecideStop:
+		w.record(pl.d)
+		return w.endPlan(pl), true
+	case DecideAwait:
+		w.record(pl.d)
+		return w.afterVerdict(cur, rec, pl.attempt.avoid)
+	}
+	w.record(pl.d)
+	if pl.d.Next == DecideReplay {
+		w.count("durallm.ambiguous_replays", "reason", "idempotency_policy")
+	}
+	w.move(cur, pl)
+	return ActionResult{}, false
+}
 
-	case recovery.Ambiguous, recovery.Canceled:
-		// A canceled attempt with the scope still open is never expected
-		// (only the workflow asks Temporal to cancel one); the request may
-		// have left, so it waits for a verdict too.
-		if c.Class == recovery.Ambiguous && w.mayReplay(route, rec) {
-			res, done := again(Decision{Next: DecideReplay, Why: "route honours Idempotency-Key", Route: route.Name},
-				nextAttempt{why: "replay", detail: "route honours Idempotency-Key", avoid: avoid})
-			if !done {
-				w.count("durallm.ambiguous_replays", "reason", "idempotency_policy")
-			}
-			return res, done
-		}
-		return w.afterVerdict(cur, rec, avoid)
-
-	case recovery.EmptyResponse, recovery.IncompatibleRoute:
-		return fallBackOrStop(string(c.Class))
-
-	default: // unsent, throttled, upstream_error
-		j, canFall := w.fallbackFrom(cur.route, c)
-		canFall = canFall && c.Fallback
-		same := c.SameRoute && (cur.tries < w.in.RetriesPerRoute || !canFall)
-		cur.waits++
-		wait, waitOK := w.in.Backoff.Delay(cur.waits, w.jitter(), c.RetryAfter, w.deadline.Sub(workflow.Now(w.ctx)))
-		switch {
-		case same && waitOK:
-			res, done := again(Decision{Next: DecideRetry, Why: c.Reason, Route: route.Name, Wait: wait},
-				nextAttempt{why: "retry", detail: "after " + string(c.Class), avoid: avoid, wait: wait})
-			if !done {
-				cur.tries++
-			}
-			return res, done
-		case canFall:
-			// A different provider need not wait out this one's pushback.
-			return fallBack(j, string(c.Class))
-		case same:
-			return stop(StateFailed, "retry_after_beyond_deadline")
-		default:
-			return stop(StateFailed, c.Reason)
-		}
+// position is where the action stands as the attempt rec ends on cur.
+func (w *action) position(cur *cursor, rec AttemptRecord) position {
+	return position{
+		origin: w.origin, used: w.status.Used, budget: w.in.MaxAttempts,
+		routes: w.routes, route: cur.route, tries: cur.tries, retriesPerRoute: w.in.RetriesPerRoute,
+		waits: cur.waits, backoff: w.in.Backoff, jitter: w.jitter(), remaining: w.deadline.Sub(workflow.Now(w.ctx)),
+		avoid: cur.next.avoid, mayReplay: w.mayReplay(w.routes[cur.route], rec),
 	}
 }
 
-// countVerdict counts an applied verdict by its source: "journal",
-// "reconciler", "person", or "timeout" when the wait ran out and nobody
-// decided. Both are from fixed sets, so they are safe label values.
-func (w *action) countVerdict(verdict attempt.Verdict, from string) {
-	workflow.GetMetricsHandler(w.ctx).WithTags(map[string]string{"verdict": string(verdict), "by": from}).Counter("durallm.reconciliations").Inc(1)
+// move puts cur where pl says the next attempt goes.
+func (w *action) move(cur *cursor, pl plan) {
+	cur.route, cur.tries, cur.waits, cur.next = pl.route, pl.tries, pl.waits, pl.attempt
 }
 
-// afterVerdict waits for a verdict on an ambiguous attempt and applies
-// it (docs/contract.md section 5): the action ends, or goes on with
-// another attempt within the same budget.
-func (w *action) afterVerdict(cur *cursor, rec AttemptRecord, avoid []string) (ActionResult, bool) {
-	c := rec.Classification
-	w.decide(Decision{Next: DecideAwait, Why: c.Reason})
-	v, from, end := w.reconcile(rec)
-	switch end {
-	case scopeEndedWhileWaiting:
-		return w.endCanceled(), true
-	case waitTimedOut:
-		w.countVerdict("timeout", from)
-		return w.end(StateIndeterminate, string(recovery.Ambiguous), "reconcile_timeout"), true
+// endPlan makes the terminal transition pl names.
+func (w *action) endPlan(pl plan) ActionResult {
+	if pl.end == StateCanceled {
+		return w.endCanceled()
 	}
-	w.countVerdict(v.Verdict, from)
-	last := &w.status.Attempts[len(w.status.Attempts)-1] // the attempt reconciled
-	last.Verdict, last.VerdictBy = v.Verdict, from
-	switch v.Verdict {
-	case attempt.VerdictCompleted:
-		w.response, w.resRef = v.Response, v.ResultRef
-		return w.end(StateReconciled, string(attempt.VerdictCompleted), "reconciled"), true
-	case attempt.VerdictNotExecuted, attempt.VerdictAllowReplay:
-		if w.status.Used >= w.in.MaxAttempts {
-			return w.end(StateFailed, string(c.Class), "budget_exhausted"), true
-		}
-		w.count("durallm.ambiguous_replays", "reason", "verdict_"+string(v.Verdict))
-		cur.next = nextAttempt{why: "retry after verdict " + string(v.Verdict), avoid: avoid}
-		return ActionResult{}, false
-	default:
-		return w.end(StateIndeterminate, string(recovery.Ambiguous), "abandoned"), true
-	}
+	return w.end(pl.end, pl.outcome, pl.reason)
 }
 
-// nextAttempt says how the next attempt is made and why.
-type nextAttempt struct {
-	why, detail string
-	avoid       []string
-	fresh       bool
-	wait        time.Duration
-}
-
-// another records the decision to make one more attempt, unless the
-// budget is spent: then the decision is to stop, and it reports false.
-func (w *action) another(d Decision) bool {
-	if w.status.Used >= w.in.MaxAttempts {
-		w.decide(Decision{Next: DecideStop, Why: "budget_exhausted"})
-		return false
-	}
-	w.decide(d)
-	return true
-}
-
-// decide records what follows the latest attempt and emits its one
-// "llm.attempt" event, which now says exactly what its record says.
-func (w *action) decide(d Decision) {
+// record records what follows the latest attempt and emits its one
+// "llm.attempt" event, which now says exactly what its record says: the
+// event's next, why, next_route and wait are the decision's.
+func (w *action) record(d Decision) {
 	rec := &w.status.Attempts[len(w.status.Attempts)-1]
 	rec.Decision = d
 	if workflow.IsReplaying(w.ctx) {
 		return
 	}
-	extra := []slog.Attr{slog.String("decision", d.Next), slog.String("decision_why", d.Why)}
+	extra := []slog.Attr{slog.String("next", d.Next), slog.String("why", d.Why)}
 	if d.Route != "" {
 		extra = append(extra, slog.String("next_route", d.Route))
 	}
@@ -499,20 +314,12 @@ func (w *action) decide(d Decision) {
 	recovery.LogAttempt(context.Background(), w.events, rec.Evidence, rec.Classification, extra...)
 }
 
-// fallbackFrom finds the route to fall back to from route ri after c:
-// the next one in order, and after context_length_exceeded the next one
-// that declares a larger context than ri's (a route that declares none is
-// no evidence of a larger one). Routes passed over are noted.
-func (w *action) fallbackFrom(ri int, c recovery.Classification) (int, bool) {
-	larger := c.Class == recovery.IncompatibleRoute && c.Reason == string(recovery.SignalContextTooLong)
-	for j := ri + 1; j < len(w.routes); j++ {
-		if larger && w.routes[j].Capabilities.ContextTokens <= w.routes[ri].Capabilities.ContextTokens {
-			w.note(fmt.Sprintf("route %s skipped for fallback: context_tokens %d is not larger than %s's %d", w.routes[j].Name, w.routes[j].Capabilities.ContextTokens, w.routes[ri].Name, w.routes[ri].Capabilities.ContextTokens))
-			continue
-		}
-		return j, true
-	}
-	return 0, false
+// nextAttempt says how the next attempt is made and why.
+type nextAttempt struct {
+	why, detail string
+	avoid       []string
+	fresh       bool
+	wait        time.Duration
 }
 
 // loadPlan asks the worker for the routes' capabilities and keeps those
@@ -559,281 +366,6 @@ func (w *action) scopeEnded() bool {
 	return w.origin != ""
 }
 
-// attemptTimeout is the one rule for an attempt's timeout: the action's
-// attempt_timeout when set, else the route's (which defaults to 60s),
-// never past what is left of the deadline. The activity applies it to the
-// exchange itself.
-func (w *action) attemptTimeout(route attempt.RouteInfo, remaining time.Duration) time.Duration {
-	timeout := w.in.AttemptTimeout
-	if timeout <= 0 {
-		timeout = route.AttemptTimeout
-	}
-	if timeout <= 0 {
-		timeout = defaultAttemptTimeout
-	}
-	return min(timeout, remaining)
-}
-
-// attempt dispatches one CallModel and waits for it, or for the scope to
-// end, whichever comes first; then it waits for the activity to settle so
-// its evidence is final.
-func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord {
-	if w.origin != "" {
-		// Never expected: scopeEnded is checked right before every
-		// attempt. The counter backs the "zero in a healthy system" alert.
-		w.count("durallm.attempts_after_cancel", "origin", string(w.origin))
-	}
-	w.status.Used++
-	n := w.status.Used
-	remaining := w.deadline.Sub(workflow.Now(w.ctx))
-	timeout := w.attemptTimeout(route, remaining)
-	input := attempt.Input{
-		ActionRef: w.status.ActionRef, Attempt: n,
-		AttemptID:      w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n),
-		IdempotencyKey: w.in.IdempotencyKey, Route: route.Name, Request: w.in.Request,
-		Avoid: nx.avoid, FreshConnection: nx.fresh, AfterMisdirected: w.misdirected,
-		Timeout: timeout,
-	}
-	queue := min(w.in.QueueTimeout, remaining)
-	now := workflow.Now(w.ctx)
-	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: now, Deadline: now.Add(queue + timeout + attemptGrace)}
-	rec.Summary = summary(n, nx, route)
-	actx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
-		ScheduleToStartTimeout: queue,
-		StartToCloseTimeout:    timeout + attemptGrace,
-		HeartbeatTimeout:       heartbeatTimeout,
-		WaitForCancellation:    true,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:                rec.Summary,
-	}))
-	w.status.Attempts = append(w.status.Attempts, rec)
-	w.setState(StateDispatching, "", route.Name)
-
-	fut := workflow.ExecuteActivity(actx, attempt.CallModel, input)
-	settledOrStopped := func() bool { return fut.IsReady() || w.cancelReq != nil }
-	if w.deadlineTimerNeeded(rec) {
-		_, _ = workflow.AwaitWithTimeout(w.ctx, remaining, settledOrStopped)
-	} else {
-		_ = workflow.Await(w.ctx, settledOrStopped)
-	}
-	if !fut.IsReady() {
-		// The scope ended mid-attempt: cancel the activity through its
-		// heartbeat and wait for it to settle, so its evidence is final.
-		w.scopeEnded()
-		if w.origin == "" {
-			w.origin = OriginOverallDeadline
-		}
-		cancel()
-	}
-	var out attempt.Outcome
-	if err := fut.Get(w.actx, &out); err != nil {
-		out = outcomeOfError(err, input)
-		if out.Evidence.Activity == recovery.ActivityFailed {
-			// Our activity's errors never carry content; the message is
-			// what an operator needs to find the cause.
-			w.note(fmt.Sprintf("attempt %d: the activity failed without an outcome: %v", n, err))
-		}
-	}
-	cancel()
-	rec.Evidence, rec.Classification = out.Evidence, out.Classification
-	rec.HealthMoved = out.Classification.ProviderHealth
-	rec.Duration = workflow.Now(w.ctx).Sub(rec.Scheduled)
-	w.status.Attempts[len(w.status.Attempts)-1] = rec
-	if replays := out.Evidence.TransportReplays; replays > 0 {
-		// A lower layer sent the request again: each stream counts
-		// against the one budget.
-		w.status.Used += replays
-		w.note(fmt.Sprintf("attempt %d: %d transport replay(s) charged to the budget", n, replays))
-	}
-	switch {
-	case out.Response != nil:
-		w.response, w.resRef = out.Response, ""
-	case out.ResponseRef != "":
-		// Too large for history: the client resolves the reference.
-		w.response, w.resRef = nil, out.ResponseRef
-	case out.Classification.Class == recovery.CommittedPartial:
-		// Committed on a worker that was lost: its text went to the
-		// subscribers of that worker and is not in history.
-		w.response, w.resRef = &providers.Response{Partial: true, Incomplete: providers.IncompleteWorkerLost}, ""
-	}
-	w.log.Info("attempt finished", "attempt", n, "route", route.Name, "classification", string(rec.Classification.Class), "reason", rec.Classification.Reason)
-	return rec
-}
-
-// deadlineTimerMargin is how long before the deadline the attempt's own
-// Temporal timeouts must end it for the deadline timer to be left out: the
-// server fires those timeouts from its timer queue, a little late under
-// load, and only a timer that could never fire first may go.
-const deadlineTimerMargin = 30 * time.Second
-
-// deadlineTimerNeeded says whether the overall deadline must be timed
-// around this attempt. Temporal ends the activity by rec.Deadline at the
-// latest (ScheduleToStart after the queue timeout, then StartToClose
-// after the attempt timeout and its grace); when that is well before the
-// deadline, a timer for the deadline could never fire first.
-func (w *action) deadlineTimerNeeded(rec AttemptRecord) bool {
-	return w.plan.DeadlineTimer < attempt.DeadlineTimerNearDeadline || rec.Deadline.Add(deadlineTimerMargin).After(w.deadline)
-}
-
-// outcomeOfError turns an activity that did not return an outcome into
-// one. It decides no class: it writes what the workflow saw into the
-// evidence (the cancellation's details are the activity's own outcome;
-// a timeout's last heartbeat is evidence, never proof) and Classify
-// decides.
-func outcomeOfError(err error, in attempt.Input) attempt.Outcome {
-	var canceled *temporal.CanceledError
-	var timeout *temporal.TimeoutError
-	if errors.As(err, &canceled) && canceled.HasDetails() {
-		var out attempt.Outcome
-		if canceled.Details(&out) == nil && out.Evidence.AttemptID == in.AttemptID {
-			return out
-		}
-	}
-	ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route, AfterMisdirected: in.AfterMisdirected}
-	switch {
-	case errors.As(err, &canceled):
-		// Canceled before a worker ran it, or by a worker that sent no
-		// outcome: the workflow asked, so it is the scope.
-		ev.Canceled, ev.Stop = true, recovery.StopScope
-	case errors.As(err, &timeout):
-		if timeout.HasLastHeartbeatDetails() {
-			var p attempt.Progress
-			if timeout.LastHeartbeatDetails(&p) == nil {
-				ev.ConnRef, ev.ContentStarted, ev.ResponseBytes = p.ConnRef, p.ContentStarted, p.ResponseBytes
-			}
-		}
-		switch timeout.TimeoutType() {
-		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
-			ev.Activity = recovery.ActivityQueueTimeout
-		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
-			ev.Activity = recovery.ActivityWorkerLost
-		default:
-			ev.Activity = recovery.ActivityTimedOut
-		}
-	default:
-		ev.Activity = recovery.ActivityFailed
-	}
-	return attempt.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
-}
-
-// mayReplay applies the replay policy to an ambiguous attempt: only a route
-// that honours Idempotency-Key, within its window, and never an attempt
-// known to have committed (subscribers would get a second answer).
-func (w *action) mayReplay(route attempt.RouteInfo, rec AttemptRecord) bool {
-	if rec.Evidence.ContentStarted || w.in.ReplayPolicy != ReplayIdempotent || !route.HonoursIdempotencyKey || route.IdempotencyWindow <= 0 {
-		return false
-	}
-	return workflow.Now(w.ctx).Sub(rec.Scheduled) < route.IdempotencyWindow
-}
-
-// waitEnd says how a wait for a verdict ended.
-type waitEnd int
-
-const (
-	verdictArrived waitEnd = iota
-	waitTimedOut
-	scopeEndedWhileWaiting
-)
-
-// reconcile waits for a verdict on an ambiguous attempt: the reconciler's,
-// or one from a person or program, or the timeout, or the scope ending.
-//
-// from says who decided: attempt.ByJournal or attempt.ByReconciler for
-// the worker's reconciler, "person" for a verdict sent by a signal or
-// Update (whatever its By says, which the notes keep).
-func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, end waitEnd) {
-	w.status.AwaitingAttempt = rec.N
-	w.verdict = nil
-	w.setState(StateAwaitingReconciliation, string(recovery.Ambiguous), rec.Route)
-	if w.plan.Reconciler {
-		v, ok, stopped := w.runReconciler(rec)
-		switch {
-		case stopped:
-			w.status.AwaitingAttempt = 0
-			return ReconcileRequest{}, "", scopeEndedWhileWaiting
-		case ok:
-			w.status.AwaitingAttempt = 0
-			return v, v.By, verdictArrived
-		}
-	}
-	// Counted, with what the journal knew, so that an operator sees how
-	// much is left to people and why (docs/operations.md).
-	js := w.attemptRecord(rec.N).JournalState
-	if js == "" {
-		js = "off"
-	}
-	w.count("durallm.left_to_person", "journal_state", js)
-	w.details()
-	got, err := workflow.AwaitWithTimeout(w.ctx, w.in.ReconcileTimeout, func() bool { return w.verdict != nil || w.cancelReq != nil })
-	w.status.AwaitingAttempt = 0
-	switch {
-	case w.verdict != nil:
-		v := *w.verdict
-		w.verdict = nil
-		return v, "person", verdictArrived
-	case err != nil || w.cancelReq != nil:
-		w.scopeEnded()
-		return ReconcileRequest{}, "", scopeEndedWhileWaiting
-	case !got:
-		w.note("reconciliation timed out after " + w.in.ReconcileTimeout.String())
-	}
-	return ReconcileRequest{}, "timeout", waitTimedOut
-}
-
-// runReconciler runs the worker's reconciler (the journal first, then the
-// application's) on an ambiguous attempt. ok says it gave a valid
-// verdict; stopped, that the scope ended while it ran: the reconcile
-// activity only reads, so it is canceled and not waited for, and the
-// action's cancel takes effect at once rather than when the reconciler
-// would have returned (it may wait up to the attempt's deadline).
-func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopped bool) {
-	// The built-in reconciler may wait for an attempt that can still end
-	// on a live worker, until the attempt's deadline: the activity's own
-	// timeout leaves room for that.
-	ctx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute + max(0, rec.Deadline.Sub(workflow.Now(w.ctx))),
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
-	}))
-	defer cancel()
-	fut := workflow.ExecuteActivity(ctx, attempt.Reconcile, attempt.ReconcileInput{
-		ActionRef: w.status.ActionRef, IdempotencyKey: w.in.IdempotencyKey, Attempt: rec.N,
-		AttemptID: rec.Evidence.AttemptID, Route: rec.Route, Evidence: rec.Evidence,
-	})
-	_ = workflow.Await(w.ctx, func() bool { return fut.IsReady() || w.cancelReq != nil })
-	if !fut.IsReady() && w.scopeEnded() {
-		// Not waiting for cancellation, the future settles at once.
-		cancel()
-		_ = fut.Get(ctx, nil)
-		w.note("the reconciler was canceled: the action's scope ended (" + string(w.origin) + ")")
-		return ReconcileRequest{}, false, true
-	}
-	var out attempt.ReconcileOutput
-	err := fut.Get(ctx, &out)
-	if out.JournalState != "" {
-		w.attemptRecord(rec.N).JournalState = out.JournalState
-	}
-	if err != nil {
-		w.note("reconciler failed: " + err.Error())
-		return ReconcileRequest{}, false, false
-	}
-	by := out.By
-	if by == "" {
-		by = attempt.ByReconciler
-	}
-	r := ReconcileRequest{Attempt: rec.N, Verdict: out.Verdict, Response: out.Response, ResultRef: out.ResultRef, By: by}
-	if out.Verdict == attempt.VerdictNone {
-		w.note("reconciler (" + by + ") could not tell: " + out.Note)
-		return ReconcileRequest{}, false, false
-	}
-	if err := validVerdict(r); err != nil {
-		w.note("reconciler verdict ignored: " + err.Error())
-		return ReconcileRequest{}, false, false
-	}
-	w.note("reconciler verdict " + string(out.Verdict) + " by " + by)
-	return r, true, false
-}
-
 // backoff waits d, or until the scope ends. It reports whether the wait
 // ran its course.
 func (w *action) backoff(d time.Duration) bool {
@@ -849,13 +381,6 @@ func (w *action) jitter() float64 {
 	_, _ = h.Write([]byte(w.info.WorkflowExecution.RunID))
 	_, _ = h.Write([]byte{byte(w.status.Used), byte(w.status.Used >> 8)})
 	return float64(h.Sum64()>>11) / float64(1<<53)
-}
-
-func (w *action) endWith(s State, c recovery.Classification) ActionResult {
-	if w.cancelReq != nil {
-		w.note("cancel arrived as the response committed: the response stands")
-	}
-	return w.end(s, string(c.Class), c.Reason)
 }
 
 func (w *action) endCanceled() ActionResult {
@@ -892,78 +417,6 @@ func (w *action) end(s State, outcome, reason string) ActionResult {
 	return res
 }
 
-// setState moves the state and keeps the search attributes and current
-// details in step.
-func (w *action) setState(s State, outcome, route string) {
-	w.status.State = s
-	updates := []temporal.SearchAttributeUpdate{AttrState.ValueSet(string(s))}
-	if outcome != "" {
-		updates = append(updates, AttrOutcome.ValueSet(outcome))
-	}
-	if route != "" {
-		updates = append(updates, AttrRoute.ValueSet(route))
-	}
-	// Queued is never seen (see attempt.StateUpsertsSkipQueued); the
-	// plan says whether this history upserted it.
-	skip := s == StateQueued && w.plan.StateUpserts >= attempt.StateUpsertsSkipQueued
-	if w.plan.SearchAttributes && !skip {
-		if err := workflow.UpsertTypedSearchAttributes(w.ctx, updates...); err != nil {
-			w.log.Warn("search attribute update failed", "error", err)
-		}
-	}
-	w.details()
-}
-
-// details writes the timeline as the workflow's current details, shown in
-// the Temporal UI.
-func (w *action) details() {
-	var b strings.Builder
-	fmt.Fprintf(&b, "**%s**", w.status.State)
-	if w.status.Reason != "" {
-		fmt.Fprintf(&b, " (%s)", w.status.Reason)
-	}
-	fmt.Fprintf(&b, " · %d of %d attempts\n\n", w.status.Used, w.status.Budget)
-	if len(w.status.Attempts) > 0 {
-		b.WriteString("| # | route | why | class | reason | conn | stream | status | journal | verdict |\n|---|---|---|---|---|---|---|---|---|---|\n")
-		for _, r := range w.status.Attempts {
-			verdict := string(r.Verdict)
-			if r.VerdictBy != "" {
-				verdict += " by " + r.VerdictBy
-			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", r.N, r.Route, r.Why,
-				r.Classification.Class, r.Classification.Reason, r.Evidence.ConnRef, r.Evidence.StreamID, r.Evidence.Status,
-				r.JournalState, verdict)
-		}
-	}
-	if w.status.AwaitingAttempt > 0 {
-		fmt.Fprintf(&b, "\nAwaiting a reconcile verdict for attempt %d.\n", w.status.AwaitingAttempt)
-	}
-	workflow.SetCurrentDetails(w.ctx, b.String())
-}
-
-// summary is the one-line activity summary shown in the UI, e.g.
-// "attempt 2 · transport retry · openai/gpt-4o-mini · fresh connection after GOAWAY last=41".
-func summary(n int, nx nextAttempt, r attempt.RouteInfo) string {
-	parts := []string{"attempt " + strconv.Itoa(n), nx.why, r.Kind + "/" + r.Model}
-	if nx.detail != "" {
-		parts = append(parts, nx.detail)
-	}
-	return strings.Join(parts, " · ")
-}
-
-func freshDetail(ev recovery.Evidence) string {
-	switch {
-	case ev.GoAway != nil:
-		return fmt.Sprintf("fresh connection after GOAWAY last=%d", ev.GoAway.LastStreamID)
-	case ev.RSTStream != nil:
-		return "fresh connection after RST_STREAM " + ev.RSTStream.String()
-	default:
-		return "fresh connection"
-	}
-}
-
-// count increments a workflow counter. The SDK's workflow metrics handler
-// records nothing during replay, so a counter counts each event once.
 // attemptRecord is attempt n's record in the timeline (the last one, if
 // none has that number).
 func (w *action) attemptRecord(n int) *AttemptRecord {
@@ -975,23 +428,8 @@ func (w *action) attemptRecord(n int) *AttemptRecord {
 	return &w.status.Attempts[len(w.status.Attempts)-1]
 }
 
+// count increments a workflow counter. The SDK's workflow metrics handler
+// records nothing during replay, so a counter counts each event once.
 func (w *action) count(name, tag, value string) {
 	workflow.GetMetricsHandler(w.ctx).WithTags(map[string]string{tag: value}).Counter(name).Inc(1)
-}
-
-func appendUnique(s []string, v string) []string {
-	for _, x := range s {
-		if x == v {
-			return s
-		}
-	}
-	return append(append([]string(nil), s...), v)
-}
-
-func routeNames(rs []attempt.RouteInfo) string {
-	names := make([]string, len(rs))
-	for i, r := range rs {
-		names[i] = r.Name
-	}
-	return strings.Join(names, ", ")
 }

@@ -959,7 +959,7 @@ func TestAttemptEventAgreesWithHistoryForEveryRow(t *testing.T) {
 			for i, rec := range res.Attempts {
 				ev := events[i]
 				if ev["attempt"] != float64(rec.N) || ev["classification"] != string(rec.Classification.Class) || ev["reason"] != rec.Classification.Reason ||
-					ev["decision"] != rec.Decision.Next || ev["decision_why"] != rec.Decision.Why || ev["conn_ref"] != rec.Evidence.ConnRef {
+					ev["next"] != rec.Decision.Next || ev["why"] != rec.Decision.Why || ev["conn_ref"] != rec.Evidence.ConnRef {
 					t.Fatalf("attempt %d: event %v\nrecord %+v", rec.N, ev, rec)
 				}
 				if rec.Decision.Next == "" {

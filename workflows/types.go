@@ -1,8 +1,9 @@
 package workflows
 
 import (
-	"github.com/durallm/durallm/attempt"
 	"time"
+
+	"github.com/durallm/durallm/attempt"
 
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
