@@ -241,3 +241,29 @@ func TestE2EHTTPVersionMismatchIsNamedAtStartAndUnsent(t *testing.T) {
 		t.Fatalf("provider executed %d requests", n)
 	}
 }
+
+// A stream over HTTP/1.1 from a server that keeps the body open after
+// [DONE] (keep-alive comments, never ending): the action completes with the
+// whole answer. The engine's HTTP/1.1 body read the rest on close, so the
+// attempt lasted until its timer and ended committed_partial, and the user
+// got completed_partial for a complete answer. The attempt timeout is long
+// enough that a close that waited would show as that class.
+func TestE2EHTTP1StreamKeptOpenAfterDoneIsCompleted(t *testing.T) {
+	s := newStack(t)
+	s.startWorker(withRoute(s.p.HTTP1URL()+"/v1", "1.1"))
+	s.p.Push(providertest.AnswerThenKeepOpen("hello over a body that never ends"))
+	in := actionInput(true)
+	in.AttemptTimeout = 30 * time.Second
+	res, err := s.run("h1-kept-open", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != workflows.StateCompleted || res.Used != 1 || res.Response == nil || res.Response.Partial ||
+		res.Response.Text != "hello over a body that never ends" {
+		t.Fatalf("result %+v", res)
+	}
+	ev := res.Attempts[0].Evidence
+	if res.Attempts[0].Classification.Class != recovery.Completed || ev.HTTPVersion != "HTTP/1.1" || ev.TimedOut {
+		t.Fatalf("attempt %+v", res.Attempts[0])
+	}
+}

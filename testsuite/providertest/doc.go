@@ -23,8 +23,9 @@
 //     [CloseAfterRead] (close after reading the request),
 //     [Provider.CloseIdleConns] (close idle keep-alive connections, as a
 //     server's keep-alive timeout does), [AnswerThenClose] (Connection:
-//     close), [StreamCut] and [BodyCut] (a chunked body cut mid-chunk) and
-//     [Behavior.After] (a slow first byte). [Record.Proto] and
+//     close), [AnswerThenKeepOpen] (a stream that never ends after
+//     [DONE], on both protocols), [StreamCut] and [BodyCut] (a chunked
+//     body cut mid-chunk) and [Behavior.After] (a slow first byte). [Record.Proto] and
 //     [Record.ConnRequest] say which protocol and which request of a
 //     kept-alive connection it was. An HTTP/2 preface sent there is
 //     answered 400 and the connection closed, as by an HTTP/1.1-only
