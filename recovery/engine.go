@@ -649,14 +649,19 @@ type Attempt struct {
 	spec  Spec
 	start time.Time
 
-	mu       sync.Mutex
-	engine   *Engine
-	conn     *pooledConn
-	http1    bool // sent over HTTP/1.1: the engine recorded the wire facts itself
-	ev       Evidence
-	settled  bool
-	finished bool
-	class    Classification
+	mu     sync.Mutex
+	engine *Engine
+	conn   *pooledConn
+	http1  bool // sent over HTTP/1.1: the engine recorded the wire facts itself
+	// h1 and h1Written0 are the HTTP/1.1 connection's counter and its
+	// value when the attempt took the connection, so OnTheWire can read
+	// the bytes written while the exchange runs.
+	h1         *countConn
+	h1Written0 int64
+	ev         Evidence
+	settled    bool
+	finished   bool
+	class      Classification
 
 	// tracker is the observer's record of the attempt's streams, kept
 	// here so tracking it allocates nothing (Observer.track); only the
@@ -874,15 +879,21 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 	}
 }
 
-// OnTheWire reports whether the request's HEADERS have been written.
-// Evidence carries the frame facts only once the exchange ends; this reads
-// them while it runs (the attempt journal's sent record needs that).
+// OnTheWire reports whether the request's HEADERS have been written
+// (over HTTP/1.1, any byte of the request). Evidence carries the wire
+// facts only once the exchange ends; this reads them while it runs (the
+// attempt journal's sent record needs that).
 func (a *Attempt) OnTheWire() bool {
 	a.mu.Lock()
 	e, settled, sent := a.engine, a.settled, a.ev.RequestSent
+	h1, w0 := a.h1, a.h1Written0
 	a.mu.Unlock()
-	if settled || e == nil {
+	switch {
+	case settled || e == nil:
 		return sent
+	case h1 != nil:
+		// The connection carries this attempt alone until it settles.
+		return h1.written.Load() > w0
 	}
 	return e.obs.Stream(a.spec.AttemptID, nil).Streams > 0
 }

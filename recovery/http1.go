@@ -428,7 +428,7 @@ func (r *eofReader) Close() error {
 
 func (a *Attempt) useHTTP1(c *h1Conn, dialed bool) {
 	a.mu.Lock()
-	a.http1 = true
+	a.http1, a.h1, a.h1Written0 = true, c.cc, c.cc.written.Load()
 	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = c.ref, dialed, protoHTTP11
 	a.mu.Unlock()
 }

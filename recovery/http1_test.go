@@ -702,3 +702,63 @@ func TestAnHTTP1BodyClosedEarlyCutsItsConnection(t *testing.T) {
 	}
 	h.executed("k-open", 1)
 }
+
+// OnTheWire, which the attempt journal's sent record and the worker's
+// detach wait for, reads an HTTP/1.1 attempt's byte count while the
+// exchange runs: false while the dial is still under way, true once the
+// request is written and the server is generating. It asked only the
+// HTTP/2 frame observer, so an HTTP/1.1 attempt was never on the wire
+// until it ended, and a long local generation was never journaled sent.
+func TestAnHTTP1AttemptIsOnTheWireWhileItsExchangeRuns(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dialing, dial := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e := recovery.New(recovery.Config{Logger: slog.New(slog.DiscardHandler), DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		once.Do(func() { close(dialing) })
+		select {
+		case <-dial:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}})
+	defer e.Close()
+	release := make(chan struct{})
+	p.Push(providertest.Answer("generated slowly").WaitFor(release))
+	a := recovery.NewAttempt(recovery.Spec{IdempotencyKey: "k-wire"})
+	req, err := http.NewRequestWithContext(recovery.WithAttempt(v11(t.Context()), a), http.MethodPost, p.HTTP1URL()+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := e.RoundTrip(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-dialing
+	if a.OnTheWire() {
+		t.Fatal("on the wire while the dial is under way")
+	}
+	close(dial)
+	waitFor(t, func() bool { return p.ExecutedCount("k-wire") == 1 })
+	if !a.OnTheWire() {
+		t.Fatal("an HTTP/1.1 attempt whose request the server has read is not on the wire")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ev, c := a.Finish(recovery.SignalNone)
+	if c.Class != recovery.Completed || !a.OnTheWire() || !ev.RequestSent {
+		t.Fatalf("classified %s; on the wire %v; evidence %+v", c.Class, a.OnTheWire(), ev)
+	}
+}
