@@ -582,6 +582,9 @@ func (e *Engine) dial(ctx context.Context, scheme, authority string, alpn []stri
 			wake()
 		},
 		Closed: wake,
+		Dropped: func(frames int) {
+			e.stats.dropped.Add(int64(frames))
+		},
 	})
 	pc.oc = oc
 	cc, err := e.h2.NewClientConn(outer)
