@@ -623,14 +623,20 @@ type Spec struct {
 	// AfterMisdirected says an earlier attempt of the same action got a
 	// 421, on any route, so this attempt's 421 is misdirected_repeated.
 	AfterMisdirected bool
-	// Intermediary says the route reaches the provider through an HTTP/2
-	// proxy or gateway whose RST_STREAM(REFUSED_STREAM) does not prove
-	// the origin never ran the request (haproxy sends it when the origin
-	// fails after the request was forwarded), so Classify treats it as
-	// ambiguous. A GOAWAY's last-stream id still proves non-processing:
-	// it is the intermediary's own promise about streams it never
-	// forwarded.
+	// Intermediary says the route reaches the provider through a proxy or
+	// gateway whose RST_STREAM(REFUSED_STREAM) does not prove the origin
+	// never ran the request (haproxy sends it when the origin fails after
+	// the request was forwarded), nor does a 502 it generated itself (Caddy
+	// answers one when a reload cuts a request it already forwarded), so
+	// Classify treats both as ambiguous. A GOAWAY's last-stream id still
+	// proves non-processing: it is the intermediary's own promise about
+	// streams it never forwarded.
 	Intermediary bool
+	// HonoursIdempotencyKey says the route's provider deduplicates
+	// requests by Idempotency-Key (the route's honours_idempotency_key),
+	// so an intermediary's 502 on it stays retryable: a second attempt
+	// carries the same key.
+	HonoursIdempotencyKey bool
 	// DeferEvent says the caller emits the attempt's "llm.attempt" event
 	// itself (with LogAttempt), once the attempt's record is final. The
 	// workflow does, after it has decided what comes next, so the event
@@ -686,6 +692,7 @@ func NewAttempt(spec Spec) *Attempt {
 	return &Attempt{spec: spec, ev: Evidence{
 		ActionRef: spec.ActionRef, Attempt: spec.Attempt, AttemptID: spec.AttemptID,
 		Route: spec.Route, Provider: spec.Provider, Model: spec.Model, AfterMisdirected: spec.AfterMisdirected, Intermediary: spec.Intermediary,
+		HonoursIdempotencyKey: spec.HonoursIdempotencyKey,
 	}}
 }
 
@@ -804,6 +811,19 @@ func (a *Attempt) Commit() {
 	}
 	a.mu.Lock()
 	a.commitLocked()
+	a.mu.Unlock()
+}
+
+// ProviderError records that the body of the attempt's HTTP error status
+// is the provider's own error object, in its dialect's shape
+// (Evidence.ProviderError): the provider answered, not an intermediary in
+// front of it. A nil Attempt ignores it, as Commit does.
+func (a *Attempt) ProviderError() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.ev.ProviderError = true
 	a.mu.Unlock()
 }
 
