@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/durallm/durallm/internal/testproc"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
 
@@ -54,7 +53,7 @@ func startCaddy(t *testing.T, bin string, p *providertest.Provider, upstream str
 			t.Fatal(err)
 		}
 	}
-	addr, admin := freeAddr(t), freeAddr(t)
+	addr, admin := testproc.FreeAddr(t), testproc.FreeAddr(t)
 	config := func(gen int) []byte {
 		return fmt.Appendf(nil, `{"admin":{"listen":%q},"storage":{"module":"file_system","root":%q},
 "apps":{"tls":{"certificates":{"load_files":[{"certificate":%q,"key":%q,"tags":["provider"]}]}},
@@ -67,41 +66,9 @@ func startCaddy(t *testing.T, bin string, p *providertest.Provider, upstream str
 	if err := os.WriteFile(cfg, config(1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
 	cmd := exec.Command(bin, "run", "--config", cfg)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-done:
-			t.Fatalf("caddy exited: %s", logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("caddy did not listen on %s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testproc.Start(t, cmd, addr)
 	gen := 1
 	return addr, func() error {
 		gen++
@@ -116,15 +83,4 @@ func startCaddy(t *testing.T, bin string, p *providertest.Provider, upstream str
 		}
 		return nil
 	}
-}
-
-// freeAddr returns a loopback address with a port free at the time.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

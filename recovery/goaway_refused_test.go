@@ -78,45 +78,30 @@ func (g *goAwayHold) arm() (held <-chan struct{}, release func()) {
 // the server sees an ordinary TLS HTTP/2 client.
 func startTLSRelay(t *testing.T, target string, roots *x509.CertPool, hold *goAwayHold) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveLoopback(t, nil, func(c net.Conn) {
+		up, err := tls.Dial("tcp", target, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		go func() {
+			_, _ = io.Copy(up, c)
+			_ = up.CloseWrite()
+		}()
+		buf := make([]byte, 32<<10)
 		for {
-			c, err := ln.Accept()
+			n, err := up.Read(buf)
+			if n > 0 {
+				hold.pass(buf[:n])
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				up, err := tls.Dial("tcp", target, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go func() {
-					_, _ = io.Copy(up, c)
-					_ = up.CloseWrite()
-				}()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						hold.pass(buf[:n])
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // crossTheGoAway makes a server's GOAWAY cross the client's next
