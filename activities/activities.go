@@ -119,7 +119,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID,
 		IdempotencyKey: in.IdempotencyKey, Route: in.Route, Provider: route.Kind, Model: route.Model,
 		Avoid: in.Avoid, FreshConnection: in.FreshConnection, AfterMisdirected: in.AfterMisdirected,
-		Intermediary: route.Intermediary, DeferEvent: true,
+		Intermediary: route.Intermediary, HonoursIdempotencyKey: route.HonoursIdempotencyKey, DeferEvent: true,
 		// The provider layer commits when content reaches the caller: for
 		// a stream, the first content delta; for JSON, a usable body.
 		ManualCommit: true,

@@ -128,6 +128,12 @@ func classifyResponse(ev Evidence) Classification {
 		return throttled(ev, "overloaded")
 	case s == 504:
 		return ambiguous("504_gateway_timeout", true)
+	case s == 502 && ev.Intermediary && !ev.ProviderError && !ev.HonoursIdempotencyKey:
+		// A proxy's own 502 speaks for the proxy: it may have forwarded
+		// the request and lost the answer (Caddy answers one when a reload
+		// cuts a request in flight). Only the provider's own error object,
+		// or a key the provider deduplicates, makes another attempt safe.
+		return ambiguous("502_from_intermediary", true)
 	case s >= 500:
 		return Classification{Class: UpstreamError, Reason: "status_" + strconv.Itoa(s), SameRoute: true, Fallback: true, ProviderHealth: true}
 	case ev.Signal == SignalModelNotFound || ev.Signal == SignalContextTooLong:

@@ -66,6 +66,23 @@ func TestClassify(t *testing.T) {
 
 		{"upstream_error: 500 before content", with(sent(1), func(e *Evidence) { e.Status = 500 }), UpstreamError, "status_500", health},
 		{"upstream_error: 502 before content", with(sent(1), func(e *Evidence) { e.Status = 502 }), UpstreamError, "status_502", health},
+		{"ambiguous: 502 from an intermediary, not in the provider's error shape", with(sent(1), func(e *Evidence) { e.Status = 502; e.Intermediary = true }), Ambiguous, "502_from_intermediary", func(t *testing.T, c Classification) {
+			needsVerdict(t, c)
+			health(t, c)
+		}},
+		{"upstream_error: the provider's own 502 through an intermediary", with(sent(1), func(e *Evidence) { e.Status = 502; e.Intermediary = true; e.ProviderError = true }), UpstreamError, "status_502", health},
+		{"upstream_error: 502 from an intermediary whose route honours idempotency keys", with(sent(1), func(e *Evidence) {
+			e.Status = 502
+			e.Intermediary = true
+			e.HonoursIdempotencyKey = true
+		}), UpstreamError, "status_502", health},
+		{"upstream_error: 500 from an intermediary", with(sent(1), func(e *Evidence) { e.Status = 500; e.Intermediary = true }), UpstreamError, "status_500", health},
+		{"throttled: 503 with Retry-After from an intermediary", with(sent(1), func(e *Evidence) { e.Status = 503; e.Intermediary = true; e.RetryAfter = time.Second }), Throttled, "status_503", nil},
+		{"ambiguous: 504 from an intermediary whose route honours idempotency keys", with(sent(1), func(e *Evidence) {
+			e.Status = 504
+			e.Intermediary = true
+			e.HonoursIdempotencyKey = true
+		}), Ambiguous, "504_gateway_timeout", needsVerdict},
 
 		{"empty_response: 2xx without usable content", with(ok200, func(e *Evidence) { e.Signal = SignalEmptyResponse }), EmptyResponse, "empty_response", func(t *testing.T, c Classification) {
 			health(t, c)

@@ -582,6 +582,9 @@ func (e *Engine) dial(ctx context.Context, scheme, authority string, alpn []stri
 			wake()
 		},
 		Closed: wake,
+		Dropped: func(frames int) {
+			e.stats.dropped.Add(int64(frames))
+		},
 	})
 	pc.oc = oc
 	cc, err := e.h2.NewClientConn(outer)
@@ -620,14 +623,20 @@ type Spec struct {
 	// AfterMisdirected says an earlier attempt of the same action got a
 	// 421, on any route, so this attempt's 421 is misdirected_repeated.
 	AfterMisdirected bool
-	// Intermediary says the route reaches the provider through an HTTP/2
-	// proxy or gateway whose RST_STREAM(REFUSED_STREAM) does not prove
-	// the origin never ran the request (haproxy sends it when the origin
-	// fails after the request was forwarded), so Classify treats it as
-	// ambiguous. A GOAWAY's last-stream id still proves non-processing:
-	// it is the intermediary's own promise about streams it never
-	// forwarded.
+	// Intermediary says the route reaches the provider through a proxy or
+	// gateway whose RST_STREAM(REFUSED_STREAM) does not prove the origin
+	// never ran the request (haproxy sends it when the origin fails after
+	// the request was forwarded), nor does a 502 it generated itself (Caddy
+	// answers one when a reload cuts a request it already forwarded), so
+	// Classify treats both as ambiguous. A GOAWAY's last-stream id still
+	// proves non-processing: it is the intermediary's own promise about
+	// streams it never forwarded.
 	Intermediary bool
+	// HonoursIdempotencyKey says the route's provider deduplicates
+	// requests by Idempotency-Key (the route's honours_idempotency_key),
+	// so an intermediary's 502 on it stays retryable: a second attempt
+	// carries the same key.
+	HonoursIdempotencyKey bool
 	// DeferEvent says the caller emits the attempt's "llm.attempt" event
 	// itself (with LogAttempt), once the attempt's record is final. The
 	// workflow does, after it has decided what comes next, so the event
@@ -649,14 +658,19 @@ type Attempt struct {
 	spec  Spec
 	start time.Time
 
-	mu       sync.Mutex
-	engine   *Engine
-	conn     *pooledConn
-	http1    bool // sent over HTTP/1.1: the engine recorded the wire facts itself
-	ev       Evidence
-	settled  bool
-	finished bool
-	class    Classification
+	mu     sync.Mutex
+	engine *Engine
+	conn   *pooledConn
+	http1  bool // sent over HTTP/1.1: the engine recorded the wire facts itself
+	// h1 and h1Written0 are the HTTP/1.1 connection's counter and its
+	// value when the attempt took the connection, so OnTheWire can read
+	// the bytes written while the exchange runs.
+	h1         *countConn
+	h1Written0 int64
+	ev         Evidence
+	settled    bool
+	finished   bool
+	class      Classification
 
 	// tracker is the observer's record of the attempt's streams, kept
 	// here so tracking it allocates nothing (Observer.track); only the
@@ -678,6 +692,7 @@ func NewAttempt(spec Spec) *Attempt {
 	return &Attempt{spec: spec, ev: Evidence{
 		ActionRef: spec.ActionRef, Attempt: spec.Attempt, AttemptID: spec.AttemptID,
 		Route: spec.Route, Provider: spec.Provider, Model: spec.Model, AfterMisdirected: spec.AfterMisdirected, Intermediary: spec.Intermediary,
+		HonoursIdempotencyKey: spec.HonoursIdempotencyKey,
 	}}
 }
 
@@ -799,6 +814,19 @@ func (a *Attempt) Commit() {
 	a.mu.Unlock()
 }
 
+// ProviderError records that the body of the attempt's HTTP error status
+// is the provider's own error object, in its dialect's shape
+// (Evidence.ProviderError): the provider answered, not an intermediary in
+// front of it. A nil Attempt ignores it, as Commit does.
+func (a *Attempt) ProviderError() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.ev.ProviderError = true
+	a.mu.Unlock()
+}
+
 func (a *Attempt) commitLocked() {
 	if a.ev.ContentStarted || a.ev.Status < 200 || a.ev.Status > 299 {
 		return
@@ -874,15 +902,21 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 	}
 }
 
-// OnTheWire reports whether the request's HEADERS have been written.
-// Evidence carries the frame facts only once the exchange ends; this reads
-// them while it runs (the attempt journal's sent record needs that).
+// OnTheWire reports whether the request's HEADERS have been written
+// (over HTTP/1.1, any byte of the request). Evidence carries the wire
+// facts only once the exchange ends; this reads them while it runs (the
+// attempt journal's sent record needs that).
 func (a *Attempt) OnTheWire() bool {
 	a.mu.Lock()
 	e, settled, sent := a.engine, a.settled, a.ev.RequestSent
+	h1, w0 := a.h1, a.h1Written0
 	a.mu.Unlock()
-	if settled || e == nil {
+	switch {
+	case settled || e == nil:
 		return sent
+	case h1 != nil:
+		// The connection carries this attempt alone until it settles.
+		return h1.written.Load() > w0
 	}
 	return e.obs.Stream(a.spec.AttemptID, nil).Streams > 0
 }

@@ -65,6 +65,9 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 	if ev.MaybeSent {
 		attrs = append(attrs, slog.Bool("maybe_sent", true))
 	}
+	if ev.ProviderError {
+		attrs = append(attrs, slog.Bool("provider_error", true))
+	}
 	if ev.Signal != SignalNone {
 		attrs = append(attrs, slog.String("signal", string(ev.Signal)))
 	}

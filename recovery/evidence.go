@@ -111,8 +111,19 @@ type Evidence struct {
 	// is misdirected_repeated.
 	AfterMisdirected bool `json:"after_misdirected,omitempty"`
 	// Intermediary reports that the route goes through a proxy whose
-	// REFUSED_STREAM is not proof of non-processing (Spec.Intermediary).
+	// REFUSED_STREAM, and whose own 502, are not proof of non-processing
+	// (Spec.Intermediary).
 	Intermediary bool `json:"intermediary,omitempty"`
+	// HonoursIdempotencyKey reports that the route declares its provider
+	// deduplicates requests by Idempotency-Key
+	// (Spec.HonoursIdempotencyKey), so sending the request again with the
+	// same key cannot run it twice.
+	HonoursIdempotencyKey bool `json:"honours_idempotency_key,omitempty"`
+	// ProviderError reports that the body of an HTTP error status was the
+	// provider's own error object, in its dialect's shape: the provider
+	// answered, not a proxy in front of it. The provider layer says so
+	// (Attempt.ProviderError).
+	ProviderError bool `json:"provider_error,omitempty"`
 	// Signal is what the provider layer read from the body (empty
 	// response, model not found, ...), empty when nothing.
 	Signal Signal `json:"signal,omitempty"`

@@ -343,7 +343,7 @@ func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Reque
 	}
 	a.response(resp)
 	a.http1Headers()
-	tracker := &eofReader{rc: resp.Body}
+	tracker := &eofReader{rc: resp.Body, cut: c.close}
 	reuse := !resp.Close && !out.Close
 	if resp.StatusCode == http.StatusMisdirectedRequest {
 		// Quarantined: this connection cannot serve this authority, so it
@@ -354,7 +354,7 @@ func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Reque
 	resp.Body = &body{rc: tracker, a: a, ctx: ctx, auto: auto, release: func() {
 		// Only a body read to its end leaves the connection at a message
 		// boundary; stop reports false once the context has cut it.
-		if stop() && reuse && tracker.eof {
+		if stop() && reuse && tracker.eof.Load() {
 			e.h1.put(key, c)
 			return
 		}
@@ -392,28 +392,43 @@ func looksLikeSettingsFrame(b []byte) bool {
 	return len(b) >= 9 && b[3] == frameSettings && b[5]|b[6]|b[7]|b[8] == 0 && b[0] == 0
 }
 
-// eofReader remembers that its reader reached a clean end.
+// eofReader remembers that its reader reached a clean end, and cuts the
+// connection when the body is closed before it.
 type eofReader struct {
 	rc  io.ReadCloser
-	eof bool
+	cut func()
+	// eof is atomic: Close may come from another goroutine than Read.
+	eof atomic.Bool
 }
 
 func (r *eofReader) Read(p []byte) (int, error) {
 	n, err := r.rc.Read(p)
 	if err == io.EOF {
-		r.eof = true
+		r.eof.Store(true)
 	}
 	return n, err
 }
 
-func (r *eofReader) Close() error { return r.rc.Close() }
+// Close closes the body. Before its end it first cuts the connection, as
+// x/net's reset does for HTTP/2: net/http's body would read the rest, and
+// a server that keeps a finished stream open never ends it. The cut is the
+// caller's choice, so the error of the inner close, which finds the
+// connection cut, is not one.
+func (r *eofReader) Close() error {
+	if r.eof.Load() {
+		return r.rc.Close()
+	}
+	r.cut()
+	_ = r.rc.Close()
+	return nil
+}
 
 // The attempt's HTTP/1.1 facts. The engine records them as they happen;
 // settle does not overwrite them with frame facts.
 
 func (a *Attempt) useHTTP1(c *h1Conn, dialed bool) {
 	a.mu.Lock()
-	a.http1 = true
+	a.http1, a.h1, a.h1Written0 = true, c.cc, c.cc.written.Load()
 	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = c.ref, dialed, protoHTTP11
 	a.mu.Unlock()
 }

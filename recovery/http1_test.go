@@ -654,3 +654,111 @@ func serveLoopback(t *testing.T, cfg *tls.Config, serve func(net.Conn)) string {
 	}()
 	return ln.Addr().String()
 }
+
+// Closing an HTTP/1.1 body before its end cuts its connection at once, as
+// a reset does over HTTP/2. net/http's body reads the rest on Close, and a
+// server that keeps a finished stream open (keep-alive comments after
+// [DONE]) never ends it: the attempt was held until its deadline and
+// classified committed_partial, for a complete answer. Now it is
+// completed, and the connection is never reused.
+func TestAnHTTP1BodyClosedEarlyCutsItsConnection(t *testing.T) {
+	h := newHarness(t)
+	h.p.Push(providertest.AnswerThenKeepOpen("all of it"))
+	// A close that drained would last until this deadline and then
+	// classify as a timeout after content.
+	ctx, cancel := context.WithTimeout(v11(t.Context()), 10*time.Second)
+	defer cancel()
+	a := recovery.NewAttempt(recovery.Spec{IdempotencyKey: "k-open"})
+	req, err := http.NewRequestWithContext(recovery.WithAttempt(ctx, a), http.MethodPost, h.p.HTTP1URL()+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.e.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("body ended before [DONE]: %v", err)
+		}
+		if strings.HasPrefix(line, "data: [DONE]") {
+			break
+		}
+	}
+	if err := resp.Body.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ev, c := a.Finish(recovery.SignalNone)
+	if c.Class != recovery.Completed || ev.TimedOut {
+		t.Fatalf("classified %s (%s); evidence %+v", c.Class, c.Reason, ev)
+	}
+	next := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-next"}, h.p.HTTP1URL(), false, nil)
+	h.want(next, recovery.Completed)
+	if !next.ev.ConnFresh || next.ev.ConnRef == ev.ConnRef {
+		t.Fatalf("the cut connection was reused: %+v", next.ev)
+	}
+	h.executed("k-open", 1)
+}
+
+// OnTheWire, which the attempt journal's sent record and the worker's
+// detach wait for, reads an HTTP/1.1 attempt's byte count while the
+// exchange runs: false while the dial is still under way, true once the
+// request is written and the server is generating. It asked only the
+// HTTP/2 frame observer, so an HTTP/1.1 attempt was never on the wire
+// until it ended, and a long local generation was never journaled sent.
+func TestAnHTTP1AttemptIsOnTheWireWhileItsExchangeRuns(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dialing, dial := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e := recovery.New(recovery.Config{Logger: slog.New(slog.DiscardHandler), DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		once.Do(func() { close(dialing) })
+		select {
+		case <-dial:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}})
+	defer e.Close()
+	release := make(chan struct{})
+	p.Push(providertest.Answer("generated slowly").WaitFor(release))
+	a := recovery.NewAttempt(recovery.Spec{IdempotencyKey: "k-wire"})
+	req, err := http.NewRequestWithContext(recovery.WithAttempt(v11(t.Context()), a), http.MethodPost, p.HTTP1URL()+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := e.RoundTrip(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-dialing
+	if a.OnTheWire() {
+		t.Fatal("on the wire while the dial is under way")
+	}
+	close(dial)
+	waitFor(t, func() bool { return p.ExecutedCount("k-wire") == 1 })
+	if !a.OnTheWire() {
+		t.Fatal("an HTTP/1.1 attempt whose request the server has read is not on the wire")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ev, c := a.Finish(recovery.SignalNone)
+	if c.Class != recovery.Completed || !a.OnTheWire() || !ev.RequestSent {
+		t.Fatalf("classified %s; on the wire %v; evidence %+v", c.Class, a.OnTheWire(), ev)
+	}
+}

@@ -284,6 +284,10 @@ type ConnHooks struct {
 	Lost func()
 	// Closed is called once when the connection's read side ends.
 	Closed func()
+	// Dropped is called from the write path with the number of frames the
+	// connection kept off the wire because a GOAWAY had refused their
+	// stream (ObservedConn.Write).
+	Dropped func(frames int)
 }
 
 // WrapConn wraps the plaintext side of an HTTP/2 client connection (a
@@ -305,6 +309,7 @@ func (o *Observer) wrap(c net.Conn, ref string, hooks ConnHooks) (*ObservedConn,
 		hooks:   hooks,
 		streams: make(map[uint32]*tracker),
 		out:     parser{preface: len(clientPreface)},
+		gate:    outGate{preface: len(clientPreface)},
 		changed: make(chan struct{}),
 	}
 	// 4096 is the table size HTTP/2 starts with (SETTINGS_HEADER_TABLE_SIZE).
@@ -315,8 +320,9 @@ func (o *Observer) wrap(c net.Conn, ref string, hooks ConnHooks) (*ObservedConn,
 	return oc, oc
 }
 
-// ObservedConn is a net.Conn whose HTTP/2 frames are watched. Reads and
-// writes pass through unchanged.
+// ObservedConn is a net.Conn whose HTTP/2 frames are watched. Reads pass
+// through unchanged; so do writes, except the frames for a stream that a
+// GOAWAY received on the connection has refused (see Write).
 type ObservedConn struct {
 	net.Conn
 	obs   *Observer
@@ -329,6 +335,7 @@ type ObservedConn struct {
 	mu      sync.Mutex
 	out     parser // client → server
 	in      parser // server → client
+	gate    outGate
 	dec     *attemptDecoder
 	inBlock bool                // a header block is being collected
 	block   []byte              // the block so far; its array is reused
@@ -380,6 +387,21 @@ func (c *ObservedConn) isClosed() bool { return c.closed.Load() }
 // Write observes the frames in b before handing them to the connection, so
 // a request is marked sent before the server can possibly answer it (and
 // also when the write then fails: bytes handed over may have left).
+//
+// It hands over every frame but those for a stream a GOAWAY already
+// received on the connection refused (above its lowest last-stream id),
+// except HEADERS and CONTINUATION, which the server must still decode to
+// keep its HPACK table in step. RFC 9113 section 6.8 lets the client treat
+// such a stream as never created, and a server may treat a frame for it
+// as one on an idle stream: Go's before Go 1.20 answers the RST_STREAM
+// x/net sends when it aborts the stream by closing the connection, with
+// the answers at or below the boundary in flight. Dropped DATA leaves the
+// client's connection window short of what it spent, which only a
+// draining connection sees. The GOAWAY is recorded on the read side before
+// the client processes it, so anything the client writes in reaction is
+// caught; so is a frame whose header is completed by a later Write, since
+// a partial header is held back until its stream id is known. b is always
+// accepted whole.
 func (c *ObservedConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	if !c.lost {
@@ -387,20 +409,36 @@ func (c *ObservedConn) Write(b []byte) (int, error) {
 			c.loseLocked()
 		}
 	}
+	out, dropped := c.gate.pass(b, c.refusedLocked)
 	c.mu.Unlock()
-	n, err := c.Conn.Write(b)
-	if err != nil {
-		c.mu.Lock()
-		if !c.wfailed {
-			c.wfailed = true
-			c.changedLocked()
-		}
-		// A write the peer refused (a reset, a broken pipe), not one
-		// after the engine's own close.
-		c.peerGone = c.peerGone || !errors.Is(err, net.ErrClosed)
-		c.mu.Unlock()
+	if dropped > 0 && c.hooks.Dropped != nil {
+		c.hooks.Dropped(dropped)
 	}
-	return n, err
+	if len(out) == 0 {
+		return len(b), nil
+	}
+	n, err := c.Conn.Write(out)
+	if err == nil {
+		return len(b), nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.wfailed {
+		c.wfailed = true
+		c.changedLocked()
+	}
+	// A write the peer refused (a reset, a broken pipe), not one
+	// after the engine's own close.
+	c.peerGone = c.peerGone || !errors.Is(err, net.ErrClosed)
+	return c.gate.accepted(n), err
+}
+
+// refusedLocked reports that a GOAWAY received on the connection refused
+// the stream of an outgoing frame, and the frame is one the server can do
+// without (Write). c.mu must be held.
+func (c *ObservedConn) refusedLocked(h frameHeader) bool {
+	return c.goAway != nil && h.stream != 0 && h.stream > c.goAway.LastStreamID &&
+		h.typ != frameHeaders && h.typ != frameContinuation
 }
 
 // changedLocked wakes writeMark's waiters. c.mu must be held.
@@ -732,4 +770,140 @@ func (p *parser) feed(b []byte, keep func(frameHeader) (uint32, error), frame fu
 		}
 	}
 	return nil
+}
+
+// outGate decides, frame by frame, which of the bytes written to an
+// ObservedConn go on to the connection (ObservedConn.Write). It follows
+// the framing by lengths alone, so it keeps its place whatever the
+// observer's parser makes of the frames; a client preface that is not
+// HTTP/2's turns it off. Bytes are never reordered.
+type outGate struct {
+	preface int // client preface bytes still to come
+	off     bool
+	hdr     [9]byte
+	hdrN    int    // bytes of a frame header held back, in hdr
+	remain  uint32 // payload bytes of the current frame still to come
+	drop    bool   // the current frame is kept off the wire
+	// buf holds the output when it is not a prefix of the input; segs maps
+	// its pieces back to the input, for accepted.
+	buf  []byte
+	segs []gateSeg
+	// inLen and outLen are the last pass's input and output lengths.
+	inLen, outLen int
+	direct        bool // the last output was a prefix of its input
+}
+
+// gateSeg says that input bytes [from, to) are output bytes from at.
+type gateSeg struct{ from, to, at int }
+
+// pass returns the bytes of b to write now, and how many frames it
+// dropped. Held header bytes from an earlier call come first; a header
+// that b leaves incomplete is held. The result aliases b when it can.
+func (g *outGate) pass(b []byte, refused func(frameHeader) bool) (out []byte, dropped int) {
+	g.inLen = len(b)
+	if g.off {
+		g.direct, g.outLen = true, len(b)
+		return b, 0
+	}
+	g.buf, g.segs = g.buf[:0], g.segs[:0]
+	copied := false // the output is g.buf; otherwise it is b[:end]
+	end := 0
+	toBuf := func() {
+		if !copied {
+			g.buf = append(g.buf, b[:end]...)
+			g.segs = append(g.segs, gateSeg{0, end, 0})
+			copied = true
+		}
+	}
+	keep := func(from, to int) {
+		if !copied && from == end {
+			end = to
+			return
+		}
+		toBuf()
+		g.segs = append(g.segs, gateSeg{from, to, len(g.buf)})
+		g.buf = append(g.buf, b[from:to]...)
+	}
+	for i := 0; i < len(b); {
+		switch {
+		case g.preface > 0:
+			off := len(clientPreface) - g.preface
+			n := min(g.preface, len(b)-i)
+			if string(b[i:i+n]) != clientPreface[off:off+n] {
+				// Not HTTP/2: nothing to follow, everything passes.
+				g.off = true
+				keep(i, len(b))
+				i = len(b)
+				continue
+			}
+			keep(i, i+n)
+			g.preface -= n
+			i += n
+		case g.remain > 0:
+			n := int(min(uint64(g.remain), uint64(len(b)-i)))
+			if !g.drop {
+				keep(i, i+n)
+			}
+			g.remain -= uint32(n)
+			i += n
+		default:
+			n := copy(g.hdr[g.hdrN:], b[i:])
+			if g.hdrN+n < len(g.hdr) {
+				// Its stream id is not known yet: held for the next call.
+				g.hdrN += n
+				i += n
+				continue
+			}
+			held := g.hdrN
+			g.hdrN = 0
+			h := frameHeader{
+				length: uint32(g.hdr[0])<<16 | uint32(g.hdr[1])<<8 | uint32(g.hdr[2]),
+				typ:    g.hdr[3],
+				stream: binary.BigEndian.Uint32(g.hdr[5:]) & 0x7fffffff,
+			}
+			g.remain, g.drop = h.length, refused(h)
+			switch {
+			case g.drop:
+				dropped++
+			case held > 0:
+				toBuf()
+				g.buf = append(g.buf, g.hdr[:held]...)
+				keep(i, i+n)
+			default:
+				keep(i, i+n)
+			}
+			i += n
+		}
+	}
+	if !copied {
+		g.direct, g.outLen = true, end
+		return b[:end], dropped
+	}
+	g.direct, g.outLen = false, len(g.buf)
+	out = g.buf
+	if cap(g.buf) > 64<<10 {
+		// Keep a small buffer for the next time, not a rare huge one.
+		g.buf = nil
+	}
+	return out, dropped
+}
+
+// accepted says how many bytes of the last pass's input are accounted
+// for when only n bytes of its output were written: those written, and
+// those dropped or held before the first byte that was not.
+func (g *outGate) accepted(n int) int {
+	switch {
+	case n >= g.outLen:
+		return g.inLen
+	case g.direct:
+		return n
+	}
+	done := 0
+	for _, s := range g.segs {
+		if n < s.at+(s.to-s.from) {
+			return max(done, s.from+max(n-s.at, 0))
+		}
+		done = s.to
+	}
+	return done
 }

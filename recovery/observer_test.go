@@ -281,3 +281,91 @@ func TestUntrackRacingBindLeavesNoEntry(t *testing.T) {
 		}
 	}
 }
+
+// wireSink is a net.Conn that records what reaches it and serves reads
+// from a buffer.
+type wireSink struct {
+	net.Conn
+	r   *bytes.Reader
+	out bytes.Buffer
+}
+
+func (s *wireSink) Write(b []byte) (int, error) { return s.out.Write(b) }
+func (s *wireSink) Read(b []byte) (int, error)  { return s.r.Read(b) }
+func (s *wireSink) Close() error                { return nil }
+
+// Once a GOAWAY (last-stream id 1) has been read, the frames the client
+// writes for stream 3 and above are kept off the wire, except HEADERS,
+// whatever the Write calls split: a frame whose header a Write leaves
+// incomplete is held until its stream id is known, and the RST_STREAM
+// whose header straddles the GOAWAY is dropped whole. Nothing else
+// changes, and every byte is accepted. Without a GOAWAY the bytes pass
+// unchanged.
+func TestObserverDropsFramesForStreamsAGoAwayRefusedAcrossArbitrarySplits(t *testing.T) {
+	pre := clientBytes(t, []string{"a1", "a2"}, true)
+	var post, want bytes.Buffer
+	fr := http2.NewFramer(&post, nil)
+	wfr := http2.NewFramer(&want, nil)
+	both := func(write func(*http2.Framer) error, kept bool) {
+		if err := write(fr); err != nil {
+			t.Fatal(err)
+		}
+		if kept {
+			_ = write(wfr)
+		}
+	}
+	both(func(f *http2.Framer) error { return f.WriteRSTStream(3, http2.ErrCodeCancel) }, false)
+	both(func(f *http2.Framer) error { return f.WriteWindowUpdate(3, 100) }, false)
+	both(func(f *http2.Framer) error { return f.WriteWindowUpdate(0, 100) }, true)
+	both(func(f *http2.Framer) error { return f.WritePing(false, [8]byte{1}) }, true)
+	both(func(f *http2.Framer) error { return f.WriteWindowUpdate(1, 100) }, true)
+	both(func(f *http2.Framer) error { return f.WriteData(5, false, []byte("late body")) }, false)
+	both(func(f *http2.Framer) error {
+		return f.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: []byte{0x82}, EndHeaders: true})
+	}, true)
+	both(func(f *http2.Framer) error { return f.WriteRSTStream(1, http2.ErrCodeCancel) }, true)
+	var in bytes.Buffer
+	sfr := http2.NewFramer(&in, nil)
+	_ = sfr.WriteSettings()
+	_ = sfr.WriteGoAway(1, http2.ErrCodeNo, nil)
+
+	// The GOAWAY is read 4 bytes into the first RST_STREAM's header.
+	wire := append(append([]byte(nil), pre...), post.Bytes()...)
+	cut := len(pre) + 4
+	for _, goAway := range []bool{true, false} {
+		for seed := uint64(0); seed < 100; seed++ {
+			o := NewObserver()
+			o.Track("a1")
+			s := &wireSink{r: bytes.NewReader(in.Bytes())}
+			dropped := 0
+			oc, _ := o.wrap(s, "p-c1", ConnHooks{Dropped: func(n int) { dropped += n }})
+			rng := rand.New(rand.NewPCG(seed, 11))
+			write := func(b []byte) {
+				for len(b) > 0 {
+					n := min(len(b), 1+rng.IntN(30))
+					if got, err := oc.Write(b[:n]); err != nil || got != n {
+						t.Fatalf("Write(%d bytes) = %d, %v", n, got, err)
+					}
+					b = b[n:]
+				}
+			}
+			write(wire[:cut])
+			if goAway {
+				if _, err := oc.Read(make([]byte, 1024)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(wire[cut:])
+			expect, drops := wire, 0
+			if goAway {
+				expect, drops = append(append([]byte(nil), pre...), want.Bytes()...), 3
+			}
+			if !bytes.Equal(s.out.Bytes(), expect) || dropped != drops {
+				t.Fatalf("goaway=%v seed=%d: %d frames dropped (want %d), wire\n%x\nwant\n%x", goAway, seed, dropped, drops, s.out.Bytes(), expect)
+			}
+			if f := o.Stream("a1", nil); f.MappingLost || f.StreamID != 1 || oc.pingsOut != 1 {
+				t.Fatalf("goaway=%v seed=%d: observer %+v, pings %d", goAway, seed, f, oc.pingsOut)
+			}
+		}
+	}
+}

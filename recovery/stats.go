@@ -27,6 +27,11 @@ type Stats struct {
 	MaybeSent int64
 	// Attempts counts finished attempts by classification.
 	Attempts map[Class]int64
+	// RefusedStreamFramesDropped counts frames the HTTP/2 client wrote for
+	// a stream that a GOAWAY received on its connection had already
+	// refused (above the last-stream id), which the engine kept off the
+	// wire (docs/recovery.md, "Nothing for a refused stream").
+	RefusedStreamFramesDropped int64
 
 	// HTTP/1.1 keep-alive decisions (the keep-alive race, docs/recovery.md).
 	// HTTP1ConnsOpened counts HTTP/1.1 connections dialed (also in
@@ -54,6 +59,7 @@ type stats struct {
 	replays      atomic.Int64
 	observerLost atomic.Int64
 	maybeSent    atomic.Int64
+	dropped      atomic.Int64
 	h1Opened     atomic.Int64
 	h1Reused     atomic.Int64
 	h1ClosedIdle atomic.Int64
@@ -87,18 +93,19 @@ func (s *stats) classified(c Class) {
 func (e *Engine) Stats() Stats {
 	s := &e.stats
 	out := Stats{
-		ConnsOpened:      s.connsOpened.Load(),
-		Quarantines:      s.quarantines.Load(),
-		TransportReplays: s.replays.Load(),
-		ObserverLost:     s.observerLost.Load(),
-		MaybeSent:        s.maybeSent.Load(),
-		HTTP1ConnsOpened: s.h1Opened.Load(),
-		HTTP1Reused:      s.h1Reused.Load(),
-		HTTP1ClosedIdle:  s.h1ClosedIdle.Load(),
-		HTTP1Expired:     s.h1Expired.Load(),
-		HTTP1RaceLost:    s.h1RaceLost.Load(),
-		GoAways:          make(map[string]int64),
-		Attempts:         make(map[Class]int64),
+		ConnsOpened:                s.connsOpened.Load(),
+		Quarantines:                s.quarantines.Load(),
+		TransportReplays:           s.replays.Load(),
+		ObserverLost:               s.observerLost.Load(),
+		MaybeSent:                  s.maybeSent.Load(),
+		RefusedStreamFramesDropped: s.dropped.Load(),
+		HTTP1ConnsOpened:           s.h1Opened.Load(),
+		HTTP1Reused:                s.h1Reused.Load(),
+		HTTP1ClosedIdle:            s.h1ClosedIdle.Load(),
+		HTTP1Expired:               s.h1Expired.Load(),
+		HTTP1RaceLost:              s.h1RaceLost.Load(),
+		GoAways:                    make(map[string]int64),
+		Attempts:                   make(map[Class]int64),
 	}
 	s.mu.Lock()
 	for k, v := range s.goAways {

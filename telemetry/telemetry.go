@@ -199,7 +199,8 @@ func (t *Telemetry) TracingInterceptor() (interceptor.Interceptor, error) {
 
 // WatchEngine exports an engine's counters (connections opened, GOAWAYs
 // by code, 421 quarantines, transport replays, lost framing, attempts
-// that may have been sent as their context ended).
+// that may have been sent as their context ended, frames kept off the
+// wire for refused streams).
 func (t *Telemetry) WatchEngine(e *recovery.Engine) {
 	t.mu.Lock()
 	t.engines = append(t.engines, e)
@@ -214,8 +215,9 @@ func (t *Telemetry) engineCounters() error {
 	replays, err4 := m.Int64ObservableCounter("durallm.transport.replays", metric.WithDescription("Streams that re-sent an attempt already sent (should stay 0)"))
 	lost, err5 := m.Int64ObservableCounter("durallm.observer.lost", metric.WithDescription("Connections whose HTTP/2 framing the observer could not follow"))
 	maybeSent, err6 := m.Int64ObservableCounter("durallm.maybe_sent", metric.WithDescription("Attempts whose context ended mid-send with no proof their HEADERS stayed (ambiguous, not unsent)"))
+	refusedDropped, err8 := m.Int64ObservableCounter("durallm.refused_stream.frames_dropped", metric.WithDescription("Frames the HTTP/2 client wrote for a stream a received GOAWAY had refused, kept off the wire"))
 	keepAlive, err7 := m.Int64ObservableCounter("durallm.http1.keepalive", metric.WithDescription("HTTP/1.1 keep-alive decisions, by decision: reused, closed_idle (found closed by the server, discarded unwritten), expired (closed at the engine's idle timeout), race_lost (a reused connection closed after the request: ambiguous)"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
 		return err
 	}
 	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -231,6 +233,7 @@ func (t *Telemetry) engineCounters() error {
 			sum.TransportReplays += s.TransportReplays
 			sum.ObserverLost += s.ObserverLost
 			sum.MaybeSent += s.MaybeSent
+			sum.RefusedStreamFramesDropped += s.RefusedStreamFramesDropped
 			sum.HTTP1Reused += s.HTTP1Reused
 			sum.HTTP1ClosedIdle += s.HTTP1ClosedIdle
 			sum.HTTP1Expired += s.HTTP1Expired
@@ -244,6 +247,7 @@ func (t *Telemetry) engineCounters() error {
 		o.ObserveInt64(replays, sum.TransportReplays)
 		o.ObserveInt64(lost, sum.ObserverLost)
 		o.ObserveInt64(maybeSent, sum.MaybeSent)
+		o.ObserveInt64(refusedDropped, sum.RefusedStreamFramesDropped)
 		for decision, n := range map[string]int64{"reused": sum.HTTP1Reused, "closed_idle": sum.HTTP1ClosedIdle, "expired": sum.HTTP1Expired, "race_lost": sum.HTTP1RaceLost} {
 			o.ObserveInt64(keepAlive, n, metric.WithAttributes(attribute.String("decision", decision)))
 		}
@@ -253,7 +257,7 @@ func (t *Telemetry) engineCounters() error {
 			o.ObserveInt64(goaways, n, metric.WithAttributes(attribute.String("http2.error_code", code)))
 		}
 		return nil
-	}, conns, goaways, quarantines, replays, lost, maybeSent, keepAlive)
+	}, conns, goaways, quarantines, replays, lost, maybeSent, refusedDropped, keepAlive)
 	return err
 }
 

@@ -1,11 +1,9 @@
 package e2e_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/internal/syncbuf"
+	"github.com/durallm/durallm/internal/testproc"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/recovery"
@@ -133,17 +132,12 @@ func startNginx(t *testing.T, bin string, p *providertest.Provider) string {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testproc.FreeAddr(t)
 	upstream := strings.TrimPrefix(p.HTTP1URL(), "http://")
 	conf := fmt.Sprintf(`daemon off;
 master_process off;
 pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
+error_log stderr warn;
 events { worker_connections 64; }
 http {
   access_log off;
@@ -171,39 +165,8 @@ http {
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", cfg)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		select {
-		case <-done:
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx exited: %s", log)
-		case <-ctx.Done():
-			t.Fatalf("nginx did not listen on %s", addr)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	testproc.Start(t, exec.Command(bin, "-p", dir, "-c", cfg), addr)
+	return addr
 }
 
 // A worker that probes its routes at start warns about a route whose
@@ -239,5 +202,31 @@ func TestE2EHTTPVersionMismatchIsNamedAtStartAndUnsent(t *testing.T) {
 	}
 	if n := len(s.p.Processed()); n != 0 {
 		t.Fatalf("provider executed %d requests", n)
+	}
+}
+
+// A stream over HTTP/1.1 from a server that keeps the body open after
+// [DONE] (keep-alive comments, never ending): the action completes with the
+// whole answer. The engine's HTTP/1.1 body read the rest on close, so the
+// attempt lasted until its timer and ended committed_partial, and the user
+// got completed_partial for a complete answer. The attempt timeout is long
+// enough that a close that waited would show as that class.
+func TestE2EHTTP1StreamKeptOpenAfterDoneIsCompleted(t *testing.T) {
+	s := newStack(t)
+	s.startWorker(withRoute(s.p.HTTP1URL()+"/v1", "1.1"))
+	s.p.Push(providertest.AnswerThenKeepOpen("hello over a body that never ends"))
+	in := actionInput(true)
+	in.AttemptTimeout = 30 * time.Second
+	res, err := s.run("h1-kept-open", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != workflows.StateCompleted || res.Used != 1 || res.Response == nil || res.Response.Partial ||
+		res.Response.Text != "hello over a body that never ends" {
+		t.Fatalf("result %+v", res)
+	}
+	ev := res.Attempts[0].Evidence
+	if res.Attempts[0].Classification.Class != recovery.Completed || ev.HTTPVersion != "HTTP/1.1" || ev.TimedOut {
+		t.Fatalf("attempt %+v", res.Attempts[0])
 	}
 }

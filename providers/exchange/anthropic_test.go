@@ -543,6 +543,16 @@ func TestAnthropicErrorStatusMapping(t *testing.T) {
 		{"html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
 	}
 	checkStatusCases(t, cases, newAnthropicHarness, (*harness).claude)
+	// Through an intermediary, Anthropic's own 502 is its error object;
+	// the proxy's is not.
+	checkStatusCases(t, []statusCase{
+		{"anthropic's own 502 via an intermediary", providertest.Status(502, nil, body("api_error", "Bad gateway")), recovery.SignalNone, recovery.UpstreamError},
+		{"the proxy's 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.Ambiguous},
+	}, newAnthropicHarness, func(h *harness) routes.Route {
+		r := h.claude()
+		r.Intermediary = true
+		return r
+	})
 }
 
 // The shared timers serve this dialect too.

@@ -35,7 +35,10 @@
 // Response.Raw, null arrays, numbers as strings and missing optional
 // members are fine) and report what the body said that the wire cannot as
 // a recovery.Signal: an empty answer, a missing model, a context that is
-// too long, an overloaded provider, a content filter.
+// too long, an overloaded provider, a content filter. When the body of an
+// HTTP error status is the provider's own error object, they tell the
+// attempt (recovery.Attempt.ProviderError): on a route through a proxy, a
+// 502 without it is the proxy's own, and ambiguous.
 //
 // Both dialects share one exchange: the same bounded SSE decoder, timers,
 // commit boundary and partial-stream handling; only the request encoding

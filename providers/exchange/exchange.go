@@ -324,6 +324,11 @@ func (x *exchange) commit() {
 func (x *exchange) errorStatus(in io.Reader) (Result, error) {
 	data, err := io.ReadAll(io.LimitReader(in, maxErrorBody))
 	r, sig := x.d.errorBody(data)
+	if r.Error != nil {
+		// The provider's own error object: the provider answered, not a
+		// proxy in front of it (an intermediary's 502 is ambiguous).
+		x.attempt.ProviderError()
+	}
 	if err != nil {
 		return Result{Response: r, Signal: sig}, x.wrap(x.causeOf(fmt.Errorf("read error body: %w", err)))
 	}

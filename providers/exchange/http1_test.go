@@ -3,6 +3,9 @@ package exchange_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,5 +53,59 @@ func TestHTTP1SlowFirstByteHitsTheFirstByteTimeout(t *testing.T) {
 	}
 	if n := h.p.ExecutedCount("key-" + t.Name()); n != 1 {
 		t.Fatalf("executed %d", n)
+	}
+}
+
+// A stream read to [DONE] from a server that keeps the body open after it
+// (keep-alive comments, never ending) is completed, over HTTP/1.1 as over
+// HTTP/2. Closing the HTTP/1.1 body used to read the rest, holding the
+// attempt until its timer, which then made it committed_partial. The
+// attempt timeout is long, so a close that waits shows as that class.
+func TestAStreamReadToDoneFromAServerThatKeepsTheBodyOpenIsCompleted(t *testing.T) {
+	h := newHarness(t)
+	for _, version := range []string{"1.1", "2"} {
+		t.Run("http_version="+version, func(t *testing.T) {
+			h.p.Push(providertest.AnswerThenKeepOpen("the whole answer"))
+			route := h.route()
+			if version == "1.1" {
+				route.BaseURL = h.p.HTTP1URL() + "/v1"
+			}
+			route.HTTPVersion, route.AttemptTimeout = version, 10*time.Second
+			o := h.call(context.Background(), route, chat(true), &recSink{})
+			o.want(t, recovery.Completed)
+			if o.err != nil || o.res.Response.Text != "the whole answer" || o.res.Response.Partial || o.ev.TimedOut {
+				t.Fatalf("err %v response %+v evidence %+v", o.err, o.res.Response, o.ev)
+			}
+		})
+	}
+}
+
+// A non-streamed 200 past MaxResponseBytes whose server keeps sending is
+// empty_response, as the size bound says. The close that followed the
+// bound read the rest until the attempt timer, and the attempt became
+// ambiguous.
+func TestAnOverSizeBodyFromAServerThatKeepsSendingIsEmptyResponse(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		chunk := []byte(strings.Repeat("x", 1<<20))
+		// Past the bound, then on until the client goes.
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	h := newHarness(t)
+	h.manual = true
+	route := h.route()
+	route.BaseURL, route.HTTPVersion, route.AttemptTimeout = srv.URL+"/v1", "1.1", 10*time.Second
+	o := h.call(context.Background(), route, chat(false), nil)
+	if !errors.Is(o.err, exchange.ErrResponseTooLarge) {
+		t.Fatalf("err = %v, want ErrResponseTooLarge", o.err)
+	}
+	o.want(t, recovery.EmptyResponse)
+	if o.ev.TimedOut {
+		t.Fatalf("the attempt waited for its timer: %+v", o.ev)
 	}
 }

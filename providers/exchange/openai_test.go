@@ -130,6 +130,7 @@ func (h *harness) call(ctx context.Context, route routes.Route, req providers.Re
 	a := recovery.NewAttempt(recovery.Spec{
 		ActionRef: "act-" + h.t.Name(), Attempt: 1, Route: route.Name,
 		IdempotencyKey: "key-" + h.t.Name(), ManualCommit: req.Stream || h.manual,
+		Intermediary: route.Intermediary, HonoursIdempotencyKey: route.HonoursIdempotencyKey,
 	})
 	var o outcome
 	o.res, o.err = h.adapter(recovery.WithAttempt(ctx, a), h.e, exchange.Call{Route: route, Request: req, Sink: sink})
@@ -322,6 +323,33 @@ func TestErrorStatusMapping(t *testing.T) {
 		{"gateway timeout", providertest.ServerError(504), recovery.SignalNone, recovery.Ambiguous},
 	}
 	checkStatusCases(t, cases, newHarness, (*harness).route)
+}
+
+// On a route marked intermediary, a 502 the proxy generated itself (its
+// body is not the provider's error object: HTML, or nothing, as Caddy
+// sends) is ambiguous, not retried: the proxy may have forwarded the
+// request before it failed. The provider's own 502, in its error shape,
+// stays upstream_error, as does any 502 on a route whose provider
+// deduplicates by Idempotency-Key; a 503 stays throttled.
+func TestA502FromAnIntermediaryIsAmbiguous(t *testing.T) {
+	intermediary := func(h *harness) routes.Route {
+		r := h.route()
+		r.Intermediary = true
+		return r
+	}
+	checkStatusCases(t, []statusCase{
+		{"proxy's html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>502 Bad Gateway</html>"), recovery.SignalNone, recovery.Ambiguous},
+		{"proxy's empty 502", providertest.Status(502, nil, ""), recovery.SignalNone, recovery.Ambiguous},
+		{"provider's own 502", providertest.ServerError(502), recovery.SignalNone, recovery.UpstreamError},
+		{"503 with Retry-After", providertest.Unavailable(providertest.RetryAfterSeconds(1)), recovery.SignalNone, recovery.Throttled},
+	}, newHarness, intermediary)
+	checkStatusCases(t, []statusCase{
+		{"proxy's html 502, idempotent provider", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>502 Bad Gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
+	}, newHarness, func(h *harness) routes.Route {
+		r := intermediary(h)
+		r.HonoursIdempotencyKey, r.IdempotencyWindow = true, time.Hour
+		return r
+	})
 }
 
 // statusCase is an HTTP error answer and how it must end.

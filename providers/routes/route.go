@@ -72,17 +72,20 @@ type Route struct {
 	IdleTimeout time.Duration
 	// HonoursIdempotencyKey declares that the provider deduplicates
 	// requests carrying the same Idempotency-Key within IdempotencyWindow,
-	// which lets the workflow replay an ambiguous attempt on this route.
-	// Default false.
+	// which lets the workflow replay an ambiguous attempt on this route,
+	// and keeps an intermediary's 502 retryable
+	// (recovery.Spec.HonoursIdempotencyKey). Default false.
 	HonoursIdempotencyKey bool
 	// IdempotencyWindow is how long the provider remembers a key. Must be
 	// positive when HonoursIdempotencyKey is set.
 	IdempotencyWindow time.Duration
-	// Intermediary declares that BaseURL is an HTTP/2 proxy or gateway in
-	// front of the provider (haproxy, an LLM gateway), not the provider
-	// itself. Such a proxy may answer RST_STREAM(REFUSED_STREAM) after it
-	// forwarded the request and the origin failed, so on this route that
-	// code is ambiguous instead of refused (recovery.Spec.Intermediary).
+	// Intermediary declares that BaseURL is a proxy or gateway in front
+	// of the provider (haproxy, Caddy, an LLM gateway), not the provider
+	// itself. Such a proxy may answer RST_STREAM(REFUSED_STREAM), or a 502
+	// of its own, after it forwarded the request and the origin failed, so
+	// on this route that code is ambiguous instead of refused, and such a
+	// 502 (not in the provider's error shape) is ambiguous instead of
+	// upstream_error unless HonoursIdempotencyKey (recovery.Spec.Intermediary).
 	// Default false.
 	Intermediary bool
 	// HTTPVersion is the HTTP version the route speaks: "auto" (also

@@ -125,6 +125,7 @@ type Behavior struct {
 	chunks       int
 	cut          CutMode
 	closeAfter   bool // AnswerThenClose: Connection: close on HTTP/1.1
+	keepOpen     bool // AnswerThenKeepOpen: the stream's body never ends
 }
 
 // String returns the Behavior's name as recorded in [Record.Behavior], for
@@ -228,6 +229,29 @@ func AnswerThenClose(text string) Behavior {
 	b.name, b.closeAfter = "AnswerThenClose", true
 	return b
 }
+
+// AnswerThenKeepOpen is [Answer] whose streamed body never ends: after
+// "data: [DONE]" it sends an SSE comment (": keep-alive") every 100 ms and
+// never ends the body (no END_STREAM over HTTP/2, no last chunk over
+// HTTP/1.1), until the client closes or resets it, the connection closes
+// or the Provider is closed; over HTTP/1.1 the connection then closes. It
+// models a server or proxy that keeps a finished stream open (keep-alive
+// comments, a late usage flush). A client that stops at [DONE] has the
+// complete answer, and closing the body must not wait for an end that
+// never comes. A request that did not ask to stream is answered as
+// Answer answers it.
+func AnswerThenKeepOpen(text string) Behavior {
+	b := Answer(text)
+	b.name, b.keepOpen = "AnswerThenKeepOpen", true
+	return b
+}
+
+// keepOpenInterval is how often [AnswerThenKeepOpen] sends its keep-alive
+// comment.
+const keepOpenInterval = 100 * time.Millisecond
+
+// keepAliveComment is the SSE comment it sends.
+const keepAliveComment = ": keep-alive\n\n"
 
 // GoAwayAbove refuses the request without executing it: it sends GOAWAY
 // with last-stream-id set to the stream id just below this one (id−2, or

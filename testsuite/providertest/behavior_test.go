@@ -692,3 +692,58 @@ func TestOptionsAndTLS(t *testing.T) {
 		t.Error("HTTP/1.1 on the h2c port succeeded")
 	}
 }
+
+// AnswerThenKeepOpen: the whole answer and [DONE], then keep-alive
+// comments and no end of body, over HTTP/2 and HTTP/1.1, until the client
+// goes.
+func TestAnswerThenKeepOpen(t *testing.T) {
+	p := newTestProvider(t)
+	for _, tc := range []struct {
+		name string
+		tr   http.RoundTripper
+		url  string
+		open func() int
+	}{
+		{"h2c", h2cTransport(t), p.H2CURL(), p.StreamsOpen},
+		{"http1", &http.Transport{}, p.HTTP1URL(), p.HTTP1ConnsOpen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p.Push(AnswerThenKeepOpen("two words"))
+			ctx, cancel := context.WithCancel(testCtx(t))
+			resp, err := tc.tr.RoundTrip(chatReq(t, ctx, tc.url, true, "", "att-open-"+tc.name))
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			sr := sseReader{br}
+			for {
+				data, err := sr.next()
+				if err != nil {
+					t.Fatalf("reading the answer: %v", err)
+				}
+				if data == "[DONE]" {
+					break
+				}
+			}
+			// After [DONE]: the blank line, then a comment, and the body goes on.
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatalf("the body ended after [DONE]: %v", err)
+				}
+				if line == ": keep-alive\n" {
+					break
+				}
+			}
+			if tc.open() != 1 {
+				t.Errorf("open = %d while kept open, want 1", tc.open())
+			}
+			cancel()
+			waitFor(t, "the kept-open body to end after the client left", func() bool { return tc.open() == 0 })
+			if p.AttemptExecutions("att-open-"+tc.name) != 1 {
+				t.Errorf("Processed = %+v", p.Processed())
+			}
+		})
+	}
+}

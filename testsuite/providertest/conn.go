@@ -471,7 +471,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	st := c.streams[f.StreamID]
 	if st == nil {
-		idle := f.StreamID%2 == 0 || f.StreamID > c.maxClientID
+		idle := f.StreamID%2 == 0 || f.StreamID > c.maxClientID || c.refusedIdleLocked(f.StreamID)
 		c.mu.Unlock()
 		if idle {
 			return connError{code: http2.ErrCodeProtocol, reason: "WINDOW_UPDATE on an idle stream"}
@@ -491,7 +491,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 func (c *conn) onRSTStream(f *http2.RSTStreamFrame) error {
 	id := f.StreamID
 	c.mu.Lock()
-	if id%2 == 0 || id > c.maxClientID {
+	if id%2 == 0 || id > c.maxClientID || c.refusedIdleLocked(id) {
 		c.mu.Unlock()
 		return connError{code: http2.ErrCodeProtocol, reason: "RST_STREAM on an idle stream"}
 	}
@@ -503,6 +503,13 @@ func (c *conn) onRSTStream(f *http2.RSTStreamFrame) error {
 	c.mu.Unlock()
 	c.maybeClose()
 	return nil
+}
+
+// refusedIdleLocked reports that id is a stream a strict provider
+// (WithStrictIdleStreams) counts as never opened: above the last-stream id
+// of the GOAWAY it sent. c.mu must be held.
+func (c *conn) refusedIdleLocked(id uint32) bool {
+	return c.p.strictIdle && c.goAwaySent && id > c.goAwayLast
 }
 
 // completeBody hands a stream whose request is complete to a handler.

@@ -23,15 +23,19 @@
 //     [CloseAfterRead] (close after reading the request),
 //     [Provider.CloseIdleConns] (close idle keep-alive connections, as a
 //     server's keep-alive timeout does), [AnswerThenClose] (Connection:
-//     close), [StreamCut] and [BodyCut] (a chunked body cut mid-chunk) and
-//     [Behavior.After] (a slow first byte). [Record.Proto] and
+//     close), [AnswerThenKeepOpen] (a stream that never ends after
+//     [DONE], on both protocols), [StreamCut] and [BodyCut] (a chunked
+//     body cut mid-chunk) and [Behavior.After] (a slow first byte). [Record.Proto] and
 //     [Record.ConnRequest] say which protocol and which request of a
 //     kept-alive connection it was. An HTTP/2 preface sent there is
 //     answered 400 and the connection closed, as by an HTTP/1.1-only
 //     server; it is not a request and is not recorded.
 //
 // Every path is accepted and recorded; responses have the shape of
-// POST /v1/chat/completions.
+// POST /v1/chat/completions. [WithStrictIdleStreams] makes the HTTP/2 side
+// as strict as Go's HTTP/2 server before Go 1.20 (and so Caddy 2.6 as
+// Debian builds it): an RST_STREAM or WINDOW_UPDATE for a stream above its
+// GOAWAY's last-stream id closes the connection.
 //
 // # Scripting
 //

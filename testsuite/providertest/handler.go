@@ -39,9 +39,9 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 	}
 	switch b.kind {
 	case kindDefault:
-		c.answer(st, req, defaultAnswer, nil)
+		c.answer(st, req, Answer(defaultAnswer))
 	case kindAnswer:
-		c.answer(st, req, b.text, b.midGate)
+		c.answer(st, req, b)
 	case kindGoAway:
 		c.goAwayBehavior(st, b)
 	case kindRefuse, kindReset:
@@ -221,8 +221,10 @@ func statusFields(header http.Header) []hpack.HeaderField {
 	return fields
 }
 
-// answer runs Answer: SSE if the request asked to stream, JSON otherwise.
-func (c *conn) answer(st *stream, req Request, text string, midGate <-chan struct{}) {
+// answer runs Answer (and AnswerThenKeepOpen): SSE if the request asked
+// to stream, JSON otherwise.
+func (c *conn) answer(st *stream, req Request, b Behavior) {
+	text, midGate := b.text, b.midGate
 	if !req.Stream {
 		body := c.p.completionJSON(req, &text)
 		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
@@ -250,7 +252,29 @@ func (c *conn) answer(st *stream, req Request, text string, midGate <-chan struc
 		Usage:   usageFor(req, text),
 	}
 	tail := append(sseEvent(mustJSON(final)), "data: [DONE]\n\n"...)
-	_ = c.writeData(st, tail, true)
+	if err := c.writeData(st, tail, !b.keepOpen); err != nil || !b.keepOpen {
+		return
+	}
+	keepOpen(st.done, nil, func() error { return c.writeData(st, []byte(keepAliveComment), false) })
+}
+
+// keepOpen runs AnswerThenKeepOpen's endless tail: write every
+// keepOpenInterval until it fails or ended or closing (nil: never) closes.
+func keepOpen(ended, closing <-chan struct{}, write func() error) {
+	t := time.NewTicker(keepOpenInterval)
+	defer t.Stop()
+	for {
+		if write() != nil {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ended:
+			return
+		case <-closing:
+			return
+		}
+	}
 }
 
 // sseChunks starts an SSE response and sends n content chunks, reporting

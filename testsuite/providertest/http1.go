@@ -219,9 +219,9 @@ func (c *h1conn) act(req Request, b Behavior, gone <-chan struct{}) bool {
 	p := c.p
 	switch b.kind {
 	case kindDefault:
-		return c.answer(req, defaultAnswer, false)
+		return c.answer(req, Answer(defaultAnswer), gone)
 	case kindAnswer:
-		return c.answer(req, b.text, b.closeAfter)
+		return c.answer(req, b, gone)
 	case kindStatus:
 		return c.respond(b.status, b.header, []byte(b.body), false) == nil
 	case kindEmptyBody:
@@ -264,10 +264,11 @@ func (c *h1conn) wait(gone <-chan struct{}) {
 	}
 }
 
-// answer runs Answer: chunked SSE if the request asked to stream, JSON
-// with a Content-Length otherwise. closeAfter sends Connection: close.
-func (c *h1conn) answer(req Request, text string, closeAfter bool) bool {
-	p := c.p
+// answer runs Answer (and AnswerThenClose, which sends Connection:
+// close, and AnswerThenKeepOpen): chunked SSE if the request asked to
+// stream, JSON with a Content-Length otherwise.
+func (c *h1conn) answer(req Request, b Behavior, gone <-chan struct{}) bool {
+	p, text, closeAfter := c.p, b.text, b.closeAfter
 	if !req.Stream {
 		return c.respond(http.StatusOK, nil, p.completionJSON(req, &text), closeAfter) == nil && !closeAfter
 	}
@@ -287,6 +288,11 @@ func (c *h1conn) answer(req Request, text string, closeAfter bool) bool {
 		Usage:   usageFor(req, text),
 	}
 	if c.chunk(append(sseEvent(mustJSON(final)), "data: [DONE]\n\n"...)) != nil {
+		return false
+	}
+	if b.keepOpen {
+		// No last chunk: the body ends only with the connection.
+		keepOpen(gone, p.closing, func() error { return c.chunk([]byte(keepAliveComment)) })
 		return false
 	}
 	_, _ = c.bw.WriteString("0\r\n\r\n")

@@ -417,3 +417,57 @@ func FuzzConnInput(f *testing.F) {
 		_, _ = io.Copy(io.Discard, rc.nc)
 	})
 }
+
+// WithStrictIdleStreams: after its GOAWAY, a stream above the last-stream
+// id (here one that arrived after it, and was ignored) is idle to the
+// provider, as to Go's HTTP/2 server before Go 1.20. An RST_STREAM or a
+// WINDOW_UPDATE for it is a connection error that also ends the stream
+// still answering below the boundary; DATA for it is discarded. Without
+// the option such frames are ignored, and the stream below completes.
+func TestRawStrictIdleStreamsAfterGoAway(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		strict bool
+		send   func(rc *rawConn) error
+	}{
+		{"strict RST_STREAM", true, func(rc *rawConn) error { return rc.fr.WriteRSTStream(3, http2.ErrCodeCancel) }},
+		{"strict WINDOW_UPDATE", true, func(rc *rawConn) error { return rc.fr.WriteWindowUpdate(3, 1000) }},
+		{"default RST_STREAM", false, func(rc *rawConn) error { return rc.fr.WriteRSTStream(3, http2.ErrCodeCancel) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []Option
+			if tc.strict {
+				opts = append(opts, WithStrictIdleStreams())
+			}
+			p := newTestProvider(t, opts...)
+			release := make(chan struct{})
+			p.Push(Answer("below").WaitFor(release))
+			rc := dialRaw(t, p)
+			rc.request(1, "att-below", `{"model":"m"}`)
+			waitFor(t, "stream 1 to execute", func() bool { return p.AttemptExecutions("att-below") == 1 })
+			p.Drain(http2.ErrCodeNo)
+			if ga := rc.expectGoAway(); ga.last != 1 || ga.code != http2.ErrCodeNo {
+				t.Fatalf("GOAWAY %+v", ga)
+			}
+			rc.request(3, "att-above", `{"model":"m"}`) // crossed the GOAWAY: ignored, DATA discarded
+			if err := tc.send(rc); err != nil {
+				t.Fatal(err)
+			}
+			if tc.strict {
+				if ga := rc.expectGoAway(); ga.code != http2.ErrCodeProtocol || ga.last != 1 {
+					t.Fatalf("GOAWAY %+v, want PROTOCOL_ERROR", ga)
+				}
+				rc.expectClosed()
+				return
+			}
+			rc.ping()
+			close(release)
+			if r := rc.readResponse(1); r.status != "200" || !strings.Contains(string(r.body), "below") {
+				t.Fatalf("stream 1: %+v", r)
+			}
+			if p.AttemptExecutions("att-above") != 0 {
+				t.Fatalf("the ignored stream executed: %+v", p.Processed())
+			}
+		})
+	}
+}

@@ -32,6 +32,7 @@ const (
 type Option func(*options)
 
 type options struct {
+	strictIdle        bool
 	maxStreams        uint32
 	model             string
 	tlsAddr, h2cAddr  string
@@ -57,6 +58,21 @@ func WithListenAddrs(tlsAddr, h2cAddr string) Option {
 // refused with RST_STREAM REFUSED_STREAM. Default 250. Must be at least 1.
 func WithMaxConcurrentStreams(n uint32) Option {
 	return func(o *options) { o.maxStreams = n }
+}
+
+// WithStrictIdleStreams makes the HTTP/2 side treat a stream above the
+// last-stream id of a GOAWAY it sent as never opened, as Go's HTTP/2
+// server before Go 1.20 does (golang/go#55846), and with it Caddy 2.6 as
+// Debian builds it: an RST_STREAM or a WINDOW_UPDATE for such a stream is
+// then a connection error PROTOCOL_ERROR. The provider answers it with
+// GOAWAY PROTOCOL_ERROR and closes the connection, ending every stream
+// still in flight on it, those at or below the last-stream id included.
+// DATA for such a stream is still discarded, as that server does. RFC
+// 9113 section 6.8 lets a client treat those streams as never created,
+// and a client that sends nothing for them keeps the streams below the
+// boundary alive. Default off: such frames are ignored.
+func WithStrictIdleStreams() Option {
+	return func(o *options) { o.strictIdle = true }
 }
 
 // WithModel sets the model name echoed in every response's "model" field,
@@ -130,6 +146,7 @@ type Record struct {
 type Provider struct {
 	model      string
 	maxStreams uint32
+	strictIdle bool // WithStrictIdleStreams
 
 	tlsLn       net.Listener
 	h2cLn       net.Listener
@@ -201,6 +218,7 @@ func NewProvider(opts ...Option) (*Provider, error) {
 	p := &Provider{
 		model:      o.model,
 		maxStreams: o.maxStreams,
+		strictIdle: o.strictIdle,
 		tlsLn:      tlsLn,
 		h2cLn:      h2cLn,
 		h1Ln:       h1Ln,
