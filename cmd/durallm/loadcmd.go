@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
 )
@@ -65,72 +66,16 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	in := workflows.ActionInput{Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", *message)}}, Routes: routes}
 
-	// run starts n actions with conc callers and returns each one's
-	// start-to-result latency and how many did not complete.
-	var seq int
-	var mu sync.Mutex
-	run := func(n, conc int) ([]time.Duration, int, error) {
-		lat := make([]time.Duration, 0, n)
-		var failed int
-		var firstErr error
-		var wg sync.WaitGroup
-		next := make(chan string)
-		go func() {
-			defer close(next)
-			for range n {
-				mu.Lock()
-				seq++
-				id := fmt.Sprintf("%s%d", *prefix, seq)
-				mu.Unlock()
-				select {
-				case next <- id:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-		for range conc {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for id := range next {
-					t0 := time.Now()
-					a, err := c.Start(ctx, id, in)
-					if err == nil {
-						var res workflows.ActionResult
-						res, err = a.Result(ctx)
-						if err == nil && res.State != workflows.StateCompleted {
-							mu.Lock()
-							failed++
-							mu.Unlock()
-						}
-					}
-					d := time.Since(t0)
-					mu.Lock()
-					if err != nil && firstErr == nil {
-						firstErr = err
-					}
-					lat = append(lat, d)
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		if firstErr == nil {
-			firstErr = ctx.Err()
-		}
-		return lat, failed, firstErr
-	}
-
+	l := &loader{c: c, in: in, prefix: *prefix}
 	if *warmup > 0 {
-		if _, _, err := run(*warmup, *concurrency); err != nil {
+		if _, _, err := l.run(ctx, *warmup, *concurrency); err != nil {
 			fmt.Fprintf(stderr, "durallm load: warm-up: %v\n", err)
 			return exitError
 		}
 	}
 	cpu0 := ownCPU()
 	t0 := time.Now()
-	lat, failed, err := run(*actions, *concurrency)
+	lat, failed, err := l.run(ctx, *actions, *concurrency)
 	elapsed := time.Since(t0)
 	cpu := ownCPU() - cpu0
 	if err != nil {
@@ -158,6 +103,72 @@ func runLoad(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// loader starts actions for 'durallm load', numbering their ids across
+// runs.
+type loader struct {
+	c      *durallm.Client
+	in     workflows.ActionInput
+	prefix string
+
+	mu  sync.Mutex
+	seq int
+}
+
+// run starts n actions with conc callers and returns each one's
+// start-to-result latency and how many did not complete.
+func (l *loader) run(ctx context.Context, n, conc int) ([]time.Duration, int, error) {
+	lat := make([]time.Duration, 0, n)
+	var failed int
+	var firstErr error
+	var wg sync.WaitGroup
+	next := make(chan string)
+	go func() {
+		defer close(next)
+		for range n {
+			l.mu.Lock()
+			l.seq++
+			id := fmt.Sprintf("%s%d", l.prefix, l.seq)
+			l.mu.Unlock()
+			select {
+			case next <- id:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range next {
+				t0 := time.Now()
+				a, err := l.c.Start(ctx, id, l.in)
+				if err == nil {
+					var res workflows.ActionResult
+					res, err = a.Result(ctx)
+					if err == nil && res.State != workflows.StateCompleted {
+						l.mu.Lock()
+						failed++
+						l.mu.Unlock()
+					}
+				}
+				d := time.Since(t0)
+				l.mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				lat = append(lat, d)
+				l.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return lat, failed, firstErr
 }
 
 // ownCPU is this process's user+system CPU so far.
