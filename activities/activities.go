@@ -5,9 +5,10 @@
 // error it returns is a cancellation when the action's own scope ended: it
 // wraps ctx.Err() with %w, and a temporal.CanceledError whose details are
 // the outcome, so Temporal records a cancellation rather than a failure
-// and the timeline keeps the attempt's evidence. A worker shutdown or an
-// activity pause is not the action's scope: the attempt's outcome (a
-// committed partial, an ambiguous or unsent attempt) is returned as data.
+// and the timeline keeps the attempt's evidence. A worker shutdown, an
+// activity pause, or Temporal losing track of an attempt not yet sent is
+// not the action's scope: the attempt's outcome (a committed partial, an
+// ambiguous or unsent attempt) is returned as data.
 // Temporal must never retry it: the workflow schedules it with
 // RetryPolicy.MaximumAttempts = 1 and owns the only budget.
 package activities
@@ -144,7 +145,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	// the journal's sent record. The worker's own stop ends the exchange
 	// after StopGrace either way, lost or not.
 	stop := a.heartbeat(ctx, att)
-	ctx, detach := a.outliveLostAttempt(ctx, in)
+	ctx, detach := a.outliveLostAttempt(ctx, in, att.OnTheWire)
 	defer detach()
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
@@ -207,22 +208,31 @@ func (a *Activities) endOnWorkerStop(ctx context.Context) (context.Context, func
 	}
 }
 
+// ErrTemporalLost is the cause an attempt's exchange is canceled with when
+// Temporal lost track of the attempt before its request was on the wire.
+var ErrTemporalLost = errors.New("durallm: Temporal lost track of the attempt before its request left")
+
 // outliveLostAttempt returns the context the exchange runs on. It ends
 // when the activity's context does, with its cause, except when Temporal
 // lost track of the attempt: the SDK cancels an activity whose heartbeat
 // finds it gone (serviceerror.NotFound: it timed out on the server) or
 // cannot reach the server for the heartbeat timeout (a server restart).
-// Nobody asked the attempt to stop then, and cutting it would throw away
-// an answer the provider is sending: the exchange runs on to its own
-// deadline, its end goes to the journal before the (probably refused)
-// report, and the built-in reconciler settles the action from there
-// (docs/contract.md section 5.5).
+//
+// Once the request is on the wire (onTheWire), nobody asked the attempt
+// to stop, and cutting it would throw away an answer the provider is
+// sending: the exchange runs on to its own deadline, its end goes to the
+// journal before the (probably refused) report, and the built-in
+// reconciler settles the action from there (docs/contract.md section
+// 5.5). Before that, the exchange ends at once with ErrTemporalLost: the
+// workflow already counts the attempt lost and may send the next one, so
+// this one must never leave. It is then unsent by the engine's own proof
+// and journaled not_processed, which is true.
 //
 // The causes that do stop the exchange are the ones that mean it:
 // the workflow's cancellation (a temporal.CanceledError), the worker
 // stopping, an operator's pause or reset, and a context ended without a
 // cause (nothing tells it apart from a cancellation).
-func (a *Activities) outliveLostAttempt(ctx context.Context, in attempt.Input) (context.Context, func()) {
+func (a *Activities) outliveLostAttempt(ctx context.Context, in attempt.Input, onTheWire func() bool) (context.Context, func()) {
 	deadline, hasDeadline := ctx.Deadline()
 	exch, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	if hasDeadline {
@@ -241,6 +251,16 @@ func (a *Activities) outliveLostAttempt(ctx context.Context, in attempt.Input) (
 		cause := context.Cause(ctx)
 		if !temporalLost(cause) {
 			cancel(cause)
+			return
+		}
+		// The check and the cut are not one step: HEADERS that leave
+		// between them are seen by the engine's proof of non-sending
+		// (docs/contract.md section 3.4), so that attempt is ambiguous
+		// (temporal_lost_mid_attempt), never sent twice unseen.
+		if !onTheWire() {
+			a.logger().Warn("Temporal lost track of the attempt before its request left; the attempt ends unsent",
+				"action_ref", in.ActionRef, "attempt", in.Attempt, "attempt_id", in.AttemptID, "cause", cause)
+			cancel(fmt.Errorf("%w: %w", ErrTemporalLost, cause))
 			return
 		}
 		a.logger().Warn("Temporal lost track of the attempt (its heartbeat failed); the exchange runs on to its own deadline so its end reaches the journal",
@@ -293,7 +313,8 @@ func facts(ctx context.Context, res exchange.Result, err error) recovery.Facts {
 }
 
 // stopCause says why the activity's context ended, from its cause: our
-// own ErrWorkerStopping, or the Temporal SDK's worker.ErrWorkerShutdown
+// own ErrTemporalLost when Temporal lost the attempt before it was sent,
+// our own ErrWorkerStopping, or the Temporal SDK's worker.ErrWorkerShutdown
 // when the worker stops, activity.ErrActivityPaused or ErrActivityReset
 // when an operator intervenes, and a canceled error when the workflow
 // asked.
@@ -302,6 +323,8 @@ func stopCause(ctx context.Context) recovery.StopCause {
 		return ""
 	}
 	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrTemporalLost):
+		return recovery.StopTemporalLost
 	case errors.Is(cause, ErrWorkerStopping), errors.Is(cause, worker.ErrWorkerShutdown):
 		return recovery.StopWorkerShutdown
 	case errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):

@@ -49,25 +49,29 @@ func TestTemporalLostCauses(t *testing.T) {
 func TestOutliveLostAttempt(t *testing.T) {
 	a, _ := newActs(t)
 	for _, tt := range []struct {
-		cause   error
-		stopped bool
+		cause     error
+		onTheWire bool
+		stopped   bool
+		with      error // the exchange's cause, when stopped
 	}{
-		{temporal.NewCanceledError(), true},
-		{serviceerror.NewNotFound("gone"), false},
+		{temporal.NewCanceledError(), true, true, nil},
+		{serviceerror.NewNotFound("gone"), true, false, nil},
+		{serviceerror.NewNotFound("gone"), false, true, ErrTemporalLost},
+		{serviceerror.NewUnavailable("down"), false, true, ErrTemporalLost},
 	} {
 		parent, cancel := context.WithCancelCause(context.Background())
-		exch, done := a.outliveLostAttempt(parent, attempt.Input{AttemptID: "a-1"})
+		exch, done := a.outliveLostAttempt(parent, attempt.Input{AttemptID: "a-1"}, func() bool { return tt.onTheWire })
 		cancel(tt.cause)
 		select {
 		case <-exch.Done():
 			if !tt.stopped {
-				t.Errorf("%v: the exchange was cut", tt.cause)
-			} else if !errors.Is(context.Cause(exch), tt.cause) {
-				t.Errorf("%v: exchange cause %v", tt.cause, context.Cause(exch))
+				t.Errorf("%v (on the wire %v): the exchange was cut", tt.cause, tt.onTheWire)
+			} else if !errors.Is(context.Cause(exch), tt.cause) || (tt.with != nil && !errors.Is(context.Cause(exch), tt.with)) {
+				t.Errorf("%v (on the wire %v): exchange cause %v", tt.cause, tt.onTheWire, context.Cause(exch))
 			}
 		case <-time.After(200 * time.Millisecond):
 			if tt.stopped {
-				t.Errorf("%v: the exchange was not stopped", tt.cause)
+				t.Errorf("%v (on the wire %v): the exchange was not stopped", tt.cause, tt.onTheWire)
 			}
 		}
 		done()
@@ -78,7 +82,7 @@ func TestOutliveLostAttempt(t *testing.T) {
 	// The exchange keeps the activity's deadline.
 	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	exch, done := a.outliveLostAttempt(parent, attempt.Input{})
+	exch, done := a.outliveLostAttempt(parent, attempt.Input{}, func() bool { return true })
 	defer done()
 	want, _ := parent.Deadline()
 	if got, ok := exch.Deadline(); !ok || !got.Equal(want) {
