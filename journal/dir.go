@@ -24,8 +24,8 @@ type Dir struct {
 	// other's entries share it.
 	Path string
 	// Keys, when set, encrypts each entry with the payload keyring's
-	// active key; entries sealed by any key of the ring, and entries
-	// written in the clear, are read.
+	// active key; entries sealed by any key of the ring are read, and an
+	// entry stored in the clear is refused (ErrUnsealed).
 	Keys *codec.Keyring
 	// Bound, when set, bounds the journal's size (ErrFull). One Bound per
 	// journal: it keeps the journal's measurement.

@@ -56,6 +56,14 @@ func TestDirSealed(t *testing.T) {
 				}
 				return b
 			},
+			Plant: func(t *testing.T, id string, raw []byte) {
+				if err := os.MkdirAll(path, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(path, id+".json"), raw, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
 		}
 	})
 }

@@ -15,7 +15,9 @@
 //
 // The journal holds generated text. It is never logged; Dir's files are
 // readable by the worker's user only; with a keyring (Dir.Keys,
-// Postgres.Keys) entries are sealed with the payload keys.
+// Postgres.Keys) entries are sealed with the payload keys, and an entry
+// that is not sealed is refused (ErrUnsealed). Every backend reads an
+// entry only under its own attempt id (ErrOtherAttempt).
 //
 // Entries expire: Sweeper deletes those whose action closed longer than a
 // retention ago (the worker runs one). A Bound bounds the journal's size:
