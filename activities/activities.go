@@ -561,11 +561,16 @@ var ErrNoReconciler = errors.New("durallm: no reconciler configured on this work
 //   - otherwise the journal cannot tell.
 //
 // An unreadable journal is logged and passed over. Then the application's
-// Reconciler, if any.
+// Reconciler, if any. A Reconcile cut short (its worker stops, or it is
+// canceled) returns an error wrapping ctx's error and cause: it has not
+// found that nothing can tell, so Temporal retries it.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
 	var fromJournal attempt.ReconcileOutput
 	if a.Journal != nil {
-		out, settled := a.reconcileFromJournal(ctx, in)
+		out, settled, err := a.reconcileFromJournal(ctx, in)
+		if err != nil {
+			return attempt.ReconcileOutput{}, err
+		}
 		if settled {
 			return out, nil
 		}
@@ -605,10 +610,11 @@ func (a *Activities) journalLease() time.Duration {
 }
 
 // reconcileFromJournal is the built-in reconciler. Unsettled, out says
-// in its Note and JournalState what the journal knew.
-func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.ReconcileInput) (out attempt.ReconcileOutput, settled bool) {
-	unsettled := func(state, note string) (attempt.ReconcileOutput, bool) {
-		return attempt.ReconcileOutput{JournalState: state, Note: note}, false
+// in its Note and JournalState what the journal knew. It fails only when
+// ctx ended (cutShort).
+func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.ReconcileInput) (out attempt.ReconcileOutput, settled bool, err error) {
+	unsettled := func(state, note string) (attempt.ReconcileOutput, bool, error) {
+		return attempt.ReconcileOutput{JournalState: state, Note: note}, false, nil
 	}
 	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
 	// A Sent entry's worker renews it while the exchange runs: the wait
@@ -621,7 +627,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		}
 		select {
 		case <-ctx.Done():
-			return unsettled(string(e.State), "the wait for the attempt's end was cut short: "+ctx.Err().Error())
+			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 		case <-time.After(journalPoll):
 		}
 		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
@@ -630,6 +636,10 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		}
 	}
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// A read that failed because the wait was cut short proves
+		// nothing about the journal.
+		return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 	case err != nil:
 		a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
@@ -646,15 +656,26 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		out = attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal, JournalState: string(e.State),
 			Note: "a worker received the response at " + at + " and journaled it before its report was lost"}
 		a.storeLargeVerdict(ctx, &out)
-		return out, true
+		return out, true, nil
 	case journal.NotProcessed:
 		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
-			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true
+			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true, nil
 	case journal.Sent:
 		return unsettled(string(e.State), "the request left and its worker stopped renewing the entry (last at "+at+") with no end journaled: it was lost mid-request")
 	default:
 		return unsettled(string(e.State), "the exchange ended unanswered at "+at+" ("+e.Reason+"): no proof either way")
 	}
+}
+
+// cutShort is the error of a reconciler whose context ended before it
+// could decide: it wraps ctx's error (so a cancellation is recorded as
+// one) and its cause (a worker shutdown, say).
+func cutShort(ctx context.Context, in attempt.ReconcileInput) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return fmt.Errorf("durallm: reconciling %s attempt %d was cut short: %w", in.ActionRef, in.Attempt, err)
+	}
+	return fmt.Errorf("durallm: reconciling %s attempt %d was cut short: %w (%w)", in.ActionRef, in.Attempt, err, cause)
 }
 
 // mayStillEnd reports whether a Sent attempt may still end on a live

@@ -224,3 +224,24 @@ func TestReconcileDoesNotWaitForASentEntryNobodyRenews(t *testing.T) {
 		t.Fatalf("verdict %+v err %v", v, err)
 	}
 }
+
+// A reconciler cut short while it waits (its worker stops, or it is
+// canceled) has not found that the journal cannot tell: it returns an
+// error wrapping the cause, so Temporal retries it on another worker
+// (the workflow schedules it with MaximumAttempts 3).
+func TestAReconcilerCutShortByItsWorkersStopIsRetried(t *testing.T) {
+	for _, cause := range []error{worker.ErrWorkerShutdown, temporal.NewCanceledError()} {
+		a, _ := newActs(t)
+		a.Journal = journal.Dir{Path: t.TempDir()}
+		bg := context.Background()
+		if err := a.Journal.Record(bg, journal.Entry{AttemptID: "run-1", State: journal.Sent, At: time.Now(), Deadline: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancelCause(bg)
+		time.AfterFunc(2*journalPoll, func() { stop(cause) })
+		v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+		if !errors.Is(err, cause) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%v: verdict %+v err %v", cause, v, err)
+		}
+	}
+}
