@@ -415,6 +415,9 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 		}
 		last = time.Now()
 		e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
+		if !deadline.IsZero() {
+			e.Remaining = deadline.Sub(last)
+		}
 		if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil && !failed {
 			failed = true
 			a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
@@ -618,10 +621,15 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 	}
 	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
 	// A Sent entry's worker renews it while the exchange runs: the wait
-	// goes on while it does, measured on this worker's clock (a renewal
-	// is a change of At, whatever the writer's clock says).
-	renewed, lastAt := time.Now(), e.At
-	for err == nil && ok && e.State == journal.Sent && a.mayStillEnd(ctx, e) && time.Since(renewed) < 3*a.journalLease() {
+	// goes on while it does, judged on this worker's own observation of
+	// the entry (sentWait), whatever the writer's clock says.
+	var w sentWait
+	var why sentWaitEnd
+	for err == nil && ok && e.State == journal.Sent {
+		w.see(e, time.Now())
+		if why = a.whyNotWait(ctx, w, time.Now()); why != "" {
+			break
+		}
 		if activity.IsActivity(ctx) {
 			activity.RecordHeartbeat(ctx, "waiting for attempt "+in.AttemptID+" to end on its worker")
 		}
@@ -631,9 +639,6 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		case <-time.After(journalPoll):
 		}
 		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
-		if !e.At.Equal(lastAt) {
-			renewed, lastAt = time.Now(), e.At
-		}
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -661,7 +666,16 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
 			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true, nil
 	case journal.Sent:
-		return unsettled(string(e.State), "the request left and its worker stopped renewing the entry (last at "+at+") with no end journaled: it was lost mid-request")
+		switch {
+		case why == sentStoppedRenewing:
+			return unsettled(string(e.State), "the request left and its worker stopped renewing the entry (last written at "+at+") with no end journaled: it was lost mid-request")
+		case why == sentOutOfTime && w.renewals > 0:
+			return unsettled(string(e.State), "the request left and its worker still renews the entry (last written at "+at+"), but the attempt had not ended when this reconciler's own time ran out")
+		case why == sentOutOfTime:
+			return unsettled(string(e.State), "the request left and no end was journaled (the entry was last written at "+at+") when this reconciler's own time ran out")
+		default:
+			return unsettled(string(e.State), "the request left and the attempt's deadline passed with no end journaled (the entry was last written at "+at+")")
+		}
 	default:
 		return unsettled(string(e.State), "the exchange ended unanswered at "+at+" ("+e.Reason+"): no proof either way")
 	}
@@ -678,18 +692,70 @@ func cutShort(ctx context.Context, in attempt.ReconcileInput) error {
 	return fmt.Errorf("durallm: reconciling %s attempt %d was cut short: %w (%w)", in.ActionRef, in.Attempt, err, cause)
 }
 
-// mayStillEnd reports whether a Sent attempt may still end on a live
-// worker: its deadline, and the grace for the end record, have not passed,
-// and this activity has time left to wait.
-func (a *Activities) mayStillEnd(ctx context.Context, e journal.Entry) bool {
-	if e.Deadline.IsZero() {
-		return false
+// sentWait is what the built-in reconciler has seen of a Sent entry, on
+// its own clock: the writer's clock never meets the reader's
+// (docs/contract.md section 5.5).
+type sentWait struct {
+	last journal.Entry
+	// changed is when this reader last saw the entry change (a renewal);
+	// until is when, by this reader's clock, the attempt's worker gives up
+	// on it: the time the entry said remained, from when it was seen.
+	changed, until time.Time
+	// renewals counts the changes seen after the first look.
+	renewals int
+}
+
+func (w *sentWait) see(e journal.Entry, now time.Time) {
+	switch {
+	case w.changed.IsZero():
+	case e.At.Equal(w.last.At) && e.Remaining == w.last.Remaining:
+		return
+	default:
+		w.renewals++
 	}
-	until := e.Deadline.Add(journalEndGrace)
-	if d, ok := ctx.Deadline(); ok && d.Add(-time.Second).Before(until) {
-		until = d.Add(-time.Second)
+	w.last, w.changed, w.until = e, now, now.Add(remaining(e))
+}
+
+// remaining is how long the entry's worker still gave its attempt when it
+// wrote the entry. An entry from before Remaining says it as its Deadline
+// minus its At, both on the writer's clock.
+func remaining(e journal.Entry) time.Duration {
+	switch {
+	case e.Remaining != 0:
+		return e.Remaining
+	case !e.Deadline.IsZero() && !e.At.IsZero():
+		return e.Deadline.Sub(e.At)
 	}
-	return time.Now().Before(until)
+	return 0
+}
+
+// sentWaitEnd says why the built-in reconciler stopped waiting for a Sent
+// attempt to end.
+type sentWaitEnd string
+
+const (
+	// sentPastDeadline: the attempt's deadline, and the grace for its end
+	// record, passed.
+	sentPastDeadline sentWaitEnd = "past_deadline"
+	// sentStoppedRenewing: the entry did not change for three leases.
+	sentStoppedRenewing sentWaitEnd = "stopped_renewing"
+	// sentOutOfTime: this reconcile activity's own deadline is near.
+	sentOutOfTime sentWaitEnd = "out_of_time"
+)
+
+// whyNotWait says why a Sent attempt can no longer end on a live worker
+// as far as this reconciler can wait, or "" while it may.
+func (a *Activities) whyNotWait(ctx context.Context, w sentWait, now time.Time) sentWaitEnd {
+	switch {
+	case !now.Before(w.until.Add(journalEndGrace)):
+		return sentPastDeadline
+	case now.Sub(w.changed) >= 3*a.journalLease():
+		return sentStoppedRenewing
+	}
+	if d, ok := ctx.Deadline(); ok && !now.Before(d.Add(-time.Second)) {
+		return sentOutOfTime
+	}
+	return ""
 }
 
 // storeLargeVerdict keeps a journaled response too large for history in

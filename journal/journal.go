@@ -76,9 +76,15 @@ type Entry struct {
 	Response *providers.Response `json:"response,omitempty"`
 	// At is when the worker wrote the entry.
 	At time.Time `json:"at"`
-	// Deadline, for Sent, is when the attempt's worker gives up on it
-	// (the activity's own deadline): until then a Sent attempt may still
-	// end on a live worker.
+	// Remaining, for Sent, is how long the attempt's worker still gives
+	// it (to the activity's own deadline) at the time of writing: until
+	// then a Sent attempt may still end on a live worker. A reader adds
+	// it to its own clock when it sees the entry change, so the writer's
+	// clock never meets the reader's.
+	Remaining time.Duration `json:"remaining,omitempty"`
+	// Deadline, for Sent, is the same instant on the writer's clock. It
+	// is kept for entries written before Remaining existed, and read only
+	// as Deadline minus At (both the writer's).
 	Deadline time.Time `json:"deadline,omitempty"`
 }
 
