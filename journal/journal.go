@@ -99,9 +99,12 @@ type Journal interface {
 	// replaces any earlier entry of the attempt. An entry in state Sent
 	// replaces only a Sent one (its worker renews it while the exchange
 	// runs) and is otherwise dropped without error, so a Sent written
-	// late never hides the end of the exchange. One worker writes an
-	// attempt's entries, and it stops renewing Sent before it writes the
-	// end; a backend need not order a Sent and an end written at once.
+	// late never hides the end of the exchange. That holds for a Sent
+	// written at the same time as the end, or one that lands after it,
+	// and the backend itself must make it so: a worker does not wait for
+	// a renewal in flight (a journal write may hang; it stops waiting at
+	// a timeout) before it writes the end, and an abandoned write may
+	// still land later.
 	Record(ctx context.Context, e Entry) error
 	// Lookup returns the attempt's entry, ok false when there is none.
 	Lookup(ctx context.Context, attemptID string) (e Entry, ok bool, err error)

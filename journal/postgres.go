@@ -17,7 +17,9 @@ import (
 // journal of durallm's own database (internal/pgdb owns the database and
 // its schema). Every worker that connects to the same database reads
 // every other worker's entries. A Record is one statement, so a reader
-// sees the whole of an entry or none of it. Open it with OpenPostgres.
+// sees the whole of an entry or none of it, and a Sent that lands after
+// the end (its condition is checked on the row as it is written) changes
+// nothing. Open it with OpenPostgres.
 type Postgres struct {
 	// Keys, when set (before first use), encrypts each entry as Dir.Keys
 	// does.

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 func Run(t *testing.T, open func(t *testing.T) journal.Journal) {
 	t.Run("RecordsAndLooksUp", func(t *testing.T) { recordsAndLooksUp(t, open(t)) })
 	t.Run("SentNeverHidesTheEnd", func(t *testing.T) { sentNeverHidesTheEnd(t, open(t)) })
+	t.Run("ASentInFlightNeverHidesTheEnd", func(t *testing.T) { sentInFlightNeverHidesTheEnd(t, open(t)) })
 	t.Run("RefusesIDsThatAreNotKeys", func(t *testing.T) { refusesBadIDs(t, open(t)) })
 	t.Run("ReadersSeeWholeEntries", func(t *testing.T) { readersSeeWholeEntries(t, open(t)) })
 }
@@ -79,6 +81,46 @@ func sentNeverHidesTheEnd(t *testing.T, j journal.Journal) {
 	}
 	if got, _, _ := j.Lookup(ctx, "s-1"); got.State != journal.Received || got.Response == nil {
 		t.Fatalf("a late Sent replaced the end: %+v", got)
+	}
+}
+
+// Renewals in flight when the end is written land after it: a worker
+// does not wait for them (a journal write may hang), so the backend
+// itself keeps every Sent from hiding the end, whatever the timing.
+func sentInFlightNeverHidesTheEnd(t *testing.T, j journal.Journal) {
+	ctx := context.Background()
+	for round := range 10 {
+		id := "race-" + strconv.Itoa(round)
+		if err := j.Record(ctx, journal.Entry{AttemptID: id, State: journal.Sent, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					if err := j.Record(ctx, journal.Entry{AttemptID: id, State: journal.Sent, At: time.Now()}); err != nil {
+						t.Error(err)
+						return
+					}
+					select {
+					case <-stop:
+						return
+					default:
+					}
+				}
+			}()
+		}
+		if err := j.Record(ctx, journal.Entry{AttemptID: id, State: journal.Received, Response: &providers.Response{Text: "the end"}}); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		wg.Wait()
+		if e, ok, err := j.Lookup(ctx, id); err != nil || !ok || e.State != journal.Received || e.Response == nil {
+			t.Fatalf("round %d: a Sent in flight hid the end: %+v ok %v err %v", round, e, ok, err)
+		}
 	}
 }
 
