@@ -180,15 +180,29 @@ func (d Dir) Older(ctx context.Context, t time.Time, each func(Written) error) e
 
 // Delete removes the attempts' files.
 func (d Dir) Delete(_ context.Context, attemptIDs []string) error {
-	defer d.Bound.forget()
+	var gone Usage
+	defer func() { d.Bound.deleted(gone) }()
 	for _, id := range attemptIDs {
 		if err := validID(id); err != nil {
 			return err
 		}
+		removed := false
 		for _, suffix := range []string{entrySuffix, sentSuffix} {
-			if err := os.Remove(d.file(id, suffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			path := d.file(id, suffix)
+			info, serr := os.Stat(path)
+			err := os.Remove(path)
+			switch {
+			case err == nil:
+				removed = true
+				if serr == nil {
+					gone.Bytes += info.Size()
+				}
+			case !errors.Is(err, fs.ErrNotExist):
 				return fmt.Errorf("journal: %w", err)
 			}
+		}
+		if removed {
+			gone.Entries++
 		}
 	}
 	return nil

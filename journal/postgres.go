@@ -153,8 +153,11 @@ func (p *Postgres) Older(ctx context.Context, t time.Time, each func(Written) er
 
 // Delete removes the attempts' rows.
 func (p *Postgres) Delete(ctx context.Context, attemptIDs []string) error {
-	defer p.Bound.forget()
-	if _, err := p.pool.Exec(ctx, `DELETE FROM journal WHERE attempt_id = ANY($1)`, attemptIDs); err != nil {
+	var gone Usage
+	defer func() { p.Bound.deleted(gone) }()
+	err := p.pool.QueryRow(ctx, `WITH d AS (DELETE FROM journal WHERE attempt_id = ANY($1) RETURNING octet_length(entry) AS n)
+SELECT count(*), coalesce(sum(n), 0) FROM d`, attemptIDs).Scan(&gone.Entries, &gone.Bytes)
+	if err != nil {
 		return fmt.Errorf("journal: delete entries: %w", err)
 	}
 	return nil
