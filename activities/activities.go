@@ -21,6 +21,8 @@ import (
 	"github.com/durallm/durallm/providers/exchange"
 	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -129,7 +131,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		// A route the workflow names but this worker does not know cannot
 		// serve the action; another route may.
 		ev, class := att.FinishWith(recovery.Facts{Unsendable: recovery.UnsendableNoRoute})
-		return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{})
+		return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{}, nil)
 	}
 
 	// One rule for the attempt's timeout (docs/workflow.md): the action's
@@ -149,7 +151,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	defer detach()
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
-	stopSent := a.journalSent(ctx, in, att)
+	sent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
 	if a.Streams != nil {
 		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
@@ -160,7 +162,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	}
 	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
-	stopSent() // before the end is journaled: nothing may write Sent after it
+	sent.stop() // no renewal starts once the exchange has ended
 	ev, class := att.FinishWith(facts(ctx, res, err))
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
@@ -168,7 +170,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		r := res.Response
 		out.Response = &r
 	}
-	return a.finish(ctx, in, route, out, res.Response.Usage)
+	return a.finish(ctx, in, route, out, res.Response.Usage, sent)
 }
 
 // ErrWorkerStopping is the cause an attempt's context is canceled with
@@ -340,15 +342,20 @@ func stopCause(ctx context.Context) recovery.StopCause {
 // temporal.CanceledError) carrying the outcome as its details, so the
 // workflow's timeline keeps the connection, the stream and whether content
 // had been delivered.
-func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.Route, out attempt.Outcome, usage providers.Usage) (attempt.Outcome, error) {
+func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.Route, out attempt.Outcome, usage providers.Usage, sent *sentRecord) (attempt.Outcome, error) {
 	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
 		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: out.Evidence, Class: out.Classification,
 		InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens,
 	})
+	// One bound for the end record and the renewals still in flight; the
+	// result store gets its own after it, inside the same deadline.
+	by := writeBy(ctx, journalWriteTimeout)
 	if out.Classification.Class == recovery.Canceled && ctx.Err() != nil {
+		sent.wait(by)
 		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
 	}
-	a.record(ctx, in, out)
+	a.record(ctx, in, out, by)
+	sent.wait(by)
 	if a.BeforeReport != nil {
 		a.BeforeReport(out)
 	}
@@ -356,11 +363,56 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 	return out, nil
 }
 
+// How long a write the report waits for may take: the end record (and
+// the renewals in flight), then the result store's Put. Neither backend
+// bounds a write by itself, and an answer held past the activity's
+// deadline is lost to Temporal (which then asks a person), so each is cut
+// there, and never later than reportReserve before the deadline.
+const (
+	journalWriteTimeout = time.Second
+	resultWriteTimeout  = 5 * time.Second
+	reportReserve       = 500 * time.Millisecond
+)
+
+// ErrWriteTimedOut is returned (wrapped, with the context's error) for a
+// journal or result-store write that did not finish within its bound.
+// The write may still land later.
+var ErrWriteTimedOut = errors.New("durallm: the write did not finish in time")
+
+// writeBy is when a write started now must be done: d from now, and
+// never later than reportReserve before ctx's deadline.
+func writeBy(ctx context.Context, d time.Duration) time.Time {
+	by := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-reportReserve).Before(by) {
+		by = dl.Add(-reportReserve)
+	}
+	return by
+}
+
+// boundedWrite runs write on a goroutine of its own, with a context that
+// ends at by (and not with ctx: a worker stop must not cut the record of
+// what it saw), and stops waiting for it then: Dir's fsync ignores its
+// context, and a half-open connection may outlast it. The write is left
+// to finish or fail by itself; the backends keep a late Sent from hiding
+// an end (journal.Journal.Record).
+func boundedWrite(ctx context.Context, by time.Time, write func(context.Context) error) error {
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- write(wctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-wctx.Done():
+		return fmt.Errorf("%w: %w", ErrWriteTimedOut, wctx.Err())
+	}
+}
+
 // record journals how the attempt ended, before it is reported: the
 // response a worker received survives the report being lost. A journal
-// that cannot be written is logged and counted, never an attempt's
+// that cannot be written by by is logged and counted, never an attempt's
 // failure: the outcome still goes to Temporal.
-func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.Outcome) {
+func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.Outcome, by time.Time) {
 	if a.Journal == nil {
 		return
 	}
@@ -381,7 +433,7 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	}
 	// A worker shutdown may have ended ctx; the entry must still be
 	// written.
-	if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil {
+	if err := boundedWrite(ctx, by, func(ctx context.Context) error { return a.Journal.Record(ctx, e) }); err != nil {
 		a.logger().Warn("attempt journal unavailable: the outcome is reported without it", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
 	}
@@ -396,21 +448,66 @@ const (
 	journalLease    = 2 * time.Second
 )
 
+// sentInFlight bounds an attempt's renewal writes that have not returned
+// (waited for or abandoned): a hung journal holds that many goroutines per
+// attempt, not one per lease.
+const sentInFlight = 3
+
+// sentRecord is an attempt's Sent record in the journal while its
+// exchange runs. A nil sentRecord (no journal) does nothing.
+type sentRecord struct {
+	stopTicks func()
+	// writes counts the renewal writes that have not returned, inFlight
+	// the same for reading without waiting.
+	writes   sync.WaitGroup
+	inFlight atomic.Int32
+	failed   atomic.Bool
+}
+
+// stop ends the renewals: none starts once it returns.
+func (s *sentRecord) stop() {
+	if s != nil {
+		s.stopTicks()
+	}
+}
+
+// wait waits for the renewals still in flight to return, until by at the
+// latest. Correctness needs no wait (a Sent landing after the end never
+// hides it); a journal that is merely slow gets its last renewal in.
+func (s *sentRecord) wait(by time.Time) {
+	if s == nil || s.inFlight.Load() == 0 {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		s.writes.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // journalSent journals the attempt as Sent once its request is on the
 // wire, and renews the entry every journalLease while the exchange runs,
-// with the exchange's deadline. stop ends it and waits, so that no Sent
-// is written after the attempt's end (journal.Journal). Failures are
-// logged and counted like record's, once.
-func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) (stop func()) {
+// with the time left to the exchange's deadline. A renewal never waits
+// for the one before it: each is a write of its own, bounded by three
+// leases (the reader's patience), so one stuck write does not make a
+// live worker look dead. Failures are logged and counted like record's,
+// once.
+func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) *sentRecord {
 	if a.Journal == nil {
-		return func() {}
+		return nil
 	}
 	deadline, _ := ctx.Deadline()
 	var last time.Time
-	failed := false
+	s := &sentRecord{}
 	// Not stopped by ctx: the caller's stop ends it, after the exchange.
-	return onEachTick(journalSentPoll, nil, func() {
-		if time.Since(last) < a.journalLease() || !att.OnTheWire() {
+	s.stopTicks = onEachTick(journalSentPoll, nil, func() {
+		if time.Since(last) < a.journalLease() || s.inFlight.Load() >= sentInFlight || !att.OnTheWire() {
 			return
 		}
 		last = time.Now()
@@ -418,12 +515,25 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 		if !deadline.IsZero() {
 			e.Remaining = deadline.Sub(last)
 		}
-		if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil && !failed {
-			failed = true
-			a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
-			a.Telemetry.JournalFailed(ctx)
+		by := last.Add(3 * a.journalLease())
+		if !deadline.IsZero() && deadline.Before(by) {
+			by = deadline
 		}
+		s.inFlight.Add(1)
+		s.writes.Add(1)
+		go func() {
+			err := boundedWrite(ctx, by, func(ctx context.Context) error {
+				defer s.writes.Done()
+				defer s.inFlight.Add(-1)
+				return a.Journal.Record(ctx, e)
+			})
+			if err != nil && !s.failed.Swap(true) {
+				a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
+				a.Telemetry.JournalFailed(ctx)
+			}
+		}()
 	})
+	return s
 }
 
 // onEachTick calls fn every interval, the first time after one interval,
@@ -468,7 +578,12 @@ func (a *Activities) storeLarge(ctx context.Context, out *attempt.Outcome) {
 	if err != nil || len(b) <= limit {
 		return
 	}
-	ref, err := a.Results.Put(ctx, b)
+	var ref string
+	err = boundedWrite(ctx, writeBy(ctx, resultWriteTimeout), func(ctx context.Context) error {
+		var err error
+		ref, err = a.Results.Put(ctx, b)
+		return err
+	})
 	if err != nil {
 		a.logger().Warn("large response kept inline: result store failed", "attempt_id", out.Evidence.AttemptID, "bytes", len(b), "error", err)
 		return
