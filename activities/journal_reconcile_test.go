@@ -184,11 +184,7 @@ func TestCallModelRenewsItsSentRecordWhileTheExchangeRuns(t *testing.T) {
 	release := make(chan struct{})
 	p.Push(providertest.Answer("in the end").WaitFor(release))
 	in := attemptOn("openai", hello())
-	done := make(chan attempt.Outcome, 1)
-	go func() {
-		out, _ := a.CallModel(context.Background(), in)
-		done <- out
-	}()
+	done := callInBackground(context.Background(), a, in)
 	seen := map[time.Time]bool{}
 	for give := time.Now().Add(20 * time.Second); len(seen) < 3; {
 		if time.Now().After(give) {

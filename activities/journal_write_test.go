@@ -139,11 +139,7 @@ func TestARenewalGoesOutOnTimeWhileAnEarlierWriteIsStuck(t *testing.T) {
 	answer := make(chan struct{})
 	p.Push(providertest.Answer("in the end").WaitFor(answer))
 	in := attemptOn("openai", hello())
-	done := make(chan attempt.Outcome, 1)
-	go func() {
-		out, _ := a.CallModel(context.Background(), in)
-		done <- out
-	}()
+	done := callInBackground(context.Background(), a, in)
 	<-j.stuck
 	renewed := false
 	for give := time.Now().Add(5 * time.Second); !renewed && time.Now().Before(give); time.Sleep(20 * time.Millisecond) {

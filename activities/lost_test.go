@@ -49,11 +49,7 @@ func TestAnAttemptTemporalLostBeforeItsRequestLeftIsNeverSent(t *testing.T) {
 	in := attemptOn("openai", hello())
 
 	ctx, lose := context.WithCancelCause(context.Background())
-	done := make(chan attempt.Outcome, 1)
-	go func() {
-		out, _ := a.CallModel(ctx, in)
-		done <- out
-	}()
+	done := callInBackground(ctx, a, in)
 	<-dialing
 	lose(serviceerror.NewNotFound("activity task not found"))
 	var out attempt.Outcome
@@ -77,4 +73,15 @@ func TestAnAttemptTemporalLostBeforeItsRequestLeftIsNeverSent(t *testing.T) {
 	if n := len(p.Received()); n != 0 {
 		t.Fatalf("the provider received %d requests of an attempt the journal says it never processed", n)
 	}
+}
+
+// callInBackground runs CallModel on a goroutine of its own; its outcome
+// arrives on the channel.
+func callInBackground(ctx context.Context, a *Activities, in attempt.Input) <-chan attempt.Outcome {
+	done := make(chan attempt.Outcome, 1)
+	go func() {
+		out, _ := a.CallModel(ctx, in)
+		done <- out
+	}()
+	return done
 }
