@@ -143,9 +143,10 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	}
 
 	// Heartbeats go on the activity's context: they end when Temporal
-	// has lost the attempt, while the exchange may run on, and with it
-	// the journal's sent record. The worker's own stop ends the exchange
-	// after StopGrace either way, lost or not.
+	// has lost the attempt, while an exchange already on the wire runs
+	// on, and with it the journal's sent record (one not yet sent ends
+	// there). The worker's own stop ends the exchange after StopGrace
+	// either way, lost or not.
 	stop := a.heartbeat(ctx, att)
 	ctx, detach := a.outliveLostAttempt(ctx, in, att.OnTheWire)
 	defer detach()
