@@ -5,9 +5,10 @@
 // error it returns is a cancellation when the action's own scope ended: it
 // wraps ctx.Err() with %w, and a temporal.CanceledError whose details are
 // the outcome, so Temporal records a cancellation rather than a failure
-// and the timeline keeps the attempt's evidence. A worker shutdown or an
-// activity pause is not the action's scope: the attempt's outcome (a
-// committed partial, an ambiguous or unsent attempt) is returned as data.
+// and the timeline keeps the attempt's evidence. A worker shutdown, an
+// activity pause, or Temporal losing track of an attempt not yet sent is
+// not the action's scope: the attempt's outcome (a committed partial, an
+// ambiguous or unsent attempt) is returned as data.
 // Temporal must never retry it: the workflow schedules it with
 // RetryPolicy.MaximumAttempts = 1 and owns the only budget.
 package activities
@@ -20,6 +21,8 @@ import (
 	"github.com/durallm/durallm/providers/exchange"
 	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -128,7 +131,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		// A route the workflow names but this worker does not know cannot
 		// serve the action; another route may.
 		ev, class := att.FinishWith(recovery.Facts{Unsendable: recovery.UnsendableNoRoute})
-		return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{})
+		return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{}, nil)
 	}
 
 	// One rule for the attempt's timeout (docs/workflow.md): the action's
@@ -140,15 +143,16 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	}
 
 	// Heartbeats go on the activity's context: they end when Temporal
-	// has lost the attempt, while the exchange may run on, and with it
-	// the journal's sent record. The worker's own stop ends the exchange
-	// after StopGrace either way, lost or not.
+	// has lost the attempt, while an exchange already on the wire runs
+	// on, and with it the journal's sent record (one not yet sent ends
+	// there). The worker's own stop ends the exchange after StopGrace
+	// either way, lost or not.
 	stop := a.heartbeat(ctx, att)
-	ctx, detach := a.outliveLostAttempt(ctx, in)
+	ctx, detach := a.outliveLostAttempt(ctx, in, att.OnTheWire)
 	defer detach()
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
-	stopSent := a.journalSent(ctx, in, att)
+	sent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
 	if a.Streams != nil {
 		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
@@ -159,7 +163,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	}
 	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink})
 	stop()
-	stopSent() // before the end is journaled: nothing may write Sent after it
+	sent.stop() // no renewal starts once the exchange has ended
 	ev, class := att.FinishWith(facts(ctx, res, err))
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
@@ -167,7 +171,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		r := res.Response
 		out.Response = &r
 	}
-	return a.finish(ctx, in, route, out, res.Response.Usage)
+	return a.finish(ctx, in, route, out, res.Response.Usage, sent)
 }
 
 // ErrWorkerStopping is the cause an attempt's context is canceled with
@@ -207,22 +211,31 @@ func (a *Activities) endOnWorkerStop(ctx context.Context) (context.Context, func
 	}
 }
 
+// ErrTemporalLost is the cause an attempt's exchange is canceled with when
+// Temporal lost track of the attempt before its request was on the wire.
+var ErrTemporalLost = errors.New("durallm: Temporal lost track of the attempt before its request left")
+
 // outliveLostAttempt returns the context the exchange runs on. It ends
 // when the activity's context does, with its cause, except when Temporal
 // lost track of the attempt: the SDK cancels an activity whose heartbeat
 // finds it gone (serviceerror.NotFound: it timed out on the server) or
 // cannot reach the server for the heartbeat timeout (a server restart).
-// Nobody asked the attempt to stop then, and cutting it would throw away
-// an answer the provider is sending: the exchange runs on to its own
-// deadline, its end goes to the journal before the (probably refused)
-// report, and the built-in reconciler settles the action from there
-// (docs/contract.md section 5.5).
+//
+// Once the request is on the wire (onTheWire), nobody asked the attempt
+// to stop, and cutting it would throw away an answer the provider is
+// sending: the exchange runs on to its own deadline, its end goes to the
+// journal before the (probably refused) report, and the built-in
+// reconciler settles the action from there (docs/contract.md section
+// 5.5). Before that, the exchange ends at once with ErrTemporalLost: the
+// workflow already counts the attempt lost and may send the next one, so
+// this one must never leave. It is then unsent by the engine's own proof
+// and journaled not_processed, which is true.
 //
 // The causes that do stop the exchange are the ones that mean it:
 // the workflow's cancellation (a temporal.CanceledError), the worker
 // stopping, an operator's pause or reset, and a context ended without a
 // cause (nothing tells it apart from a cancellation).
-func (a *Activities) outliveLostAttempt(ctx context.Context, in attempt.Input) (context.Context, func()) {
+func (a *Activities) outliveLostAttempt(ctx context.Context, in attempt.Input, onTheWire func() bool) (context.Context, func()) {
 	deadline, hasDeadline := ctx.Deadline()
 	exch, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	if hasDeadline {
@@ -241,6 +254,16 @@ func (a *Activities) outliveLostAttempt(ctx context.Context, in attempt.Input) (
 		cause := context.Cause(ctx)
 		if !temporalLost(cause) {
 			cancel(cause)
+			return
+		}
+		// The check and the cut are not one step: HEADERS that leave
+		// between them are seen by the engine's proof of non-sending
+		// (docs/contract.md section 3.4), so that attempt is ambiguous
+		// (temporal_lost_mid_attempt), never sent twice unseen.
+		if !onTheWire() {
+			a.logger().Warn("Temporal lost track of the attempt before its request left; the attempt ends unsent",
+				"action_ref", in.ActionRef, "attempt", in.Attempt, "attempt_id", in.AttemptID, "cause", cause)
+			cancel(fmt.Errorf("%w: %w", ErrTemporalLost, cause))
 			return
 		}
 		a.logger().Warn("Temporal lost track of the attempt (its heartbeat failed); the exchange runs on to its own deadline so its end reaches the journal",
@@ -293,7 +316,8 @@ func facts(ctx context.Context, res exchange.Result, err error) recovery.Facts {
 }
 
 // stopCause says why the activity's context ended, from its cause: our
-// own ErrWorkerStopping, or the Temporal SDK's worker.ErrWorkerShutdown
+// own ErrTemporalLost when Temporal lost the attempt before it was sent,
+// our own ErrWorkerStopping, or the Temporal SDK's worker.ErrWorkerShutdown
 // when the worker stops, activity.ErrActivityPaused or ErrActivityReset
 // when an operator intervenes, and a canceled error when the workflow
 // asked.
@@ -302,6 +326,8 @@ func stopCause(ctx context.Context) recovery.StopCause {
 		return ""
 	}
 	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrTemporalLost):
+		return recovery.StopTemporalLost
 	case errors.Is(cause, ErrWorkerStopping), errors.Is(cause, worker.ErrWorkerShutdown):
 		return recovery.StopWorkerShutdown
 	case errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):
@@ -317,15 +343,20 @@ func stopCause(ctx context.Context) recovery.StopCause {
 // temporal.CanceledError) carrying the outcome as its details, so the
 // workflow's timeline keeps the connection, the stream and whether content
 // had been delivered.
-func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.Route, out attempt.Outcome, usage providers.Usage) (attempt.Outcome, error) {
+func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.Route, out attempt.Outcome, usage providers.Usage, sent *sentRecord) (attempt.Outcome, error) {
 	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
 		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: out.Evidence, Class: out.Classification,
 		InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens,
 	})
+	// One bound for the end record and the renewals still in flight; the
+	// result store gets its own after it, inside the same deadline.
+	by := writeBy(ctx, journalWriteTimeout)
 	if out.Classification.Class == recovery.Canceled && ctx.Err() != nil {
+		sent.wait(by)
 		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
 	}
-	a.record(ctx, in, out)
+	a.record(ctx, in, out, by)
+	sent.wait(by)
 	if a.BeforeReport != nil {
 		a.BeforeReport(out)
 	}
@@ -333,11 +364,56 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 	return out, nil
 }
 
+// How long a write the report waits for may take: the end record (and
+// the renewals in flight), then the result store's Put. Neither backend
+// bounds a write by itself, and an answer held past the activity's
+// deadline is lost to Temporal (which then asks a person), so each is cut
+// there, and never later than reportReserve before the deadline.
+const (
+	journalWriteTimeout = time.Second
+	resultWriteTimeout  = 5 * time.Second
+	reportReserve       = 500 * time.Millisecond
+)
+
+// ErrWriteTimedOut is returned (wrapped, with the context's error) for a
+// journal or result-store write that did not finish within its bound.
+// The write may still land later.
+var ErrWriteTimedOut = errors.New("durallm: the write did not finish in time")
+
+// writeBy is when a write started now must be done: d from now, and
+// never later than reportReserve before ctx's deadline.
+func writeBy(ctx context.Context, d time.Duration) time.Time {
+	by := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-reportReserve).Before(by) {
+		by = dl.Add(-reportReserve)
+	}
+	return by
+}
+
+// boundedWrite runs write on a goroutine of its own, with a context that
+// ends at by (and not with ctx: a worker stop must not cut the record of
+// what it saw), and stops waiting for it then: Dir's fsync ignores its
+// context, and a half-open connection may outlast it. The write is left
+// to finish or fail by itself; the backends keep a late Sent from hiding
+// an end (journal.Journal.Record).
+func boundedWrite(ctx context.Context, by time.Time, write func(context.Context) error) error {
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- write(wctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-wctx.Done():
+		return fmt.Errorf("%w: %w", ErrWriteTimedOut, wctx.Err())
+	}
+}
+
 // record journals how the attempt ended, before it is reported: the
 // response a worker received survives the report being lost. A journal
-// that cannot be written is logged and counted, never an attempt's
+// that cannot be written by by is logged and counted, never an attempt's
 // failure: the outcome still goes to Temporal.
-func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.Outcome) {
+func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.Outcome, by time.Time) {
 	if a.Journal == nil {
 		return
 	}
@@ -358,7 +434,7 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	}
 	// A worker shutdown may have ended ctx; the entry must still be
 	// written.
-	if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil {
+	if err := boundedWrite(ctx, by, func(ctx context.Context) error { return a.Journal.Record(ctx, e) }); err != nil {
 		a.logger().Warn("attempt journal unavailable: the outcome is reported without it", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
 	}
@@ -373,31 +449,92 @@ const (
 	journalLease    = 2 * time.Second
 )
 
+// sentInFlight bounds an attempt's renewal writes that have not returned
+// (waited for or abandoned): a hung journal holds that many goroutines per
+// attempt, not one per lease.
+const sentInFlight = 3
+
+// sentRecord is an attempt's Sent record in the journal while its
+// exchange runs. A nil sentRecord (no journal) does nothing.
+type sentRecord struct {
+	stopTicks func()
+	// writes counts the renewal writes that have not returned, inFlight
+	// the same for reading without waiting.
+	writes   sync.WaitGroup
+	inFlight atomic.Int32
+	failed   atomic.Bool
+}
+
+// stop ends the renewals: none starts once it returns.
+func (s *sentRecord) stop() {
+	if s != nil {
+		s.stopTicks()
+	}
+}
+
+// wait waits for the renewals still in flight to return, until by at the
+// latest. Correctness needs no wait (a Sent landing after the end never
+// hides it); a journal that is merely slow gets its last renewal in.
+func (s *sentRecord) wait(by time.Time) {
+	if s == nil || s.inFlight.Load() == 0 {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		s.writes.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // journalSent journals the attempt as Sent once its request is on the
 // wire, and renews the entry every journalLease while the exchange runs,
-// with the exchange's deadline. stop ends it and waits, so that no Sent
-// is written after the attempt's end (journal.Journal). Failures are
-// logged and counted like record's, once.
-func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) (stop func()) {
+// with the time left to the exchange's deadline. A renewal never waits
+// for the one before it: each is a write of its own, bounded by three
+// leases (the reader's patience), so one stuck write does not make a
+// live worker look dead. Failures are logged and counted like record's,
+// once.
+func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) *sentRecord {
 	if a.Journal == nil {
-		return func() {}
+		return nil
 	}
 	deadline, _ := ctx.Deadline()
 	var last time.Time
-	failed := false
+	s := &sentRecord{}
 	// Not stopped by ctx: the caller's stop ends it, after the exchange.
-	return onEachTick(journalSentPoll, nil, func() {
-		if time.Since(last) < a.journalLease() || !att.OnTheWire() {
+	s.stopTicks = onEachTick(journalSentPoll, nil, func() {
+		if time.Since(last) < a.journalLease() || s.inFlight.Load() >= sentInFlight || !att.OnTheWire() {
 			return
 		}
 		last = time.Now()
 		e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
-		if err := a.Journal.Record(context.WithoutCancel(ctx), e); err != nil && !failed {
-			failed = true
-			a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
-			a.Telemetry.JournalFailed(ctx)
+		if !deadline.IsZero() {
+			e.Remaining = deadline.Sub(last)
 		}
+		by := last.Add(3 * a.journalLease())
+		if !deadline.IsZero() && deadline.Before(by) {
+			by = deadline
+		}
+		s.inFlight.Add(1)
+		s.writes.Add(1)
+		go func() {
+			err := boundedWrite(ctx, by, func(ctx context.Context) error {
+				defer s.writes.Done()
+				defer s.inFlight.Add(-1)
+				return a.Journal.Record(ctx, e)
+			})
+			if err != nil && !s.failed.Swap(true) {
+				a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
+				a.Telemetry.JournalFailed(ctx)
+			}
+		}()
 	})
+	return s
 }
 
 // onEachTick calls fn every interval, the first time after one interval,
@@ -442,7 +579,12 @@ func (a *Activities) storeLarge(ctx context.Context, out *attempt.Outcome) {
 	if err != nil || len(b) <= limit {
 		return
 	}
-	ref, err := a.Results.Put(ctx, b)
+	var ref string
+	err = boundedWrite(ctx, writeBy(ctx, resultWriteTimeout), func(ctx context.Context) error {
+		var err error
+		ref, err = a.Results.Put(ctx, b)
+		return err
+	})
 	if err != nil {
 		a.logger().Warn("large response kept inline: result store failed", "attempt_id", out.Evidence.AttemptID, "bytes", len(b), "error", err)
 		return
@@ -538,11 +680,16 @@ var ErrNoReconciler = errors.New("durallm: no reconciler configured on this work
 //   - otherwise the journal cannot tell.
 //
 // An unreadable journal is logged and passed over. Then the application's
-// Reconciler, if any.
+// Reconciler, if any. A Reconcile cut short (its worker stops, or it is
+// canceled) returns an error wrapping ctx's error and cause: it has not
+// found that nothing can tell, so Temporal retries it.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
 	var fromJournal attempt.ReconcileOutput
 	if a.Journal != nil {
-		out, settled := a.reconcileFromJournal(ctx, in)
+		out, settled, err := a.reconcileFromJournal(ctx, in)
+		if err != nil {
+			return attempt.ReconcileOutput{}, err
+		}
 		if settled {
 			return out, nil
 		}
@@ -582,31 +729,38 @@ func (a *Activities) journalLease() time.Duration {
 }
 
 // reconcileFromJournal is the built-in reconciler. Unsettled, out says
-// in its Note and JournalState what the journal knew.
-func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.ReconcileInput) (out attempt.ReconcileOutput, settled bool) {
-	unsettled := func(state, note string) (attempt.ReconcileOutput, bool) {
-		return attempt.ReconcileOutput{JournalState: state, Note: note}, false
+// in its Note and JournalState what the journal knew. It fails only when
+// ctx ended (cutShort).
+func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.ReconcileInput) (out attempt.ReconcileOutput, settled bool, err error) {
+	unsettled := func(state, note string) (attempt.ReconcileOutput, bool, error) {
+		return attempt.ReconcileOutput{JournalState: state, Note: note}, false, nil
 	}
 	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
 	// A Sent entry's worker renews it while the exchange runs: the wait
-	// goes on while it does, measured on this worker's clock (a renewal
-	// is a change of At, whatever the writer's clock says).
-	renewed, lastAt := time.Now(), e.At
-	for err == nil && ok && e.State == journal.Sent && a.mayStillEnd(ctx, e) && time.Since(renewed) < 3*a.journalLease() {
+	// goes on while it does, judged on this worker's own observation of
+	// the entry (sentWait), whatever the writer's clock says.
+	var w sentWait
+	var why sentWaitEnd
+	for err == nil && ok && e.State == journal.Sent {
+		w.see(e, time.Now())
+		if why = a.whyNotWait(ctx, w, time.Now()); why != "" {
+			break
+		}
 		if activity.IsActivity(ctx) {
 			activity.RecordHeartbeat(ctx, "waiting for attempt "+in.AttemptID+" to end on its worker")
 		}
 		select {
 		case <-ctx.Done():
-			return unsettled(string(e.State), "the wait for the attempt's end was cut short: "+ctx.Err().Error())
+			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 		case <-time.After(journalPoll):
 		}
 		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
-		if !e.At.Equal(lastAt) {
-			renewed, lastAt = time.Now(), e.At
-		}
 	}
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// A read that failed because the wait was cut short proves
+		// nothing about the journal.
+		return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 	case err != nil:
 		a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
@@ -623,29 +777,101 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		out = attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal, JournalState: string(e.State),
 			Note: "a worker received the response at " + at + " and journaled it before its report was lost"}
 		a.storeLargeVerdict(ctx, &out)
-		return out, true
+		return out, true, nil
 	case journal.NotProcessed:
 		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
-			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true
+			Note: "the worker proved at " + at + " that the provider did not process the request (" + string(e.Class) + ": " + e.Reason + ")"}, true, nil
 	case journal.Sent:
-		return unsettled(string(e.State), "the request left and its worker stopped renewing the entry (last at "+at+") with no end journaled: it was lost mid-request")
+		switch {
+		case why == sentStoppedRenewing:
+			return unsettled(string(e.State), "the request left and its worker stopped renewing the entry (last written at "+at+") with no end journaled: it was lost mid-request")
+		case why == sentOutOfTime && w.renewals > 0:
+			return unsettled(string(e.State), "the request left and its worker still renews the entry (last written at "+at+"), but the attempt had not ended when this reconciler's own time ran out")
+		case why == sentOutOfTime:
+			return unsettled(string(e.State), "the request left and no end was journaled (the entry was last written at "+at+") when this reconciler's own time ran out")
+		default:
+			return unsettled(string(e.State), "the request left and the attempt's deadline passed with no end journaled (the entry was last written at "+at+")")
+		}
 	default:
 		return unsettled(string(e.State), "the exchange ended unanswered at "+at+" ("+e.Reason+"): no proof either way")
 	}
 }
 
-// mayStillEnd reports whether a Sent attempt may still end on a live
-// worker: its deadline, and the grace for the end record, have not passed,
-// and this activity has time left to wait.
-func (a *Activities) mayStillEnd(ctx context.Context, e journal.Entry) bool {
-	if e.Deadline.IsZero() {
-		return false
+// cutShort is the error of a reconciler whose context ended before it
+// could decide: it wraps ctx's error (so a cancellation is recorded as
+// one) and its cause (a worker shutdown, say).
+func cutShort(ctx context.Context, in attempt.ReconcileInput) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return fmt.Errorf("durallm: reconciling %s attempt %d was cut short: %w", in.ActionRef, in.Attempt, err)
 	}
-	until := e.Deadline.Add(journalEndGrace)
-	if d, ok := ctx.Deadline(); ok && d.Add(-time.Second).Before(until) {
-		until = d.Add(-time.Second)
+	return fmt.Errorf("durallm: reconciling %s attempt %d was cut short: %w (%w)", in.ActionRef, in.Attempt, err, cause)
+}
+
+// sentWait is what the built-in reconciler has seen of a Sent entry, on
+// its own clock: the writer's clock never meets the reader's
+// (docs/contract.md section 5.5).
+type sentWait struct {
+	last journal.Entry
+	// changed is when this reader last saw the entry change (a renewal);
+	// until is when, by this reader's clock, the attempt's worker gives up
+	// on it: the time the entry said remained, from when it was seen.
+	changed, until time.Time
+	// renewals counts the changes seen after the first look.
+	renewals int
+}
+
+func (w *sentWait) see(e journal.Entry, now time.Time) {
+	switch {
+	case w.changed.IsZero():
+	case e.At.Equal(w.last.At) && e.Remaining == w.last.Remaining:
+		return
+	default:
+		w.renewals++
 	}
-	return time.Now().Before(until)
+	w.last, w.changed, w.until = e, now, now.Add(remaining(e))
+}
+
+// remaining is how long the entry's worker still gave its attempt when it
+// wrote the entry. An entry from before Remaining says it as its Deadline
+// minus its At, both on the writer's clock.
+func remaining(e journal.Entry) time.Duration {
+	switch {
+	case e.Remaining != 0:
+		return e.Remaining
+	case !e.Deadline.IsZero() && !e.At.IsZero():
+		return e.Deadline.Sub(e.At)
+	}
+	return 0
+}
+
+// sentWaitEnd says why the built-in reconciler stopped waiting for a Sent
+// attempt to end.
+type sentWaitEnd string
+
+const (
+	// sentPastDeadline: the attempt's deadline, and the grace for its end
+	// record, passed.
+	sentPastDeadline sentWaitEnd = "past_deadline"
+	// sentStoppedRenewing: the entry did not change for three leases.
+	sentStoppedRenewing sentWaitEnd = "stopped_renewing"
+	// sentOutOfTime: this reconcile activity's own deadline is near.
+	sentOutOfTime sentWaitEnd = "out_of_time"
+)
+
+// whyNotWait says why a Sent attempt can no longer end on a live worker
+// as far as this reconciler can wait, or "" while it may.
+func (a *Activities) whyNotWait(ctx context.Context, w sentWait, now time.Time) sentWaitEnd {
+	switch {
+	case !now.Before(w.until.Add(journalEndGrace)):
+		return sentPastDeadline
+	case now.Sub(w.changed) >= 3*a.journalLease():
+		return sentStoppedRenewing
+	}
+	if d, ok := ctx.Deadline(); ok && !now.Before(d.Add(-time.Second)) {
+		return sentOutOfTime
+	}
+	return ""
 }
 
 // storeLargeVerdict keeps a journaled response too large for history in

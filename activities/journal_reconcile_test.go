@@ -49,25 +49,29 @@ func TestTemporalLostCauses(t *testing.T) {
 func TestOutliveLostAttempt(t *testing.T) {
 	a, _ := newActs(t)
 	for _, tt := range []struct {
-		cause   error
-		stopped bool
+		cause     error
+		onTheWire bool
+		stopped   bool
+		with      error // the exchange's cause, when stopped
 	}{
-		{temporal.NewCanceledError(), true},
-		{serviceerror.NewNotFound("gone"), false},
+		{temporal.NewCanceledError(), true, true, nil},
+		{serviceerror.NewNotFound("gone"), true, false, nil},
+		{serviceerror.NewNotFound("gone"), false, true, ErrTemporalLost},
+		{serviceerror.NewUnavailable("down"), false, true, ErrTemporalLost},
 	} {
 		parent, cancel := context.WithCancelCause(context.Background())
-		exch, done := a.outliveLostAttempt(parent, attempt.Input{AttemptID: "a-1"})
+		exch, done := a.outliveLostAttempt(parent, attempt.Input{AttemptID: "a-1"}, func() bool { return tt.onTheWire })
 		cancel(tt.cause)
 		select {
 		case <-exch.Done():
 			if !tt.stopped {
-				t.Errorf("%v: the exchange was cut", tt.cause)
-			} else if !errors.Is(context.Cause(exch), tt.cause) {
-				t.Errorf("%v: exchange cause %v", tt.cause, context.Cause(exch))
+				t.Errorf("%v (on the wire %v): the exchange was cut", tt.cause, tt.onTheWire)
+			} else if !errors.Is(context.Cause(exch), tt.cause) || (tt.with != nil && !errors.Is(context.Cause(exch), tt.with)) {
+				t.Errorf("%v (on the wire %v): exchange cause %v", tt.cause, tt.onTheWire, context.Cause(exch))
 			}
 		case <-time.After(200 * time.Millisecond):
 			if tt.stopped {
-				t.Errorf("%v: the exchange was not stopped", tt.cause)
+				t.Errorf("%v (on the wire %v): the exchange was not stopped", tt.cause, tt.onTheWire)
 			}
 		}
 		done()
@@ -78,7 +82,7 @@ func TestOutliveLostAttempt(t *testing.T) {
 	// The exchange keeps the activity's deadline.
 	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	exch, done := a.outliveLostAttempt(parent, attempt.Input{})
+	exch, done := a.outliveLostAttempt(parent, attempt.Input{}, func() bool { return true })
 	defer done()
 	want, _ := parent.Deadline()
 	if got, ok := exch.Deadline(); !ok || !got.Equal(want) {
@@ -126,7 +130,7 @@ func TestReconcileWaitsForASentAttemptToEndOnItsWorker(t *testing.T) {
 	a, _ := newActs(t)
 	a.Journal = journal.Dir{Path: t.TempDir()}
 	ctx := context.Background()
-	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, Deadline: time.Now().Add(time.Minute)}); err != nil {
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, At: time.Now(), Remaining: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	ended := make(chan error, 1)
@@ -150,20 +154,23 @@ func TestReconcileStopsWaitingAtTheAttemptsDeadline(t *testing.T) {
 	a, _ := newActs(t)
 	a.Journal = journal.Dir{Path: t.TempDir()}
 	ctx := context.Background()
-	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, Deadline: time.Now().Add(-journalEndGrace)}); err != nil {
+	// An entry from before Remaining: its deadline is its Deadline minus
+	// its At, both on the writer's clock.
+	at := time.Now().Add(-time.Hour)
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.Sent, At: at, Deadline: at.Add(-journalEndGrace)}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
-	if err != nil || v.Verdict != attempt.VerdictNone || !strings.Contains(v.Note, "lost mid-request") {
+	if err != nil || v.Verdict != attempt.VerdictNone || !strings.Contains(v.Note, "deadline passed") {
 		t.Fatalf("verdict %+v err %v", v, err)
 	}
 	// The activity's own deadline bounds the wait too.
-	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-2", State: journal.Sent, Deadline: time.Now().Add(time.Hour)}); err != nil {
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-2", State: journal.Sent, At: time.Now(), Remaining: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer cancel()
-	if v, err := a.Reconcile(short, attempt.ReconcileInput{AttemptID: "run-2"}); err != nil || v.Verdict != attempt.VerdictNone {
+	if v, err := a.Reconcile(short, attempt.ReconcileInput{AttemptID: "run-2"}); err != nil || v.Verdict != attempt.VerdictNone || !strings.Contains(v.Note, "own time ran out") {
 		t.Fatalf("verdict %+v err %v", v, err)
 	}
 }
@@ -177,11 +184,7 @@ func TestCallModelRenewsItsSentRecordWhileTheExchangeRuns(t *testing.T) {
 	release := make(chan struct{})
 	p.Push(providertest.Answer("in the end").WaitFor(release))
 	in := attemptOn("openai", hello())
-	done := make(chan attempt.Outcome, 1)
-	go func() {
-		out, _ := a.CallModel(context.Background(), in)
-		done <- out
-	}()
+	done := callInBackground(context.Background(), a, in)
 	seen := map[time.Time]bool{}
 	for give := time.Now().Add(20 * time.Second); len(seen) < 3; {
 		if time.Now().After(give) {
@@ -218,5 +221,92 @@ func TestReconcileDoesNotWaitForASentEntryNobodyRenews(t *testing.T) {
 	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
 	if err != nil || v.Verdict != attempt.VerdictNone || v.JournalState != "sent" || !strings.Contains(v.Note, "stopped renewing") {
 		t.Fatalf("verdict %+v err %v", v, err)
+	}
+}
+
+// A reconciler cut short while it waits (its worker stops, or it is
+// canceled) has not found that the journal cannot tell: it returns an
+// error wrapping the cause, so Temporal retries it on another worker
+// (the workflow schedules it with MaximumAttempts 3).
+func TestAReconcilerCutShortByItsWorkersStopIsRetried(t *testing.T) {
+	for _, cause := range []error{worker.ErrWorkerShutdown, temporal.NewCanceledError()} {
+		a, _ := newActs(t)
+		a.Journal = journal.Dir{Path: t.TempDir()}
+		bg := context.Background()
+		if err := a.Journal.Record(bg, journal.Entry{AttemptID: "run-1", State: journal.Sent, At: time.Now(), Deadline: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancelCause(bg)
+		time.AfterFunc(2*journalPoll, func() { stop(cause) })
+		v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
+		if !errors.Is(err, cause) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%v: verdict %+v err %v", cause, v, err)
+		}
+	}
+}
+
+// A Sent entry is judged on this reader's own observation of it, never by
+// comparing the writer's clock with the reader's: a live worker whose
+// clock is an hour behind is waited for, and while it renews, the note
+// never says it stopped renewing.
+func TestReconcileJudgesASentEntryOnItsOwnClock(t *testing.T) {
+	a, _ := newActs(t)
+	a.Journal = journal.Dir{Path: t.TempDir()}
+	a.lease = 100 * time.Millisecond
+	bg := context.Background()
+	// The writer's clock, an hour behind the reader's; its attempt has a
+	// minute left.
+	behind := func() time.Time { return time.Now().Add(-time.Hour) }
+	deadline := behind().Add(time.Minute)
+	sent := func(id string) journal.Entry {
+		at := behind()
+		return journal.Entry{AttemptID: id, State: journal.Sent, At: at, Deadline: deadline, Remaining: deadline.Sub(at)}
+	}
+	renew := func(id string, stop <-chan struct{}, done chan<- struct{}) {
+		defer close(done)
+		for {
+			if err := a.Journal.Record(bg, sent(id)); err != nil {
+				t.Error(err)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(a.lease):
+			}
+		}
+	}
+
+	// It renews, then ends with an answer: the reader waits for it.
+	stop := make(chan struct{})
+	if err := a.Journal.Record(bg, sent("run-1")); err != nil {
+		t.Fatal(err)
+	}
+	renewed := make(chan struct{})
+	go renew("run-1", stop, renewed)
+	time.AfterFunc(6*journalPoll, func() {
+		close(stop)
+		<-renewed // its worker stops renewing before it writes the end
+		if err := a.Journal.Record(bg, journal.Entry{AttemptID: "run-1", State: journal.Received, Response: &providers.Response{Text: "late but whole"}}); err != nil {
+			t.Error(err)
+		}
+	})
+	v, err := a.Reconcile(bg, attempt.ReconcileInput{AttemptID: "run-1"})
+	if err != nil || v.Verdict != attempt.VerdictCompleted || v.Response == nil || v.Response.Text != "late but whole" {
+		t.Fatalf("a live worker whose clock is behind: verdict %+v err %v", v, err)
+	}
+
+	// It renews and has not ended when this reconciler's own time runs
+	// out: the note says so, not that the worker stopped renewing.
+	stop, renewed = make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-renewed }()
+	if err := a.Journal.Record(bg, sent("run-2")); err != nil {
+		t.Fatal(err)
+	}
+	go renew("run-2", stop, renewed)
+	short, cancel := context.WithTimeout(bg, 1500*time.Millisecond)
+	defer cancel()
+	v, err = a.Reconcile(short, attempt.ReconcileInput{AttemptID: "run-2"})
+	if err != nil || v.Verdict != attempt.VerdictNone || v.JournalState != "sent" || strings.Contains(v.Note, "stopped renewing") || !strings.Contains(v.Note, "still renews") {
+		t.Fatalf("a live worker still renewing: verdict %+v err %v", v, err)
 	}
 }

@@ -9,8 +9,8 @@ import (
 
 // sealMagic starts every blob Seal writes. Data outside Temporal (the
 // attempt journal, the result store) has no payload metadata to say it is
-// encrypted; the magic does, so data written before encryption was turned
-// on stays readable. The bytes are part of the stored format.
+// encrypted; the magic does, so a reader tells sealed data from data
+// stored in the clear. The bytes are part of the stored format.
 var sealMagic = []byte("DLSEAL1\x00")
 
 // Seal encrypts plain for storage outside Temporal with the keyring's

@@ -12,6 +12,17 @@ import (
 // when the journal has no keyring to open it with.
 var ErrEncrypted = errors.New("journal: the entry is encrypted and the journal has no keyring")
 
+// ErrUnsealed is returned (wrapped) by Lookup for an entry stored in the
+// clear when the journal has a keyring: every worker with the keys seals
+// what it writes, so the entry was not written by one (or was written
+// before encryption was turned on).
+var ErrUnsealed = errors.New("journal: the entry is not sealed and the journal encrypts its entries; it is not read")
+
+// ErrOtherAttempt is returned (wrapped) by Lookup for an entry whose
+// attempt id is not the one looked up: it was copied from, or written
+// for, another attempt.
+var ErrOtherAttempt = errors.New("journal: the entry stored for this attempt is another attempt's")
+
 // encode is an entry as every backend stores it: its JSON, sealed with
 // keys' active key when keys is set (codec.Keyring.Seal, bound to the
 // attempt id, so an entry copied to another attempt does not open).
@@ -30,13 +41,17 @@ func encode(e Entry, keys *codec.Keyring) ([]byte, error) {
 	return sealed, nil
 }
 
-// decode reads what encode wrote for attemptID. An entry written in the
-// clear (before encryption was turned on) reads without keys.
+// decode reads what encode wrote for attemptID. With keys, only a sealed
+// entry reads (ErrUnsealed otherwise); without, a sealed one is
+// ErrEncrypted. Either way the entry must be attemptID's own
+// (ErrOtherAttempt): the reconciler settles an action with what it finds.
 func decode(b []byte, attemptID string, keys *codec.Keyring) (Entry, error) {
-	if codec.Sealed(b) {
-		if keys == nil {
-			return Entry{}, fmt.Errorf("%w: %s", ErrEncrypted, attemptID)
-		}
+	switch sealed := codec.Sealed(b); {
+	case sealed && keys == nil:
+		return Entry{}, fmt.Errorf("%w: %s", ErrEncrypted, attemptID)
+	case !sealed && keys != nil:
+		return Entry{}, fmt.Errorf("%w: %s", ErrUnsealed, attemptID)
+	case sealed:
 		plain, err := keys.Open(b, place(attemptID))
 		if err != nil {
 			return Entry{}, fmt.Errorf("journal: decrypt entry %s: %w", attemptID, err)
@@ -46,6 +61,9 @@ func decode(b []byte, attemptID string, keys *codec.Keyring) (Entry, error) {
 	var e Entry
 	if err := json.Unmarshal(b, &e); err != nil {
 		return Entry{}, fmt.Errorf("journal: entry for %s is unreadable: %w", attemptID, err)
+	}
+	if e.AttemptID != attemptID {
+		return Entry{}, fmt.Errorf("%w: %s", ErrOtherAttempt, attemptID)
 	}
 	return e, nil
 }

@@ -15,7 +15,9 @@
 //
 // The journal holds generated text. It is never logged; Dir's files are
 // readable by the worker's user only; with a keyring (Dir.Keys,
-// Postgres.Keys) entries are sealed with the payload keys.
+// Postgres.Keys) entries are sealed with the payload keys, and an entry
+// that is not sealed is refused (ErrUnsealed). Every backend reads an
+// entry only under its own attempt id (ErrOtherAttempt).
 //
 // Entries expire: Sweeper deletes those whose action closed longer than a
 // retention ago (the worker runs one). A Bound bounds the journal's size:
@@ -74,9 +76,15 @@ type Entry struct {
 	Response *providers.Response `json:"response,omitempty"`
 	// At is when the worker wrote the entry.
 	At time.Time `json:"at"`
-	// Deadline, for Sent, is when the attempt's worker gives up on it
-	// (the activity's own deadline): until then a Sent attempt may still
-	// end on a live worker.
+	// Remaining, for Sent, is how long the attempt's worker still gives
+	// it (to the activity's own deadline) at the time of writing: until
+	// then a Sent attempt may still end on a live worker. A reader adds
+	// it to its own clock when it sees the entry change, so the writer's
+	// clock never meets the reader's.
+	Remaining time.Duration `json:"remaining,omitempty"`
+	// Deadline, for Sent, is the same instant on the writer's clock. It
+	// is kept for entries written before Remaining existed, and read only
+	// as Deadline minus At (both the writer's).
 	Deadline time.Time `json:"deadline,omitempty"`
 }
 
@@ -91,9 +99,12 @@ type Journal interface {
 	// replaces any earlier entry of the attempt. An entry in state Sent
 	// replaces only a Sent one (its worker renews it while the exchange
 	// runs) and is otherwise dropped without error, so a Sent written
-	// late never hides the end of the exchange. One worker writes an
-	// attempt's entries, and it stops renewing Sent before it writes the
-	// end; a backend need not order a Sent and an end written at once.
+	// late never hides the end of the exchange. That holds for a Sent
+	// written at the same time as the end, or one that lands after it,
+	// and the backend itself must make it so: a worker does not wait for
+	// a renewal in flight (a journal write may hang; it stops waiting at
+	// a timeout) before it writes the end, and an abandoned write may
+	// still land later.
 	Record(ctx context.Context, e Entry) error
 	// Lookup returns the attempt's entry, ok false when there is none.
 	Lookup(ctx context.Context, attemptID string) (e Entry, ok bool, err error)

@@ -17,7 +17,9 @@ import (
 // journal of durallm's own database (internal/pgdb owns the database and
 // its schema). Every worker that connects to the same database reads
 // every other worker's entries. A Record is one statement, so a reader
-// sees the whole of an entry or none of it. Open it with OpenPostgres.
+// sees the whole of an entry or none of it, and a Sent that lands after
+// the end (its condition is checked on the row as it is written) changes
+// nothing. Open it with OpenPostgres.
 type Postgres struct {
 	// Keys, when set (before first use), encrypts each entry as Dir.Keys
 	// does.
@@ -151,8 +153,11 @@ func (p *Postgres) Older(ctx context.Context, t time.Time, each func(Written) er
 
 // Delete removes the attempts' rows.
 func (p *Postgres) Delete(ctx context.Context, attemptIDs []string) error {
-	defer p.Bound.forget()
-	if _, err := p.pool.Exec(ctx, `DELETE FROM journal WHERE attempt_id = ANY($1)`, attemptIDs); err != nil {
+	var gone Usage
+	defer func() { p.Bound.deleted(gone) }()
+	err := p.pool.QueryRow(ctx, `WITH d AS (DELETE FROM journal WHERE attempt_id = ANY($1) RETURNING octet_length(entry) AS n)
+SELECT count(*), coalesce(sum(n), 0) FROM d`, attemptIDs).Scan(&gone.Entries, &gone.Bytes)
+	if err != nil {
 		return fmt.Errorf("journal: delete entries: %w", err)
 	}
 	return nil

@@ -158,6 +158,17 @@ func TestPostgresSealed(t *testing.T) {
 				}
 				return b
 			},
+			Plant: func(t *testing.T, id string, raw []byte) {
+				conn, err := pgx.Connect(context.Background(), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close(context.Background())
+				if _, err := conn.Exec(context.Background(), `INSERT INTO journal (attempt_id, action_ref, state, entry) VALUES ($1, 'action-1', 'received', $2)
+ON CONFLICT (attempt_id) DO UPDATE SET state = EXCLUDED.state, entry = EXCLUDED.entry`, id, raw); err != nil {
+					t.Fatal(err)
+				}
+			},
 		}
 	})
 }

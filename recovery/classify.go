@@ -39,15 +39,15 @@ func classify(ev Evidence) Classification {
 	case ev.Unsendable != "" && !ev.RequestSent && !ev.MaybeSent:
 		return classifyUnsendable(ev.Unsendable)
 	case ev.Canceled:
-		// The worker is stopping or the activity was paused: the action
-		// goes on, so what the attempt had done decides, as for a timer
-		// that ended it.
+		// The worker is stopping, the activity was paused, or Temporal
+		// lost track of it before it was sent: the action goes on, so
+		// what the attempt had done decides, as for a timer that ended it.
 		ev.TimedOut = true
 		if ev.ContentStarted {
 			return Classification{Class: CommittedPartial, Reason: stopReason(ev.Stop, "after_content"), Terminal: true}
 		}
 		c := classifyEnded(ev)
-		// The worker or an operator ended it, not the provider.
+		// The worker, an operator or Temporal ended it, not the provider.
 		c.ProviderHealth = false
 		switch c.Reason {
 		case "timeout_before_send":
@@ -68,11 +68,15 @@ func classifyEnded(ev Evidence) Classification {
 	return classifyNoResponse(ev)
 }
 
-// stopReason names a worker-side stop: "worker_stopped_after_content",
-// "paused_mid_attempt", ...
+// stopReason names a stop the action did not ask for:
+// "worker_stopped_after_content", "paused_mid_attempt",
+// "temporal_lost_before_send", ...
 func stopReason(s StopCause, what string) string {
-	if s == StopPaused {
+	switch s {
+	case StopPaused:
 		return "paused_" + what
+	case StopTemporalLost:
+		return "temporal_lost_" + what
 	}
 	return "worker_stopped_" + what
 }

@@ -239,6 +239,19 @@ func TestClassifyEdgeRows(t *testing.T) {
 		{"ambiguous: GOAWAY above the boundary after response HEADERS", with(sent, func(e *Evidence) { e.StreamID = 5; e.ResponseHeaders = true; e.GoAway = &GoAway{LastStreamID: 3} }), Ambiguous, "goaway_after_response_headers", needsVerdict},
 		{"ambiguous: worker shutdown after 200 headers, before content", with(sent, func(e *Evidence) { e.Status = 200; e.Canceled, e.Stop = true, StopWorkerShutdown }), Ambiguous, "body_failed_before_content", needsVerdict},
 		{"unsent: worker shutdown before the request left", Evidence{ConnRef: "p-c1", Canceled: true, Stop: StopWorkerShutdown}, Unsent, "worker_stopped_before_send", replaySafe},
+		{"unsent: Temporal lost the attempt before its request left", Evidence{Canceled: true, Stop: StopTemporalLost}, Unsent, "temporal_lost_before_send", func(t *testing.T, c Classification) {
+			replaySafe(t, c)
+			if c.ProviderHealth {
+				t.Error("a stop Temporal caused is not the provider's doing: provider health must not move")
+			}
+		}},
+		{"ambiguous: Temporal lost the attempt as its HEADERS left (the cut raced the send)", with(sent, func(e *Evidence) { e.Canceled, e.Stop = true, StopTemporalLost }), Ambiguous, "temporal_lost_mid_attempt", func(t *testing.T, c Classification) {
+			needsVerdict(t, c)
+			if c.ProviderHealth {
+				t.Error("a stop Temporal caused is not the provider's doing: provider health must not move")
+			}
+		}},
+		{"ambiguous: Temporal lost the attempt while the transport held its request", Evidence{ConnRef: "p-c1", MaybeSent: true, Canceled: true, Stop: StopTemporalLost}, Ambiguous, "temporal_lost_mid_attempt", needsVerdict},
 		{"throttled: worker shutdown cannot hide a 429 already read", with(sent, func(e *Evidence) { e.Status = 429; e.Canceled, e.Stop = true, StopWorkerShutdown }), Throttled, "status_429", nil},
 
 		{"unsent: ScheduleToStart timed out", Evidence{Activity: ActivityQueueTimeout}, Unsent, "no_worker_took_the_attempt", replaySafe},

@@ -133,8 +133,9 @@ type Evidence struct {
 	// that Classify, and nothing else, decides the class.
 
 	// Stop says why the attempt's context ended, when it ended other than
-	// by a timer (Canceled): the action's scope, a worker shutdown, or an
-	// operator pausing or resetting the activity. Empty means nobody said,
+	// by a timer (Canceled): the action's scope, a worker shutdown, an
+	// operator pausing or resetting the activity, or Temporal losing track
+	// of it before it was sent. Empty means nobody said,
 	// which Classify reads as the scope (the engine used on its own: its
 	// caller canceled).
 	Stop StopCause `json:"stop,omitempty"`
@@ -172,6 +173,12 @@ const (
 	// StopPaused: an operator paused or reset the attempt's activity; the
 	// action goes on, as for a worker shutdown.
 	StopPaused StopCause = "paused"
+	// StopTemporalLost: Temporal lost track of the attempt (its heartbeat
+	// found it gone, or could not reach the server) before its request
+	// was on the wire, and the activity ended it there rather than send a
+	// request whose report nobody would take. The action goes on, as for
+	// a worker shutdown.
+	StopTemporalLost StopCause = "temporal_lost"
 )
 
 // Unsendable says why a request was refused before sending

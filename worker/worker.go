@@ -64,7 +64,10 @@ type Options struct {
 	// means 10s.
 	StopTimeout time.Duration
 	// Logger receives worker events and the per-attempt "llm.attempt"
-	// events. Nil means slog.Default().
+	// events. Nil means slog.Default(). The Temporal SDK logs through the
+	// client's logger instead: dial it with telemetry.TemporalLogger, or
+	// the SDK logs the result of an activity that returned after its
+	// deadline, generated text included.
 	Logger *slog.Logger
 	// Results keeps responses too large for history (over
 	// LargeResponseBytes, default 256 KiB) by reference. Nil means they

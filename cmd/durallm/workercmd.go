@@ -28,9 +28,10 @@ import (
 	"github.com/durallm/durallm/worker"
 )
 
-// quietLogger keeps the Temporal SDK's own chatter to warnings and errors.
+// quietLogger keeps the Temporal SDK's own chatter to warnings and errors,
+// and withholds any result it logs (telemetry.TemporalLogger).
 func quietLogger() sdklog.Logger {
-	return sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return telemetry.TemporalLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
 // workerContext is the context 'worker' runs under until a signal; tests

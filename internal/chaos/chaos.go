@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers/routes"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -27,7 +26,6 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm"
@@ -36,6 +34,8 @@ import (
 	"github.com/durallm/durallm/internal/haproxy"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -216,7 +216,7 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 	r.undo = append(r.undo, r.hp.Stop)
 
 	r.journal = journal.Dir{Path: filepath.Join(o.Dir, "journal")}
-	if r.tc, err = client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}); err != nil {
+	if r.tc, err = client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: telemetry.TemporalLogger(slog.New(slog.DiscardHandler))}); err != nil {
 		return r, fmt.Errorf("chaos: client: %w", err)
 	}
 	r.undo = append(r.undo, r.tc.Close)

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -73,7 +73,7 @@ func BenchEmbedded(ctx context.Context, dir string, p *providertest.Provider, o 
 		return nil, fmt.Errorf("cluster: bench: %w", err)
 	}
 	defer srv.Stop()
-	tc, err := client.DialContext(ctx, client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	tc, err := client.DialContext(ctx, client.Options{HostPort: srv.FrontendHostPort(), Namespace: srv.Namespace(), Logger: telemetry.TemporalLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: bench: %w", err)
 	}

@@ -49,7 +49,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/durallm/durallm"
@@ -60,6 +59,7 @@ import (
 	"github.com/durallm/durallm/internal/pgserver"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/resultstore"
+	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
@@ -391,7 +391,7 @@ func (c *Cluster) Dial(ctx context.Context) (client.Client, error) {
 }
 
 func dial(ctx context.Context, addr, ns string) (client.Client, error) {
-	tc, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: ns, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	tc, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: ns, Logger: telemetry.TemporalLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
 	}

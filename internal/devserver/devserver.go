@@ -29,9 +29,10 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/common/searchattribute/sadefs"
 	"go.temporal.io/server/temporal"
+
+	"github.com/durallm/durallm/telemetry"
 )
 
 // Defaults applied by Start to zero-valued Options fields.
@@ -380,7 +381,7 @@ func (s *Server) dialFrontend(ctx context.Context, r *resolved) (client.Client, 
 	var c client.Client
 	err := poll(ctx, "the Temporal frontend at "+s.frontendHostPort, func(ctx context.Context) error {
 		var err error
-		o := client.Options{HostPort: s.frontendHostPort, Namespace: r.Namespace, Logger: sdklog.NewStructuredLogger(r.logger)}
+		o := client.Options{HostPort: s.frontendHostPort, Namespace: r.Namespace, Logger: telemetry.TemporalLogger(r.logger)}
 		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{} // loopback: see ClientOptions
 		c, err = client.DialContext(ctx, o)
 		return err

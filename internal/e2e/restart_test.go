@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,14 +106,23 @@ func TestE2EServerRestartDuringALongStreamIsSettledByTheWorker(t *testing.T) {
 	t.Logf("ended %s after the restart", res.State)
 }
 
-// entryID is the one journal entry's attempt id in dir, or "" while there
-// is none.
+// entryID is the one journal entry's attempt id in dir, or "none" while
+// there is none. An attempt has its end in <id>.json and its sent record
+// in <id>.sent.
 func entryID(t *testing.T, dir string) string {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-	if len(files) != 1 {
+	ids := map[string]bool{}
+	for _, suffix := range []string{".json", ".sent"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*"+suffix))
+		for _, f := range files {
+			ids[strings.TrimSuffix(filepath.Base(f), suffix)] = true
+		}
+	}
+	if len(ids) != 1 {
 		return "none"
 	}
-	name := filepath.Base(files[0])
-	return name[:len(name)-len(".json")]
+	for id := range ids {
+		return id
+	}
+	return "none"
 }

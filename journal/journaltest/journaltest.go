@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 func Run(t *testing.T, open func(t *testing.T) journal.Journal) {
 	t.Run("RecordsAndLooksUp", func(t *testing.T) { recordsAndLooksUp(t, open(t)) })
 	t.Run("SentNeverHidesTheEnd", func(t *testing.T) { sentNeverHidesTheEnd(t, open(t)) })
+	t.Run("ASentInFlightNeverHidesTheEnd", func(t *testing.T) { sentInFlightNeverHidesTheEnd(t, open(t)) })
 	t.Run("RefusesIDsThatAreNotKeys", func(t *testing.T) { refusesBadIDs(t, open(t)) })
 	t.Run("ReadersSeeWholeEntries", func(t *testing.T) { readersSeeWholeEntries(t, open(t)) })
 }
@@ -82,6 +84,46 @@ func sentNeverHidesTheEnd(t *testing.T, j journal.Journal) {
 	}
 }
 
+// Renewals in flight when the end is written land after it: a worker
+// does not wait for them (a journal write may hang), so the backend
+// itself keeps every Sent from hiding the end, whatever the timing.
+func sentInFlightNeverHidesTheEnd(t *testing.T, j journal.Journal) {
+	ctx := context.Background()
+	for round := range 10 {
+		id := "race-" + strconv.Itoa(round)
+		if err := j.Record(ctx, journal.Entry{AttemptID: id, State: journal.Sent, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					if err := j.Record(ctx, journal.Entry{AttemptID: id, State: journal.Sent, At: time.Now()}); err != nil {
+						t.Error(err)
+						return
+					}
+					select {
+					case <-stop:
+						return
+					default:
+					}
+				}
+			}()
+		}
+		if err := j.Record(ctx, journal.Entry{AttemptID: id, State: journal.Received, Response: &providers.Response{Text: "the end"}}); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		wg.Wait()
+		if e, ok, err := j.Lookup(ctx, id); err != nil || !ok || e.State != journal.Received || e.Response == nil {
+			t.Fatalf("round %d: a Sent in flight hid the end: %+v ok %v err %v", round, e, ok, err)
+		}
+	}
+}
+
 func refusesBadIDs(t *testing.T, j journal.Journal) {
 	for _, id := range []string{"", "../escape", "a/b", ".hidden", strings.Repeat("x", 201), "a b"} {
 		if err := j.Record(context.Background(), journal.Entry{AttemptID: id, State: journal.Received}); !errors.Is(err, journal.ErrBadAttemptID) {
@@ -133,17 +175,22 @@ type Storage struct {
 	// entries.
 	Open func(t *testing.T, keys *codec.Keyring) journal.Journal
 	// Raw returns the bytes the storage holds for the attempt's entry
-	// (the file, the row).
+	// (the file, the row) of a received response.
 	Raw func(t *testing.T, attemptID string) []byte
+	// Plant stores raw as the attempt's received entry, as someone who
+	// can write the storage but holds no key could.
+	Plant func(t *testing.T, attemptID string, raw []byte)
 }
 
 // RunSealed runs the encryption suite: with a keyring, what the storage
 // holds is not the text; after a rotation, entries sealed by the old key
-// still read; entries written before encryption was on still read.
+// still read; an entry not sealed is refused, and so is one filed under
+// another attempt than its own, sealed or not.
 func RunSealed(t *testing.T, storage func(t *testing.T) Storage) {
 	t.Run("StoredBytesHoldNoText", func(t *testing.T) { storedBytesHoldNoText(t, storage(t)) })
 	t.Run("ReadsAfterKeyRotation", func(t *testing.T) { readsAfterRotation(t, storage(t)) })
-	t.Run("ReadsEntriesWrittenInTheClear", func(t *testing.T) { readsClearEntries(t, storage(t)) })
+	t.Run("WithAKeyringAnUnsealedEntryIsRefused", func(t *testing.T) { refusesUnsealedEntries(t, storage(t)) })
+	t.Run("AnEntryFiledUnderAnotherAttemptIsRefused", func(t *testing.T) { refusesAnotherAttemptsEntry(t, storage(t)) })
 }
 
 const secret = "the provider's secret answer"
@@ -193,14 +240,51 @@ func readsAfterRotation(t *testing.T, s Storage) {
 	}
 }
 
-func readsClearEntries(t *testing.T, s Storage) {
+// With a keyring, only what a holder of the keys sealed reads: anyone who
+// can write the storage could otherwise plant a received answer the
+// reconciler settles an action with.
+func refusesUnsealedEntries(t *testing.T, s Storage) {
 	ctx := context.Background()
 	if err := s.Open(t, nil).Record(ctx, received("run-clear")); err != nil {
 		t.Fatal(err)
 	}
 	j := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1")))
-	if e, ok, err := j.Lookup(ctx, "run-clear"); err != nil || !ok || e.Response.Text != secret {
-		t.Fatalf("clear entry with encryption on: %+v %v %v", e, ok, err)
+	if e, ok, err := j.Lookup(ctx, "run-clear"); !errors.Is(err, journal.ErrUnsealed) || ok || e.Response != nil {
+		t.Fatalf("an unsealed entry with encryption on: %+v ok %v err %v", e, ok, err)
+	}
+	if err := j.Record(ctx, received("run-sealed")); err != nil {
+		t.Fatal(err)
+	}
+	s.Plant(t, "run-planted", []byte(`{"attempt_id":"run-planted","state":"received","class":"completed","response":{"text":"planted"}}`))
+	if e, ok, err := j.Lookup(ctx, "run-planted"); !errors.Is(err, journal.ErrUnsealed) || ok || e.Response != nil {
+		t.Fatalf("a planted entry with encryption on: %+v ok %v err %v", e, ok, err)
+	}
+}
+
+// An entry is read only under its own attempt id: one copied to another
+// attempt's place does not open (sealed, the seal is bound to the id) or
+// is refused (clear, by the id it holds).
+func refusesAnotherAttemptsEntry(t *testing.T, s Storage) {
+	ctx := context.Background()
+	clear := s.Open(t, nil)
+	if err := clear.Record(ctx, received("run-a")); err != nil {
+		t.Fatal(err)
+	}
+	s.Plant(t, "run-b", s.Raw(t, "run-a"))
+	if e, ok, err := clear.Lookup(ctx, "run-b"); !errors.Is(err, journal.ErrOtherAttempt) || ok || e.Response != nil {
+		t.Fatalf("run-a's clear entry under run-b: %+v ok %v err %v", e, ok, err)
+	}
+	s.Plant(t, "run-c", []byte(`{"state":"received","class":"completed","response":{"text":"no id"}}`))
+	if _, ok, err := clear.Lookup(ctx, "run-c"); !errors.Is(err, journal.ErrOtherAttempt) || ok {
+		t.Fatalf("an entry with no attempt id: ok %v err %v", ok, err)
+	}
+	sealed := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1")))
+	if err := sealed.Record(ctx, received("run-d")); err != nil {
+		t.Fatal(err)
+	}
+	s.Plant(t, "run-e", s.Raw(t, "run-d"))
+	if e, ok, err := sealed.Lookup(ctx, "run-e"); !errors.Is(err, codec.ErrAuthentication) || ok || e.Response != nil {
+		t.Fatalf("run-d's sealed entry under run-e: %+v ok %v err %v", e, ok, err)
 	}
 }
 
