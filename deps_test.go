@@ -40,3 +40,57 @@ func TestTheClientLinksNoWorkerSideCode(t *testing.T) {
 		t.Fatalf("the client links %d worker-side packages, e.g. %s", len(found), strings.Join(found[:min(6, len(found))], ", "))
 	}
 }
+
+// The layers of docs/contract.md section 1, as the import graph shows
+// them: the deterministic workflow links no engine (the vocabulary it
+// speaks is package evidence, standard library only), and nothing of
+// durallm's brings x/net's HTTP/2 into it (the Temporal SDK's gRPC
+// transport does, which is the SDK's); the engine and the provider layer
+// link nothing of Temporal.
+func TestTheLayers(t *testing.T) {
+	const module = "github.com/durallm/durallm"
+	deps := func(t *testing.T, pkgs ...string) map[string][]string {
+		t.Helper()
+		args := append([]string{"list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}"}, pkgs...)
+		out, err := exec.Command("go", args...).Output()
+		if err != nil {
+			t.Fatalf("go list: %v", err)
+		}
+		imports := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			imports[f[0]] = f[1:]
+		}
+		return imports
+	}
+	t.Run("the workflow links no engine", func(t *testing.T) {
+		for p, imports := range deps(t, "./workflows") {
+			for _, engine := range []string{module + "/recovery", module + "/providers/exchange", module + "/activities"} {
+				if p == engine {
+					t.Errorf("workflows links %s", engine)
+				}
+			}
+			if strings.HasPrefix(p, module) {
+				for _, i := range imports {
+					if strings.HasPrefix(i, "golang.org/x/net/http2") {
+						t.Errorf("%s brings %s into the workflow", p, i)
+					}
+				}
+			}
+		}
+	})
+	t.Run("the vocabulary is the standard library only", func(t *testing.T) {
+		for p := range deps(t, "./evidence") {
+			if strings.Contains(strings.SplitN(p, "/", 2)[0], ".") && p != module+"/evidence" {
+				t.Errorf("evidence links %s", p)
+			}
+		}
+	})
+	t.Run("the engine and the provider layer link nothing of Temporal", func(t *testing.T) {
+		for p := range deps(t, "./recovery", "./providers/...") {
+			if strings.HasPrefix(p, "go.temporal.io/") {
+				t.Errorf("links %s", p)
+			}
+		}
+	})
+}

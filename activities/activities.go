@@ -18,12 +18,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers/exchange"
-	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/providers/routes"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -130,7 +132,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	if !known {
 		// A route the workflow names but this worker does not know cannot
 		// serve the action; another route may.
-		ev, class := att.FinishWith(recovery.Facts{Unsendable: recovery.UnsendableNoRoute})
+		ev, class := att.FinishWith(evidence.Facts{Unsendable: evidence.UnsendableNoRoute})
 		return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{}, nil)
 	}
 
@@ -167,7 +169,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	ev, class := att.FinishWith(facts(ctx, res, err))
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
-	case recovery.Completed, recovery.CommittedPartial:
+	case evidence.Completed, evidence.CommittedPartial:
 		r := res.Response
 		out.Response = &r
 	}
@@ -292,25 +294,25 @@ func temporalLost(cause error) bool {
 
 // facts gathers what the activity knows of an attempt that the wire
 // cannot show.
-func facts(ctx context.Context, res exchange.Result, err error) recovery.Facts {
-	f := recovery.Facts{Signal: res.Signal, Stop: stopCause(ctx)}
+func facts(ctx context.Context, res exchange.Result, err error) evidence.Facts {
+	f := evidence.Facts{Signal: res.Signal, Stop: stopCause(ctx)}
 	switch {
 	case errors.Is(err, exchange.ErrUnsupported), errors.Is(err, exchange.ErrUnknownKind):
-		f.Unsendable = recovery.UnsendableRoute
+		f.Unsendable = evidence.UnsendableRoute
 	case errors.Is(err, providers.ErrInvalidRequest):
-		f.Unsendable = recovery.UnsendableInvalid
+		f.Unsendable = evidence.UnsendableInvalid
 	}
 	switch {
-	case f.Signal != recovery.SignalNone:
+	case f.Signal != evidence.SignalNone:
 	case res.Response.Partial:
 		// The wire ended cleanly but the stream was cut: the provider
 		// layer knows, the engine cannot.
-		f.Signal = recovery.SignalStreamIncomplete
+		f.Signal = evidence.SignalStreamIncomplete
 	case err != nil:
 		// The adapter failed without saying why: whatever the wire says,
 		// the body was not usable (for a clean 2xx, an executed request
 		// with no answer).
-		f.Signal = recovery.SignalEmptyResponse
+		f.Signal = evidence.SignalEmptyResponse
 	}
 	return f
 }
@@ -321,19 +323,19 @@ func facts(ctx context.Context, res exchange.Result, err error) recovery.Facts {
 // when the worker stops, activity.ErrActivityPaused or ErrActivityReset
 // when an operator intervenes, and a canceled error when the workflow
 // asked.
-func stopCause(ctx context.Context) recovery.StopCause {
+func stopCause(ctx context.Context) evidence.StopCause {
 	if ctx.Err() == nil {
 		return ""
 	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, ErrTemporalLost):
-		return recovery.StopTemporalLost
+		return evidence.StopTemporalLost
 	case errors.Is(cause, ErrWorkerStopping), errors.Is(cause, worker.ErrWorkerShutdown):
-		return recovery.StopWorkerShutdown
+		return evidence.StopWorkerShutdown
 	case errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):
-		return recovery.StopPaused
+		return evidence.StopPaused
 	default:
-		return recovery.StopScope
+		return evidence.StopScope
 	}
 }
 
@@ -351,7 +353,7 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 	// One bound for the end record and the renewals still in flight; the
 	// result store gets its own after it, inside the same deadline.
 	by := writeBy(ctx, journalWriteTimeout)
-	if out.Classification.Class == recovery.Canceled && ctx.Err() != nil {
+	if out.Classification.Class == evidence.Canceled && ctx.Err() != nil {
 		sent.wait(by)
 		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
 	}
@@ -422,7 +424,7 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	switch {
 	case out.Response != nil:
 		e.State, e.Response = journal.Received, out.Response
-	case out.Classification.Class == recovery.Unsent, out.Classification.Class == recovery.Refused:
+	case out.Classification.Class == evidence.Unsent, out.Classification.Class == evidence.Refused:
 		// The engine's proof that the provider did not process it: if
 		// this report is lost, the reconciler can still send the action
 		// on.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/durallm/durallm/attempt"
-	"github.com/durallm/durallm/journal"
-	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +11,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/journal"
+	"github.com/durallm/durallm/providers/routes"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
@@ -54,7 +56,7 @@ func hello() providers.Request {
 func TestCallModelCompletes(t *testing.T) {
 	a, p := newActs(t)
 	out, err := a.CallModel(context.Background(), attemptOn("openai", hello()))
-	if err != nil || out.Classification.Class != recovery.Completed || out.Response == nil || out.Response.Text != "ok" {
+	if err != nil || out.Classification.Class != evidence.Completed || out.Response == nil || out.Response.Text != "ok" {
 		t.Fatalf("outcome %+v err %v", out, err)
 	}
 	if p.AttemptExecutions("act-1-openai") != 1 {
@@ -69,8 +71,8 @@ func TestCallModelCompletes(t *testing.T) {
 func TestCallModelRefusedStreamThroughAnIntermediaryIsAmbiguous(t *testing.T) {
 	for _, tc := range []struct {
 		intermediary bool
-		want         recovery.Class
-	}{{false, recovery.Refused}, {true, recovery.Ambiguous}} {
+		want         evidence.Class
+	}{{false, evidence.Refused}, {true, evidence.Ambiguous}} {
 		a, p := newActs(t)
 		r := a.Routes["openai"]
 		r.Intermediary = tc.intermediary
@@ -89,7 +91,7 @@ func TestCallModelRefusedStreamThroughAnIntermediaryIsAmbiguous(t *testing.T) {
 func TestCallModelUnknownRouteFallsBack(t *testing.T) {
 	a, _ := newActs(t)
 	out, err := a.CallModel(context.Background(), attemptOn("nope", hello()))
-	if err != nil || out.Classification.Class != recovery.IncompatibleRoute || !out.Classification.Fallback {
+	if err != nil || out.Classification.Class != evidence.IncompatibleRoute {
 		t.Fatalf("outcome %+v err %v", out.Classification, err)
 	}
 }
@@ -102,7 +104,7 @@ func TestCallModelRefusalBeforeSendingIsIncompatibleRoute(t *testing.T) {
 	req := hello()
 	req.ResponseFormat = json.RawMessage(`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`)
 	out, err := a.CallModel(context.Background(), attemptOn("anthropic", req))
-	if err != nil || out.Classification.Class != recovery.IncompatibleRoute || out.Classification.SameRoute {
+	if err != nil || out.Classification.Class != evidence.IncompatibleRoute {
 		t.Fatalf("outcome %+v err %v", out.Classification, err)
 	}
 	if n := len(p.Received()); n != 0 {
@@ -117,7 +119,7 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 	big := strings.Repeat("lorem ", 2000)
 	p.Push(providertest.Answer(big))
 	out, err := a.CallModel(context.Background(), attemptOn("openai", hello()))
-	if err != nil || out.Classification.Class != recovery.Completed || out.Response != nil || out.ResponseRef == "" {
+	if err != nil || out.Classification.Class != evidence.Completed || out.Response != nil || out.ResponseRef == "" {
 		t.Fatalf("outcome %+v ref %q err %v", out.Classification, out.ResponseRef, err)
 	}
 	b, err := a.Results.Get(context.Background(), out.ResponseRef)
@@ -196,13 +198,13 @@ func TestWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a worker shutdown returned an error, so the outcome is lost: %v", err)
 	}
-	if out.Classification.Class != recovery.CommittedPartial || out.Classification.Reason != "worker_stopped_after_content" {
+	if out.Classification.Class != evidence.CommittedPartial || out.Classification.Reason != "worker_stopped_after_content" {
 		t.Fatalf("classified %s/%s", out.Classification.Class, out.Classification.Reason)
 	}
 	if out.Response == nil || !out.Response.Partial || out.Response.Text != "chunk1 chunk2" {
 		t.Fatalf("response %+v", out.Response)
 	}
-	if !out.Evidence.ContentStarted || out.Evidence.StreamID == 0 || out.Evidence.Stop != recovery.StopWorkerShutdown {
+	if !out.Evidence.ContentStarted || out.Evidence.StreamID == 0 || out.Evidence.Stop != evidence.StopWorkerShutdown {
 		t.Fatalf("evidence %+v", out.Evidence)
 	}
 }
@@ -216,7 +218,7 @@ func TestWorkerShutdownBeforeContentIsAmbiguous(t *testing.T) {
 	c := callAsync(a, ctx, attemptOn("openai", hello()))
 	waitExecuted(t, p, "act-1-openai", c)
 	cancel(worker.ErrWorkerShutdown)
-	if out, err := c.wait(); err != nil || out.Classification.Class != recovery.Ambiguous || out.Classification.Reason != "worker_stopped_mid_attempt" {
+	if out, err := c.wait(); err != nil || out.Classification.Class != evidence.Ambiguous || out.Classification.Reason != "worker_stopped_mid_attempt" {
 		t.Fatalf("err %v outcome %+v", err, out.Classification)
 	}
 }
@@ -234,7 +236,7 @@ func TestCanceledAttemptKeepsItsWireEvidence(t *testing.T) {
 	cancel()
 	returned, err := c.wait()
 	var ce *temporal.CanceledError
-	if returned.Classification.Class != recovery.Canceled || !errors.Is(err, context.Canceled) || !errors.As(err, &ce) || !ce.HasDetails() {
+	if returned.Classification.Class != evidence.Canceled || !errors.Is(err, context.Canceled) || !errors.As(err, &ce) || !ce.HasDetails() {
 		t.Fatalf("err %v: want context.Canceled and a CanceledError with details", err)
 	}
 	var out attempt.Outcome
@@ -242,7 +244,7 @@ func TestCanceledAttemptKeepsItsWireEvidence(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := out.Evidence
-	if out.Classification.Class != recovery.Canceled || !ev.RequestSent || ev.StreamID == 0 || ev.ConnRef == "" || ev.Stop != recovery.StopScope {
+	if out.Classification.Class != evidence.Canceled || !ev.RequestSent || ev.StreamID == 0 || ev.ConnRef == "" || ev.Stop != evidence.StopScope {
 		t.Fatalf("details %+v", out)
 	}
 }
@@ -259,7 +261,7 @@ func TestAttemptTimeoutCanGoPastTheRouteDefault(t *testing.T) {
 	in := attemptOn("openai", hello())
 	in.Timeout = 10 * time.Second
 	out, err := a.CallModel(context.Background(), in)
-	if err != nil || out.Classification.Class != recovery.Completed {
+	if err != nil || out.Classification.Class != evidence.Completed {
 		t.Fatalf("err %v outcome %+v", err, out.Classification)
 	}
 }
@@ -301,10 +303,10 @@ func TestWorkerStoppingEndsTheAttemptWithinItsGrace(t *testing.T) {
 	}
 	close(stopping)
 	r := <-done
-	if r.err != nil || r.out.Classification.Class != recovery.CommittedPartial || r.out.Response == nil || r.out.Response.Text != "chunk1" {
+	if r.err != nil || r.out.Classification.Class != evidence.CommittedPartial || r.out.Response == nil || r.out.Response.Text != "chunk1" {
 		t.Fatalf("err %v outcome %+v response %+v", r.err, r.out.Classification, r.out.Response)
 	}
-	if r.out.Evidence.Stop != recovery.StopWorkerShutdown {
+	if r.out.Evidence.Stop != evidence.StopWorkerShutdown {
 		t.Fatalf("evidence %+v", r.out.Evidence)
 	}
 }
@@ -322,7 +324,7 @@ func TestCallModelJournalsTheResponseBeforeReporting(t *testing.T) {
 		seen = err == nil && ok && e.State == journal.Received && e.Response != nil && e.Response.Text == "the answer"
 	}
 	out, err := a.CallModel(context.Background(), in)
-	if err != nil || out.Classification.Class != recovery.Completed || !seen {
+	if err != nil || out.Classification.Class != evidence.Completed || !seen {
 		t.Fatalf("err %v outcome %+v journaled before the report: %v", err, out.Classification, seen)
 	}
 	// An exchange that ended unanswered after the request left is noted,
@@ -330,7 +332,7 @@ func TestCallModelJournalsTheResponseBeforeReporting(t *testing.T) {
 	p.Push(providertest.CloseAfterRead())
 	in2 := in
 	in2.AttemptID = "act-2-openai"
-	if out, _ := a.CallModel(context.Background(), in2); out.Classification.Class != recovery.Ambiguous {
+	if out, _ := a.CallModel(context.Background(), in2); out.Classification.Class != evidence.Ambiguous {
 		t.Fatalf("classified %s", out.Classification.Class)
 	}
 	if e, ok, _ := a.Journal.Lookup(context.Background(), in2.AttemptID); !ok || e.State != journal.EndedUnanswered || e.Response != nil {
@@ -373,7 +375,7 @@ func TestJournalUnreachableTheAttemptStillCompletes(t *testing.T) {
 	a.Journal = journal.Dir{Path: filepath.Join(file, "journal")}
 	p.Push(providertest.Answer("fine"))
 	out, err := a.CallModel(context.Background(), attemptOn("openai", hello()))
-	if err != nil || out.Classification.Class != recovery.Completed || out.Response == nil || out.Response.Text != "fine" {
+	if err != nil || out.Classification.Class != evidence.Completed || out.Response == nil || out.Response.Text != "fine" {
 		t.Fatalf("err %v outcome %+v", err, out.Classification)
 	}
 	if out, err := a.Reconcile(context.Background(), attempt.ReconcileInput{AttemptID: "act-1-openai"}); err != nil || out.Verdict != attempt.VerdictNone {
@@ -413,7 +415,7 @@ func TestAnAttemptAnsweredWithinTheHeartbeatIntervalRecordsNoHeartbeat(t *testin
 	a, _ := newActs(t)
 	a.HeartbeatEvery = time.Minute
 	out, beats := heartbeatsOf(t, a, attemptOn("openai", hello()))
-	if out.Classification.Class != recovery.Completed || beats != 0 {
+	if out.Classification.Class != evidence.Completed || beats != 0 {
 		t.Fatalf("class %s, %d heartbeats: want completed with none", out.Classification.Class, beats)
 	}
 }
@@ -427,7 +429,7 @@ func TestALongAttemptStillHeartbeats(t *testing.T) {
 	// then at most one per throttle window), so what counts is that a
 	// running attempt is not silent: its heartbeats are how Temporal
 	// tells a dead worker and delivers a cancel.
-	if out.Classification.Class != recovery.Completed || beats == 0 {
+	if out.Classification.Class != evidence.Completed || beats == 0 {
 		t.Fatalf("class %s, %d heartbeats: want completed with at least one", out.Classification.Class, beats)
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
 
@@ -98,11 +98,11 @@ func TestCallModelJournalsRefusedAndTheReconcilerSaysNotExecuted(t *testing.T) {
 	a.Journal = journal.Dir{Path: t.TempDir()}
 	p.Push(providertest.RefuseStream())
 	in := attemptOn("openai", hello())
-	if out, _ := a.CallModel(context.Background(), in); out.Classification.Class != recovery.Refused {
+	if out, _ := a.CallModel(context.Background(), in); out.Classification.Class != evidence.Refused {
 		t.Fatalf("classified %s/%s", out.Classification.Class, out.Classification.Reason)
 	}
 	e, ok, err := a.Journal.Lookup(context.Background(), in.AttemptID)
-	if err != nil || !ok || e.State != journal.NotProcessed || e.Class != recovery.Refused {
+	if err != nil || !ok || e.State != journal.NotProcessed || e.Class != evidence.Refused {
 		t.Fatalf("entry %+v ok %v err %v", e, ok, err)
 	}
 	v, err := a.Reconcile(context.Background(), attempt.ReconcileInput{AttemptID: in.AttemptID})
@@ -115,7 +115,7 @@ func TestReconcileNotProcessedIsNotExecuted(t *testing.T) {
 	a, _ := newActs(t)
 	a.Journal = journal.Dir{Path: t.TempDir()}
 	ctx := context.Background()
-	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.NotProcessed, Class: recovery.Unsent, Reason: "goaway_above_last_stream"}); err != nil {
+	if err := a.Journal.Record(ctx, journal.Entry{AttemptID: "run-1", State: journal.NotProcessed, Class: evidence.Unsent, Reason: "goaway_above_last_stream"}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := a.Reconcile(ctx, attempt.ReconcileInput{AttemptID: "run-1"})
@@ -199,7 +199,7 @@ func TestCallModelRenewsItsSentRecordWhileTheExchangeRuns(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	close(release)
-	if out := <-done; out.Classification.Class != recovery.Completed {
+	if out := <-done; out.Classification.Class != evidence.Completed {
 		t.Fatalf("classified %s", out.Classification.Class)
 	}
 	if e, _, _ := a.Journal.Lookup(context.Background(), in.AttemptID); e.State != journal.Received || e.Response == nil || e.Response.Text != "in the end" {

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/journal"
-	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
@@ -92,7 +92,7 @@ func TestAHangingJournalNeverHoldsBackTheReport(t *testing.T) {
 	if !r.inTime {
 		t.Fatal("CallModel returned after the activity's deadline: the SDK would drop (and log) the result")
 	}
-	if r.err != nil || r.out.Classification.Class != recovery.Completed || r.out.Response == nil || r.out.Response.Text != answer {
+	if r.err != nil || r.out.Classification.Class != evidence.Completed || r.out.Response == nil || r.out.Response.Text != answer {
 		t.Fatalf("outcome %+v err %v", r.out.Classification, r.err)
 	}
 	if got := journalFailures(t, tel); !strings.HasSuffix(got, " 2") {
@@ -154,7 +154,7 @@ func TestARenewalGoesOutOnTimeWhileAnEarlierWriteIsStuck(t *testing.T) {
 	close(answer)
 	out := <-done
 	close(j.release)
-	if out.Classification.Class != recovery.Completed {
+	if out.Classification.Class != evidence.Completed {
 		t.Fatalf("classified %s", out.Classification.Class)
 	}
 	<-j.landed // the stuck write, after the end

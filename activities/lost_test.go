@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/recovery"
@@ -61,8 +62,8 @@ func TestAnAttemptTemporalLostBeforeItsRequestLeftIsNeverSent(t *testing.T) {
 		out = <-done
 		t.Errorf("the attempt did not end when Temporal lost track of it before its request left")
 	}
-	if out.Classification.Class != recovery.Unsent || out.Classification.Reason != "temporal_lost_before_send" ||
-		out.Evidence.Stop != recovery.StopTemporalLost || out.Classification.ProviderHealth {
+	if out.Classification.Class != evidence.Unsent || out.Classification.Reason != "temporal_lost_before_send" ||
+		out.Evidence.Stop != evidence.StopTemporalLost || out.Classification.ProviderHealth {
 		t.Errorf("classified %+v, stop %q", out.Classification, out.Evidence.Stop)
 	}
 	if e, ok, err := a.Journal.Lookup(context.Background(), in.AttemptID); err != nil || !ok || e.State != journal.NotProcessed {

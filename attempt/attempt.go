@@ -9,8 +9,8 @@ package attempt
 import (
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 )
 
 // The activities' registered names, as history records them.
@@ -49,8 +49,8 @@ type Input struct {
 // classification, and the response when there is one. It holds no
 // content except Response, which is the model's answer.
 type Outcome struct {
-	Evidence       recovery.Evidence       `json:"evidence"`
-	Classification recovery.Classification `json:"classification"`
+	Evidence       evidence.Evidence       `json:"evidence"`
+	Classification evidence.Classification `json:"classification"`
 	Response       *providers.Response     `json:"response,omitempty"`
 	// ResponseRef replaces Response when the response was too large for
 	// history and went to the worker's result store.
@@ -159,7 +159,7 @@ type ReconcileInput struct {
 	Attempt        int               `json:"attempt"`
 	AttemptID      string            `json:"attempt_id"`
 	Route          string            `json:"route"`
-	Evidence       recovery.Evidence `json:"evidence"`
+	Evidence       evidence.Evidence `json:"evidence"`
 }
 
 // ReconcileOutput is the reconciler's answer.

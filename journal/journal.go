@@ -30,8 +30,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 )
 
 // State is what the journal knows of an attempt.
@@ -70,7 +70,7 @@ type Entry struct {
 	State     State  `json:"state"`
 	// Class and Reason are the attempt's classification as the worker saw
 	// it.
-	Class  recovery.Class `json:"class"`
+	Class  evidence.Class `json:"class"`
 	Reason string         `json:"reason,omitempty"`
 	// Response is the answer, for Received.
 	Response *providers.Response `json:"response,omitempty"`

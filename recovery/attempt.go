@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durallm/durallm/evidence"
 )
 
 // Spec identifies one attempt and says how it must be sent.
@@ -83,10 +85,10 @@ type Attempt struct {
 	// the bytes written while the exchange runs.
 	h1         *countConn
 	h1Written0 int64
-	ev         Evidence
+	ev         evidence.Evidence
 	settled    bool
 	finished   bool
-	class      Classification
+	class      evidence.Classification
 
 	// tracker is the observer's record of the attempt's streams, kept
 	// here so tracking it allocates nothing (Observer.track); only the
@@ -105,7 +107,7 @@ func NewAttempt(spec Spec) *Attempt {
 		spec.AttemptID = string(id)
 	}
 	spec.Avoid = append([]string(nil), spec.Avoid...)
-	return &Attempt{spec: spec, ev: Evidence{
+	return &Attempt{spec: spec, ev: evidence.Evidence{
 		ActionRef: spec.ActionRef, Attempt: spec.Attempt, AttemptID: spec.AttemptID,
 		Route: spec.Route, Provider: spec.Provider, Model: spec.Model, AfterMisdirected: spec.AfterMisdirected, Intermediary: spec.Intermediary,
 		HonoursIdempotencyKey: spec.HonoursIdempotencyKey,
@@ -151,7 +153,7 @@ func (a *Attempt) begin(e *Engine, authority string) error {
 	return nil
 }
 
-func (a *Attempt) unsendable(u Unsendable) {
+func (a *Attempt) unsendable(u evidence.Unsendable) {
 	a.mu.Lock()
 	a.ev.Unsendable = u
 	a.mu.Unlock()
@@ -160,7 +162,7 @@ func (a *Attempt) unsendable(u Unsendable) {
 func (a *Attempt) useConn(pc *pooledConn, dialed bool) {
 	a.mu.Lock()
 	a.conn = pc
-	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = pc.ref, dialed, protoHTTP2
+	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = pc.ref, dialed, evidence.ProtoHTTP2
 	a.mu.Unlock()
 }
 
@@ -295,11 +297,11 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 		if a.ev.Status == 0 && a.ev.ProtocolMismatch == "" {
 			switch {
 			case f.AnsweredHTTP1:
-				a.ev.ProtocolMismatch = MismatchHTTP11
+				a.ev.ProtocolMismatch = evidence.MismatchHTTP11
 			case f.ServerSilent && a.conn != nil && a.conn.h2c:
 				// With prior knowledge nothing negotiated HTTP/2; a
 				// server that does speak it sends SETTINGS first.
-				a.ev.ProtocolMismatch = MismatchNotHTTP2
+				a.ev.ProtocolMismatch = evidence.MismatchNotHTTP2
 			}
 		}
 		if a.ev.TransportReplays > 0 {
@@ -311,7 +313,7 @@ func (a *Attempt) settle(ctx context.Context, err error, auto bool) {
 	}
 	a.mu.Unlock()
 	if auto {
-		a.Finish(SignalNone)
+		a.Finish(evidence.SignalNone)
 	}
 }
 
@@ -337,7 +339,7 @@ func (a *Attempt) OnTheWire() bool {
 // Evidence returns a snapshot of what is known of the attempt so far.
 // Until the exchange ends (the body is read to its end, fails or is
 // closed) the frame facts are not yet included.
-func (a *Attempt) Evidence() Evidence {
+func (a *Attempt) Evidence() evidence.Evidence {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.ev
@@ -345,8 +347,8 @@ func (a *Attempt) Evidence() Evidence {
 
 // Finish ends the attempt with only the provider layer's signal (what the
 // body said that the wire could not); see FinishWith.
-func (a *Attempt) Finish(sig Signal) (Evidence, Classification) {
-	return a.FinishWith(Facts{Signal: sig})
+func (a *Attempt) Finish(sig evidence.Signal) (evidence.Evidence, evidence.Classification) {
+	return a.FinishWith(evidence.Facts{Signal: sig})
 }
 
 // FinishWith ends the attempt: it adds the facts the layers above know
@@ -356,7 +358,7 @@ func (a *Attempt) Finish(sig Signal) (Evidence, Classification) {
 // the first call classifies and logs; later calls return the same result.
 // FinishWith settles the exchange if that has not happened, so call it
 // after the body is consumed.
-func (a *Attempt) FinishWith(f Facts) (Evidence, Classification) {
+func (a *Attempt) FinishWith(f evidence.Facts) (evidence.Evidence, evidence.Classification) {
 	a.mu.Lock()
 	settled := a.settled
 	a.mu.Unlock()
@@ -378,7 +380,7 @@ func (a *Attempt) FinishWith(f Facts) (Evidence, Classification) {
 		// exchange that ended first.
 		a.ev.Stop = ""
 	}
-	a.class = Classify(a.ev)
+	a.class = evidence.Classify(a.ev)
 	ev, c, e := a.ev, a.class, a.engine
 	a.mu.Unlock()
 	logger := slog.Default()
@@ -387,7 +389,7 @@ func (a *Attempt) FinishWith(f Facts) (Evidence, Classification) {
 		e.stats.classified(c.Class)
 	}
 	if !a.spec.DeferEvent {
-		LogAttempt(context.Background(), logger, ev, c)
+		evidence.LogAttempt(context.Background(), logger, ev, c)
 	}
 	return ev, c
 }

@@ -6,9 +6,10 @@
 // protocol a request speaks is its route's HTTPVersion (WithHTTPVersion).
 //
 // The engine never retries. It answers one question per attempt — what
-// happened on the wire — as an Evidence value, and Classify turns that into
-// one of the contract's classifications (docs/contract.md section 3). The layer
-// above (the LLMAction workflow) owns the only retry budget.
+// happened on the wire — as an evidence.Evidence value, and
+// evidence.Classify turns that into one of the contract's classifications
+// (docs/contract.md section 3). The layer above (the LLMAction workflow)
+// owns the only retry budget.
 //
 // The package imports nothing from Temporal.
 //

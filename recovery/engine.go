@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 )
@@ -168,14 +169,14 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if scheme != "https" && scheme != "http" {
-		a.unsendable(UnsendableRoute)
+		a.unsendable(evidence.UnsendableRoute)
 		a.settle(ctx, nil, auto)
 		return nil, fmt.Errorf("%w %q", ErrUnsupportedScheme, scheme)
 	}
 	if field, ok := validIdentity(a.spec); !ok {
 		// x/net would refuse the header on every attempt, so retrying can
 		// never help: the request is wrong.
-		a.unsendable(UnsendableInvalid)
+		a.unsendable(evidence.UnsendableInvalid)
 		a.settle(ctx, nil, auto)
 		return nil, fmt.Errorf("%w: %s is not a valid HTTP header value", ErrUnsendable, field)
 	}

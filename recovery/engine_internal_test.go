@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
 
@@ -78,7 +79,7 @@ func TestObserverStreamMapNeverPruned(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if _, c := a.Finish(SignalNone); c.Class != Completed {
+		if _, c := a.Finish(evidence.SignalNone); c.Class != evidence.Completed {
 			t.Fatalf("request %d: %s (%s)", i, c.Class, c.Reason)
 		}
 	}
@@ -133,7 +134,7 @@ func (c *gateConn) Write(b []byte) (int, error) {
 }
 
 // post sends one request with ctx and returns the attempt's result.
-func post(t *testing.T, e *Engine, ctx context.Context, url string, header http.Header) (Evidence, Classification, error) {
+func post(t *testing.T, e *Engine, ctx context.Context, url string, header http.Header) (evidence.Evidence, evidence.Classification, error) {
 	t.Helper()
 	a := NewAttempt(Spec{IdempotencyKey: t.Name()})
 	req, err := http.NewRequestWithContext(WithAttempt(ctx, a), http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
@@ -148,7 +149,7 @@ func post(t *testing.T, e *Engine, ctx context.Context, url string, header http.
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	ev, c := a.Finish(SignalNone)
+	ev, c := a.Finish(evidence.SignalNone)
 	return ev, c, err
 }
 
@@ -168,7 +169,7 @@ func TestContextEndingWhileWritingHeadersMaybeSent(t *testing.T) {
 	}
 	// DialTimeout also bounds the barrier's wait.
 	e, p := newTestEngine(t, Config{DialContext: dial, DialTimeout: 300 * time.Millisecond})
-	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != Completed {
+	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != evidence.Completed {
 		t.Fatalf("warm-up: %s (%s) %v", c.Class, c.Reason, err)
 	}
 	p.SetDefault(providertest.Hold())
@@ -186,7 +187,7 @@ func TestContextEndingWhileWritingHeadersMaybeSent(t *testing.T) {
 	if err == nil {
 		t.Fatal("the request succeeded; it should have ended with its context")
 	}
-	if ev.RequestSent || !ev.MaybeSent || !ev.TimedOut || c.Class != Ambiguous || c.Reason != "context_ended_while_sending" {
+	if ev.RequestSent || !ev.MaybeSent || !ev.TimedOut || c.Class != evidence.Ambiguous || c.Reason != "context_ended_while_sending" {
 		t.Fatalf("classified %s (%s), evidence %+v", c.Class, c.Reason, ev)
 	}
 	if n := e.Stats().MaybeSent; n != 1 {
@@ -197,7 +198,7 @@ func TestContextEndingWhileWritingHeadersMaybeSent(t *testing.T) {
 	// why "unsent" would have been a lie.
 	release()
 	p.SetDefault(providertest.Answer("ok"))
-	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != Completed {
+	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != evidence.Completed {
 		t.Fatalf("fence: %s (%s) %v", c.Class, c.Reason, err)
 	}
 	found := false
@@ -223,7 +224,7 @@ func TestContextEndingWhileWritingHeadersMaybeSent(t *testing.T) {
 // engine re-pick a connection), so no barrier PING is spent on it.
 func TestNeverLeftAfterGoAwayNeedsNoBarrier(t *testing.T) {
 	e, p := newTestEngine(t, Config{})
-	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != Completed {
+	if _, c, err := post(t, e, t.Context(), p.H2CURL(), nil); c.Class != evidence.Completed {
 		t.Fatalf("warm-up: %s (%s) %v", c.Class, c.Reason, err)
 	}
 	pc := e.conns()[0]
@@ -285,7 +286,7 @@ func TestAConnectionStuckInAWriteBlocksNoOtherPick(t *testing.T) {
 		return gc, nil
 	}
 	e, other := newTestEngine(t, Config{DialContext: dial})
-	if _, c, err := post(t, e, t.Context(), stuck.H2CURL(), nil); c.Class != Completed {
+	if _, c, err := post(t, e, t.Context(), stuck.H2CURL(), nil); c.Class != evidence.Completed {
 		t.Fatalf("warm-up: %s (%s) %v", c.Class, c.Reason, err)
 	}
 	held, release := gc.arm()
@@ -299,14 +300,14 @@ func TestAConnectionStuckInAWriteBlocksNoOtherPick(t *testing.T) {
 	go func() { _, _, _ = post(t, e, ctx, stuck.H2CURL(), nil) }()
 	time.Sleep(50 * time.Millisecond) // let it reach the pool (ordering only)
 
-	done := make(chan Classification, 1)
+	done := make(chan evidence.Classification, 1)
 	go func() {
 		_, c, _ := post(t, e, t.Context(), other.H2CURL(), nil)
 		done <- c
 	}()
 	select {
 	case c := <-done:
-		if c.Class != Completed {
+		if c.Class != evidence.Completed {
 			t.Fatalf("another authority's attempt: %s (%s)", c.Class, c.Reason)
 		}
 	case <-time.After(10 * time.Second): // a bound on a hang, not a timing

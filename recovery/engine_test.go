@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
@@ -65,8 +66,8 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 
 // result is one attempt as the caller saw it.
 type result struct {
-	ev   recovery.Evidence
-	c    recovery.Classification
+	ev   evidence.Evidence
+	c    evidence.Classification
 	body string
 	err  error
 }
@@ -74,7 +75,7 @@ type result struct {
 // send makes one attempt. read decides the provider-layer signal from the
 // body, standing in for the provider adapters (a later issue); nil means
 // none.
-func (h *harness) send(ctx context.Context, spec recovery.Spec, url string, stream bool, read func(status int, body []byte) recovery.Signal) result {
+func (h *harness) send(ctx context.Context, spec recovery.Spec, url string, stream bool, read func(status int, body []byte) evidence.Signal) result {
 	h.t.Helper()
 	if spec.IdempotencyKey == "" {
 		spec.IdempotencyKey = "key-" + h.t.Name()
@@ -95,7 +96,7 @@ func (h *harness) send(ctx context.Context, spec recovery.Spec, url string, stre
 		resp.Body.Close()
 		r.body, r.err = string(b), rerr
 	}
-	sig := recovery.SignalNone
+	sig := evidence.SignalNone
 	if read != nil && resp != nil {
 		sig = read(resp.StatusCode, []byte(r.body))
 	}
@@ -103,7 +104,7 @@ func (h *harness) send(ctx context.Context, spec recovery.Spec, url string, stre
 	return r
 }
 
-func (h *harness) want(r result, class recovery.Class) {
+func (h *harness) want(r result, class evidence.Class) {
 	h.t.Helper()
 	if r.c.Class != class {
 		h.t.Fatalf("classified %s (%s), want %s; evidence %+v; err %v", r.c.Class, r.c.Reason, class, r.ev, r.err)
@@ -119,7 +120,7 @@ func (h *harness) executed(key string, want int) {
 
 // openAISignal stands in for the provider layer: no choices means empty,
 // an error type names incompatibility.
-func openAISignal(status int, body []byte) recovery.Signal {
+func openAISignal(status int, body []byte) evidence.Signal {
 	if status >= 400 {
 		var e struct {
 			Error struct{ Type, Code string } `json:"error"`
@@ -127,19 +128,19 @@ func openAISignal(status int, body []byte) recovery.Signal {
 		_ = json.Unmarshal(body, &e)
 		switch e.Error.Code {
 		case "model_not_found":
-			return recovery.SignalModelNotFound
+			return evidence.SignalModelNotFound
 		case "context_length_exceeded":
-			return recovery.SignalContextTooLong
+			return evidence.SignalContextTooLong
 		}
-		return recovery.SignalNone
+		return evidence.SignalNone
 	}
 	var c struct {
 		Choices []json.RawMessage `json:"choices"`
 	}
 	if json.Unmarshal(body, &c) != nil || len(c.Choices) == 0 {
-		return recovery.SignalEmptyResponse
+		return evidence.SignalEmptyResponse
 	}
-	return recovery.SignalNone
+	return evidence.SignalNone
 }
 
 // Runbook 1: a request above the GOAWAY boundary is retried on a different
@@ -155,21 +156,21 @@ func TestRunbookGoAwayAboveBoundaryRetriedOnFreshConnection(t *testing.T) {
 			key := "key-runbook-1-" + scheme
 			// Warm a connection so the GOAWAY'd request is on stream 3 with
 			// stream 1 below the boundary.
-			h.want(h.send(t.Context(), recovery.Spec{IdempotencyKey: "warm-" + scheme}, url, false, nil), recovery.Completed)
+			h.want(h.send(t.Context(), recovery.Spec{IdempotencyKey: "warm-" + scheme}, url, false, nil), evidence.Completed)
 
 			h.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 			first := h.send(t.Context(), recovery.Spec{IdempotencyKey: key, Attempt: 1}, url, false, nil)
-			h.want(first, recovery.Refused)
-			if first.ev.StreamID != 3 || first.ev.GoAway == nil || first.ev.GoAway.LastStreamID != 1 || first.ev.GoAway.Code != recovery.CodeNoError {
+			h.want(first, evidence.Refused)
+			if first.ev.StreamID != 3 || first.ev.GoAway == nil || first.ev.GoAway.LastStreamID != 1 || first.ev.GoAway.Code != evidence.CodeNoError {
 				t.Fatalf("evidence: stream %d goaway %+v", first.ev.StreamID, first.ev.GoAway)
 			}
-			if !first.c.ReplaySafe || !first.c.FreshConnection {
+			if !first.c.Class.ReplaySafe() || !first.c.FreshConnection {
 				t.Fatalf("classification %+v", first.c)
 			}
 			h.executed(key, 0)
 
 			second := h.send(t.Context(), recovery.Spec{IdempotencyKey: key, Attempt: 2, Avoid: []string{first.ev.ConnRef}}, url, false, nil)
-			h.want(second, recovery.Completed)
+			h.want(second, evidence.Completed)
 			if second.ev.ConnRef == first.ev.ConnRef || !second.ev.ConnFresh {
 				t.Fatalf("retry used connection %s (fresh=%v), first was %s", second.ev.ConnRef, second.ev.ConnFresh, first.ev.ConnRef)
 			}
@@ -185,7 +186,7 @@ func TestRunbookGoAwayAtBoundaryIsAmbiguousAndNotResent(t *testing.T) {
 	key := "key-runbook-2"
 	h.p.Push(providertest.GoAwayAfterProcessing(http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: key, Attempt: 1}, h.p.URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	if r.c.Reason != "goaway_at_or_below_boundary" || r.ev.GoAway.LastStreamID < r.ev.StreamID {
 		t.Fatalf("reason %s, evidence %+v", r.c.Reason, r.ev)
 	}
@@ -200,7 +201,7 @@ func TestRunbookConnectionLossWithoutGoAwayIsAmbiguous(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.CloseAfterRead())
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k3"}, h.p.URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	if r.c.Reason != "connection_closed_without_goaway" || !r.ev.ConnClosed || r.ev.GoAway != nil {
 		t.Fatalf("reason %s evidence %+v", r.c.Reason, r.ev)
 	}
@@ -213,17 +214,17 @@ func TestRunbookMisdirectedThenFreshConnection(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.Misdirected())
 	first := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4", Attempt: 1}, h.p.URL(), false, nil)
-	h.want(first, recovery.Misdirected)
+	h.want(first, evidence.Misdirected)
 
 	// An unrelated request must not land on the quarantined connection.
 	other := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4-other"}, h.p.URL(), false, nil)
-	h.want(other, recovery.Completed)
+	h.want(other, evidence.Completed)
 	if other.ev.ConnRef == first.ev.ConnRef {
 		t.Fatal("a new stream went to a quarantined connection")
 	}
 
 	second := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4", Attempt: 2, FreshConnection: true, AfterMisdirected: true, Avoid: []string{first.ev.ConnRef}}, h.p.URL(), false, nil)
-	h.want(second, recovery.Completed)
+	h.want(second, evidence.Completed)
 	if !second.ev.ConnFresh || second.ev.ConnRef == first.ev.ConnRef || second.ev.ConnRef == other.ev.ConnRef {
 		t.Fatalf("421 retry was not on a fresh connection: %s (first %s, other %s)", second.ev.ConnRef, first.ev.ConnRef, other.ev.ConnRef)
 	}
@@ -237,12 +238,9 @@ func TestRunbookMisdirectedRepeatedStops(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.Misdirected(), providertest.Misdirected())
 	first := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4r", Attempt: 1}, h.p.URL(), false, nil)
-	h.want(first, recovery.Misdirected)
+	h.want(first, evidence.Misdirected)
 	second := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k4r", Attempt: 2, FreshConnection: true, AfterMisdirected: true}, h.p.URL(), false, nil)
-	h.want(second, recovery.MisdirectedRepeated)
-	if !second.c.Terminal {
-		t.Fatal("a second 421 must be terminal")
-	}
+	h.want(second, evidence.MisdirectedRepeated)
 	h.executed("k4r", 0)
 }
 
@@ -254,7 +252,7 @@ func TestRunbookStreamCutAfterContentIsCommittedPartial(t *testing.T) {
 			h := newHarness(t)
 			h.p.Push(providertest.StreamCut(2, how))
 			r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k5"}, h.p.URL(), true, nil)
-			h.want(r, recovery.CommittedPartial)
+			h.want(r, evidence.CommittedPartial)
 			if !r.ev.ContentStarted || r.ev.ResponseBytes == 0 || !strings.Contains(r.body, "data:") {
 				t.Fatalf("partial content lost: evidence %+v body %q", r.ev, r.body)
 			}
@@ -283,8 +281,8 @@ func TestStreamStallAfterContentIsCommittedPartial(t *testing.T) {
 	cancel(fmt.Errorf("stream idle: %w", recovery.ErrTimedOut))
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	ev, c := a.Finish(recovery.SignalNone)
-	if c.Class != recovery.CommittedPartial || !ev.TimedOut {
+	ev, c := a.Finish(evidence.SignalNone)
+	if c.Class != evidence.CommittedPartial || !ev.TimedOut {
 		t.Fatalf("stall: %s (%s) %+v", c.Class, c.Reason, ev)
 	}
 }
@@ -293,8 +291,8 @@ func TestRefusedStream(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.RefuseStream())
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "rs"}, h.p.URL(), false, nil)
-	h.want(r, recovery.Refused)
-	if r.c.Reason != "rst_refused_stream" || r.ev.RSTStream == nil || *r.ev.RSTStream != recovery.CodeRefusedStream {
+	h.want(r, evidence.Refused)
+	if r.c.Reason != "rst_refused_stream" || r.ev.RSTStream == nil || *r.ev.RSTStream != evidence.CodeRefusedStream {
 		t.Fatalf("%s %+v", r.c.Reason, r.ev)
 	}
 	h.executed("rs", 0)
@@ -303,15 +301,15 @@ func TestRefusedStream(t *testing.T) {
 func TestGoAwayCodesReadFromTheFrame(t *testing.T) {
 	tests := []struct {
 		code          http2.ErrCode
-		class         recovery.Class
+		class         evidence.Class
 		misconfigured bool
 	}{
-		{http2.ErrCodeNo, recovery.Refused, false},
-		{http2.ErrCodeEnhanceYourCalm, recovery.Throttled, false},
-		{http2.ErrCodeProtocol, recovery.Refused, true},
-		{http2.ErrCodeInadequateSecurity, recovery.Refused, true},
-		{http2.ErrCodeHTTP11Required, recovery.Refused, true},
-		{http2.ErrCodeInternal, recovery.Refused, true},
+		{http2.ErrCodeNo, evidence.Refused, false},
+		{http2.ErrCodeEnhanceYourCalm, evidence.Throttled, false},
+		{http2.ErrCodeProtocol, evidence.Refused, true},
+		{http2.ErrCodeInadequateSecurity, evidence.Refused, true},
+		{http2.ErrCodeHTTP11Required, evidence.Refused, true},
+		{http2.ErrCodeInternal, evidence.Refused, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code.String(), func(t *testing.T) {
@@ -336,11 +334,11 @@ func TestGoAwayCodesReadFromTheFrame(t *testing.T) {
 // counts).
 func TestTwoGoAwaysForgetTheFirstCode(t *testing.T) {
 	h := newHarness(t)
-	h.want(h.send(t.Context(), recovery.Spec{IdempotencyKey: "warm"}, h.p.URL(), false, nil), recovery.Completed)
+	h.want(h.send(t.Context(), recovery.Spec{IdempotencyKey: "warm"}, h.p.URL(), false, nil), evidence.Completed)
 	h.p.Push(providertest.GoAwayAboveTwice(http2.ErrCodeEnhanceYourCalm, http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "twice"}, h.p.URL(), false, nil)
-	h.want(r, recovery.Throttled)
-	if r.c.Reason != "goaway_enhance_your_calm" || r.ev.GoAway == nil || *r.ev.GoAway != (recovery.GoAway{LastStreamID: 1, Code: recovery.CodeEnhanceYourCalm, DebugLen: len("durallm-providertest")}) {
+	h.want(r, evidence.Throttled)
+	if r.c.Reason != "goaway_enhance_your_calm" || r.ev.GoAway == nil || *r.ev.GoAway != (evidence.GoAway{LastStreamID: 1, Code: evidence.CodeEnhanceYourCalm, DebugLen: len("durallm-providertest")}) {
 		t.Fatalf("reason %s, goaway %+v", r.c.Reason, r.ev.GoAway)
 	}
 	h.executed("twice", 0)
@@ -355,25 +353,25 @@ func TestStatusRows(t *testing.T) {
 	tests := []struct {
 		name       string
 		b          providertest.Behavior
-		class      recovery.Class
+		class      evidence.Class
 		retryAfter time.Duration // exact, or -1 for "a positive value"
 		executed   int
 	}{
-		{"throttled: 429 Retry-After seconds", providertest.TooManyRequests(providertest.RetryAfterSeconds(3)), recovery.Throttled, 3 * time.Second, 0},
-		{"throttled: 429 Retry-After HTTP-date", providertest.TooManyRequests(providertest.RetryAfterDate(now.Add(time.Hour))), recovery.Throttled, -1, 0},
-		{"throttled: 429 retry-after-ms", providertest.TooManyRequests(providertest.RetryAfterMS(1500)), recovery.Throttled, 1500 * time.Millisecond, 0},
-		{"throttled: 503 garbage Retry-After is no hint", providertest.Unavailable(providertest.RetryAfterRaw("soonish")), recovery.Throttled, 0, 0},
-		{"throttled: 503 negative Retry-After is no hint", providertest.Unavailable(providertest.RetryAfterRaw("-4")), recovery.Throttled, 0, 0},
-		{"upstream_error: 500", providertest.ServerError(500), recovery.UpstreamError, 0, 1},
-		{"upstream_error: 502", providertest.ServerError(502), recovery.UpstreamError, 0, 1},
-		{"ambiguous: 504", providertest.ServerError(504), recovery.Ambiguous, 0, 1},
-		{"rejected: 400", providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad"}}`), recovery.Rejected, 0, 0},
-		{"rejected: 401", providertest.Status(401, nil, `{"error":{"type":"authentication_error"}}`), recovery.Rejected, 0, 0},
-		{"incompatible_route: model not found", providertest.Status(404, nil, `{"error":{"type":"invalid_request_error","code":"model_not_found"}}`), recovery.IncompatibleRoute, 0, 0},
-		{"incompatible_route: context too long", providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","code":"context_length_exceeded"}}`), recovery.IncompatibleRoute, 0, 0},
-		{"empty_response: 200 with an empty body", providertest.EmptyBody(), recovery.EmptyResponse, 0, 1},
-		{"empty_response: 200 with no choices", providertest.NoChoices(), recovery.EmptyResponse, 0, 1},
-		{"completed", providertest.Answer("hello there"), recovery.Completed, 0, 1},
+		{"throttled: 429 Retry-After seconds", providertest.TooManyRequests(providertest.RetryAfterSeconds(3)), evidence.Throttled, 3 * time.Second, 0},
+		{"throttled: 429 Retry-After HTTP-date", providertest.TooManyRequests(providertest.RetryAfterDate(now.Add(time.Hour))), evidence.Throttled, -1, 0},
+		{"throttled: 429 retry-after-ms", providertest.TooManyRequests(providertest.RetryAfterMS(1500)), evidence.Throttled, 1500 * time.Millisecond, 0},
+		{"throttled: 503 garbage Retry-After is no hint", providertest.Unavailable(providertest.RetryAfterRaw("soonish")), evidence.Throttled, 0, 0},
+		{"throttled: 503 negative Retry-After is no hint", providertest.Unavailable(providertest.RetryAfterRaw("-4")), evidence.Throttled, 0, 0},
+		{"upstream_error: 500", providertest.ServerError(500), evidence.UpstreamError, 0, 1},
+		{"upstream_error: 502", providertest.ServerError(502), evidence.UpstreamError, 0, 1},
+		{"ambiguous: 504", providertest.ServerError(504), evidence.Ambiguous, 0, 1},
+		{"rejected: 400", providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad"}}`), evidence.Rejected, 0, 0},
+		{"rejected: 401", providertest.Status(401, nil, `{"error":{"type":"authentication_error"}}`), evidence.Rejected, 0, 0},
+		{"incompatible_route: model not found", providertest.Status(404, nil, `{"error":{"type":"invalid_request_error","code":"model_not_found"}}`), evidence.IncompatibleRoute, 0, 0},
+		{"incompatible_route: context too long", providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","code":"context_length_exceeded"}}`), evidence.IncompatibleRoute, 0, 0},
+		{"empty_response: 200 with an empty body", providertest.EmptyBody(), evidence.EmptyResponse, 0, 1},
+		{"empty_response: 200 with no choices", providertest.NoChoices(), evidence.EmptyResponse, 0, 1},
+		{"completed", providertest.Answer("hello there"), evidence.Completed, 0, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,7 +399,7 @@ func TestUnsentWhenDialFails(t *testing.T) {
 	ln.Close() // nothing listens there now
 	h := newHarness(t)
 	r := h.send(t.Context(), recovery.Spec{}, "https://"+addr, false, nil)
-	h.want(r, recovery.Unsent)
+	h.want(r, evidence.Unsent)
 	if !r.ev.DialFailed || r.ev.RequestSent {
 		t.Fatalf("%+v", r.ev)
 	}
@@ -413,7 +411,7 @@ func TestTimeoutAfterSendIsAmbiguous(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	r := h.send(ctx, recovery.Spec{IdempotencyKey: "hold"}, h.p.URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	if r.c.Reason != "timeout_after_send" || !r.ev.TimedOut || !r.ev.RequestSent {
 		t.Fatalf("%s %+v", r.c.Reason, r.ev)
 	}
@@ -428,7 +426,7 @@ func TestCancelWithACauseIsStillCanceled(t *testing.T) {
 	go func() { done <- h.send(ctx, recovery.Spec{IdempotencyKey: "cause"}, h.p.URL(), false, nil) }()
 	waitFor(t, func() bool { return h.p.ExecutedCount("cause") == 1 })
 	cancel(errors.New("activity canceled by the workflow"))
-	h.want(<-done, recovery.Canceled)
+	h.want(<-done, evidence.Canceled)
 }
 
 func TestCancelIsNeverAProviderFailure(t *testing.T) {
@@ -440,7 +438,7 @@ func TestCancelIsNeverAProviderFailure(t *testing.T) {
 	waitFor(t, func() bool { return h.p.ExecutedCount("cancel") == 1 })
 	cancel()
 	r := <-done
-	h.want(r, recovery.Canceled)
+	h.want(r, evidence.Canceled)
 	if r.c.ProviderHealth {
 		t.Fatal("cancellation moved provider health")
 	}
@@ -460,7 +458,7 @@ func TestWrappedTransportErrorClassifiedByEvidence(t *testing.T) {
 	if !errors.As(wrapped, &ae) || ae.AttemptID != r.ev.AttemptID {
 		t.Fatalf("the attempt cannot be found through the wrapper: %v", wrapped)
 	}
-	h.want(r, recovery.Refused) // not "rejected", whatever the label says
+	h.want(r, evidence.Refused) // not "rejected", whatever the label says
 }
 
 // A hidden replay: x/net's own Transport re-sends a request above a GOAWAY
@@ -505,7 +503,7 @@ func TestHiddenReplayIsCaughtAndTheEngineNeverReplays(t *testing.T) {
 	// The engine, same scenario.
 	h.p.Push(providertest.GoAwayAbove(http2.ErrCodeNo))
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "engine"}, h.p.URL(), false, nil)
-	h.want(r, recovery.Refused)
+	h.want(r, evidence.Refused)
 	if r.ev.TransportReplays != 0 || receivedFor(h.p, r.ev.AttemptID) != 1 {
 		t.Fatalf("engine replayed: replays=%d received=%d", r.ev.TransportReplays, receivedFor(h.p, r.ev.AttemptID))
 	}
@@ -539,10 +537,10 @@ func TestDrainReconnectsWithinTheAuthorityLimit(t *testing.T) {
 		start(i)
 	}
 	wg.Wait()
-	counts := map[recovery.Class]int{}
+	counts := map[evidence.Class]int{}
 	for _, r := range results {
 		counts[r.c.Class]++
-		if r.c.Class == recovery.Completed || r.c.Class == recovery.Refused || r.c.Class == recovery.Unsent {
+		if r.c.Class == evidence.Completed || r.c.Class == evidence.Refused || r.c.Class == evidence.Unsent {
 			continue
 		}
 		t.Errorf("unexpected %s (%s)", r.c.Class, r.c.Reason)
@@ -551,12 +549,12 @@ func TestDrainReconnectsWithinTheAuthorityLimit(t *testing.T) {
 		t.Fatalf("%d connections for one drain; want a reconnect within the per-authority limit of 4", got)
 	}
 	for i, r := range results[n/2:] {
-		if r.c.Class != recovery.Completed {
+		if r.c.Class != evidence.Completed {
 			t.Errorf("request %d sent after the GOAWAY was read: %s (%s)", n/2+i, r.c.Class, r.c.Reason)
 		}
 	}
 	for i, r := range results {
-		if r.c.Class == recovery.Completed && h.p.ExecutedCount(fmt.Sprintf("d%d", i)) != 1 {
+		if r.c.Class == evidence.Completed && h.p.ExecutedCount(fmt.Sprintf("d%d", i)) != 1 {
 			t.Errorf("d%d completed but executed %d times", i, h.p.ExecutedCount(fmt.Sprintf("d%d", i)))
 		}
 	}
@@ -575,7 +573,7 @@ func TestAttemptEventIsSanitized(t *testing.T) {
 	if resp, err := h.e.RoundTrip(req); err == nil {
 		resp.Body.Close()
 	}
-	a.Finish(recovery.SignalNone)
+	a.Finish(evidence.SignalNone)
 	h.mu.Lock()
 	out := h.log.String()
 	h.mu.Unlock()
@@ -599,7 +597,7 @@ func TestAttemptEventIsSanitized(t *testing.T) {
 			t.Errorf("event lacks %q: %s", field, out)
 		}
 	}
-	if ev["msg"] != recovery.AttemptEvent || ev["classification"] != "refused" {
+	if ev["msg"] != evidence.AttemptEvent || ev["classification"] != "refused" {
 		t.Errorf("event %v", ev)
 	}
 }
@@ -633,7 +631,7 @@ func TestBodyReadErrorIsSanitized(t *testing.T) {
 			if !errors.As(r.err, &ae) || ae.AttemptID != r.ev.AttemptID || !errors.As(r.err, &ga) {
 				t.Errorf("error %v: want an AttemptError of this attempt wrapping the GoAwayError", r.err)
 			}
-			h.want(r, recovery.CommittedPartial)
+			h.want(r, evidence.CommittedPartial)
 		})
 	}
 	// A clean end is io.EOF itself.
@@ -701,7 +699,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestIdempotencyKeyTheClientCannotEncodeIsRejected(t *testing.T) {
 	h := newHarness(t)
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "order-42\r\nX-Injected: 1", Attempt: 1}, h.p.URL(), false, nil)
-	h.want(r, recovery.Rejected)
+	h.want(r, evidence.Rejected)
 	if !errors.Is(r.err, recovery.ErrUnsendable) || r.c.Reason != "invalid_request" {
 		t.Fatalf("err %v, reason %s", r.err, r.c.Reason)
 	}
@@ -720,8 +718,8 @@ func TestResponseHeadersThenRefusedStreamIsAmbiguous(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.HintsThenRefuse())
 	r := h.send(t.Context(), recovery.Spec{Attempt: 1}, h.p.URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
-	if !r.ev.ResponseHeaders || r.ev.RSTStream == nil || *r.ev.RSTStream != recovery.CodeRefusedStream || r.c.Reason != "rst_refused_stream_after_response_headers" {
+	h.want(r, evidence.Ambiguous)
+	if !r.ev.ResponseHeaders || r.ev.RSTStream == nil || *r.ev.RSTStream != evidence.CodeRefusedStream || r.c.Reason != "rst_refused_stream_after_response_headers" {
 		t.Fatalf("evidence %+v, reason %s", r.ev, r.c.Reason)
 	}
 	if n := h.p.AttemptExecutions(r.ev.AttemptID); n != 1 {

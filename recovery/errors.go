@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/durallm/durallm/evidence"
 	"golang.org/x/net/http2"
 )
 
@@ -56,7 +57,7 @@ type AttemptError struct {
 func (e *AttemptError) Error() string {
 	var ga http2.GoAwayError
 	if errors.As(e.Err, &ga) {
-		return fmt.Sprintf("recovery: attempt %s: server sent GOAWAY (last stream %d, %s)", e.AttemptID, ga.LastStreamID, ErrCode(ga.ErrCode))
+		return fmt.Sprintf("recovery: attempt %s: server sent GOAWAY (last stream %d, %s)", e.AttemptID, ga.LastStreamID, evidence.ErrCode(ga.ErrCode))
 	}
 	return "recovery: attempt " + e.AttemptID + ": " + e.Err.Error()
 }

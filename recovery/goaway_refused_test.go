@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
@@ -153,14 +154,14 @@ func crossTheGoAway(t *testing.T, p *providertest.Provider, server string, goAwa
 			}
 		}
 		r.err = err
-		r.ev, r.c = a.Finish(recovery.SignalNone)
+		r.ev, r.c = a.Finish(evidence.SignalNone)
 		above <- r
 	}()
 	waitFor(t, a.OnTheWire)
 	release()
 
 	ra := <-above
-	h.want(ra, recovery.Refused)
+	h.want(ra, evidence.Refused)
 	h.wantReason(ra, "goaway_above_boundary")
 	if ra.ev.StreamID != 3 {
 		t.Fatalf("the request above the boundary went on stream %d, not the draining connection's 3: %+v", ra.ev.StreamID, ra.ev)
@@ -170,7 +171,7 @@ func crossTheGoAway(t *testing.T, p *providertest.Provider, server string, goAwa
 	waitFor(t, func() bool { return e.Stats().RefusedStreamFramesDropped > 0 || len(below) == 1 })
 	close(answer)
 	rb := <-below
-	h.want(rb, recovery.Completed)
+	h.want(rb, evidence.Completed)
 	if rb.body == "" || rb.ev.ConnRef != ra.ev.ConnRef {
 		t.Fatalf("below: %+v body %q", rb.ev, rb.body)
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durallm/durallm/evidence"
 )
 
 // The HTTP/1.1 half of the engine. It is its own small client over
@@ -330,7 +332,7 @@ func (e *Engine) roundTripHTTP1(ctx context.Context, a *Attempt, out *http.Reque
 		got := c.cc.read.Load() - r0
 		a.http1Failed(ctx, c.cc.serverClosed(), got > 0)
 		if errors.Is(err, errHTTP2Answer) {
-			a.mismatch(MismatchHTTP2)
+			a.mismatch(evidence.MismatchHTTP2)
 			e.unlearnHTTP1(scheme, authority)
 			err = fmt.Errorf("%w (%w)", ErrSpeaksOnlyHTTP2, err)
 		} else if got == 0 && !dialed && ctx.Err() == nil {
@@ -429,7 +431,7 @@ func (r *eofReader) Close() error {
 func (a *Attempt) useHTTP1(c *h1Conn, dialed bool) {
 	a.mu.Lock()
 	a.http1, a.h1, a.h1Written0 = true, c.cc, c.cc.written.Load()
-	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = c.ref, dialed, protoHTTP11
+	a.ev.ConnRef, a.ev.ConnFresh, a.ev.HTTPVersion = c.ref, dialed, evidence.ProtoHTTP11
 	a.mu.Unlock()
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
@@ -68,13 +69,13 @@ func TestHTTP1RouteAtPlainNetHTTPServerCompletesAndReusesConnection(t *testing.T
 	h := &harness{t: t, e: e}
 
 	first := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k1"}, srv.URL, false, nil)
-	h.want(first, recovery.Completed)
+	h.want(first, evidence.Completed)
 	h.wantVersion(first, "HTTP/1.1")
 	if !first.ev.ConnFresh || first.ev.RequestBytes == 0 || first.body == "" {
 		t.Fatalf("first attempt: evidence %+v body %q", first.ev, first.body)
 	}
 	second := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k2"}, srv.URL, false, nil)
-	h.want(second, recovery.Completed)
+	h.want(second, evidence.Completed)
 	if second.ev.ConnFresh || second.ev.ConnRef != first.ev.ConnRef {
 		t.Fatalf("second attempt did not reuse the kept-alive connection: %+v", second.ev)
 	}
@@ -92,11 +93,11 @@ func TestHTTP1RouteAtPlainNetHTTPServerCompletesAndReusesConnection(t *testing.T
 func TestAutoOverTLSFollowsALPN(t *testing.T) {
 	h := newHarness(t)
 	r2 := h.send(t.Context(), recovery.Spec{}, h.p.URL(), false, nil)
-	h.want(r2, recovery.Completed)
+	h.want(r2, evidence.Completed)
 	h.wantVersion(r2, "HTTP/2.0")
 	for i := range 2 {
 		r1 := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k-alpn"}, h.p.HTTP1TLSURL(), false, nil)
-		h.want(r1, recovery.Completed)
+		h.want(r1, evidence.Completed)
 		h.wantVersion(r1, "HTTP/1.1")
 		if fresh := i == 0; r1.ev.ConnFresh != fresh {
 			t.Fatalf("attempt %d: conn_fresh %v", i+1, r1.ev.ConnFresh)
@@ -116,7 +117,7 @@ func TestHTTP1CloseAfterReadingTheRequestIsAmbiguous(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.CloseAfterRead())
 	r := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-close"}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	h.wantReason(r, "http1_connection_closed_after_request")
 	if !r.ev.RequestSent || !r.ev.ConnClosed || r.ev.ResponseHeaders {
 		t.Fatalf("evidence %+v", r.ev)
@@ -129,10 +130,10 @@ func TestHTTP1CloseAfterReadingTheRequestIsAmbiguous(t *testing.T) {
 // engine must send it exactly once; the provider counts what arrived.
 func TestHTTP1NoHiddenReplayOnReusedConnection(t *testing.T) {
 	h := newHarness(t)
-	h.want(h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "warm"}, h.p.HTTP1URL(), false, nil), recovery.Completed)
+	h.want(h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "warm"}, h.p.HTTP1URL(), false, nil), evidence.Completed)
 	h.p.Push(providertest.CloseAfterRead())
 	r := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-replay"}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	h.wantReason(r, "http1_reused_connection_closed_after_request")
 	if n := receivedFor(h.p, r.ev.AttemptID); n != 1 {
 		t.Fatalf("provider received the attempt %d times: a hidden replay", n)
@@ -178,11 +179,11 @@ func TestNetHTTPTransportReplaysIdempotencyKeyRequestOnReusedConnection(t *testi
 func TestHTTP1IdleConnectionClosedByServerIsDiscardedUnwritten(t *testing.T) {
 	h := newHarness(t)
 	warm := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "warm"}, h.p.HTTP1URL(), false, nil)
-	h.want(warm, recovery.Completed)
+	h.want(warm, evidence.Completed)
 	waitFor(t, func() bool { return h.p.CloseIdleConns() == 1 })
 	waitFor(t, func() bool { return h.p.HTTP1ConnsOpen() == 0 })
 	r := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-idle"}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Completed)
+	h.want(r, evidence.Completed)
 	if !r.ev.ConnFresh || r.ev.ConnRef == warm.ev.ConnRef {
 		t.Fatalf("the request used the closed connection: %+v", r.ev)
 	}
@@ -198,10 +199,10 @@ func TestHTTP1IdleConnectionClosedByServerIsDiscardedUnwritten(t *testing.T) {
 // lost: ambiguous, counted, and never re-sent.
 func TestHTTP1KeepAliveRaceLostIsAmbiguous(t *testing.T) {
 	h := newHarness(t)
-	h.want(h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "warm"}, h.p.HTTP1URL(), false, nil), recovery.Completed)
+	h.want(h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "warm"}, h.p.HTTP1URL(), false, nil), evidence.Completed)
 	h.p.Push(providertest.CloseAfterRead().Processed(false))
 	r := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-race"}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	h.wantReason(r, "http1_reused_connection_closed_after_request")
 	if st := h.e.Stats(); st.HTTP1RaceLost != 1 {
 		t.Fatalf("stats %+v", st)
@@ -218,9 +219,9 @@ func TestHTTP1ConnectionCloseAfterCompleteResponseIsCompleted(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.AnswerThenClose("bye"))
 	r := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-cc"}, h.p.HTTP1URL(), false, openAISignal)
-	h.want(r, recovery.Completed)
+	h.want(r, evidence.Completed)
 	next := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-next"}, h.p.HTTP1URL(), false, openAISignal)
-	h.want(next, recovery.Completed)
+	h.want(next, evidence.Completed)
 	if !next.ev.ConnFresh {
 		t.Fatalf("a connection the server said it would close was reused: %+v", next.ev)
 	}
@@ -234,7 +235,7 @@ func TestHTTP1ChunkedBodyCutMidChunk(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.StreamCut(2, providertest.CutClose))
 	r := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-cut"}, h.p.HTTP1URL(), true, nil)
-	h.want(r, recovery.CommittedPartial)
+	h.want(r, evidence.CommittedPartial)
 	if !r.ev.BodyFailed || !strings.Contains(r.body, "chunk2") {
 		t.Fatalf("evidence %+v body %q", r.ev, r.body)
 	}
@@ -242,7 +243,7 @@ func TestHTTP1ChunkedBodyCutMidChunk(t *testing.T) {
 
 	h.p.Push(providertest.BodyCut(200, nil, `{"choices":[{"mess`, providertest.CutClose))
 	r = h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-cut-early", ManualCommit: true}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	h.wantReason(r, "body_failed_before_content")
 	h.executed("k-cut-early", 1)
 }
@@ -256,7 +257,7 @@ func TestHTTP1SlowFirstByteTimesOutAmbiguous(t *testing.T) {
 	ctx, cancel := context.WithTimeoutCause(v11(t.Context()), 200*time.Millisecond, recovery.ErrTimedOut)
 	defer cancel()
 	r := h.send(ctx, recovery.Spec{IdempotencyKey: "k-slow"}, h.p.HTTP1URL(), true, nil)
-	h.want(r, recovery.Ambiguous)
+	h.want(r, evidence.Ambiguous)
 	h.wantReason(r, "timeout_after_send")
 	h.executed("k-slow", 1)
 }
@@ -273,7 +274,7 @@ func TestHTTP1SlowFirstByteWithinTheWaitCompletes(t *testing.T) {
 	waitFor(t, func() bool { return h.p.ExecutedCount("k-slow-ok") == 1 })
 	close(release)
 	r := <-done
-	h.want(r, recovery.Completed)
+	h.want(r, evidence.Completed)
 	if !strings.Contains(r.body, "fine") {
 		t.Fatalf("body %q", r.body)
 	}
@@ -286,7 +287,7 @@ func TestHTTP1TimerBeforeAnyByteIsUnsent(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(v11(t.Context()))
 	cancel(recovery.ErrTimedOut)
 	r := h.send(ctx, recovery.Spec{IdempotencyKey: "k-never"}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Unsent)
+	h.want(r, evidence.Unsent)
 	h.executed("k-never", 0)
 }
 
@@ -310,8 +311,8 @@ func TestHTTP1IdleTimeoutClosesIdleConnectionsBeforeTheServer(t *testing.T) {
 			h := &harness{t: t, p: p, e: e}
 			a := h.send(t.Context(), recovery.Spec{}, p.HTTP1URL(), false, nil)
 			b := h.send(t.Context(), recovery.Spec{}, p.HTTP1URL(), false, nil)
-			h.want(a, recovery.Completed)
-			h.want(b, recovery.Completed)
+			h.want(a, evidence.Completed)
+			h.want(b, evidence.Completed)
 			if !b.ev.ConnFresh {
 				t.Fatalf("idle connection reused: %+v", b.ev)
 			}
@@ -343,15 +344,15 @@ func TestH2CAtHTTP1ServerIsUnsentNamingTheFix(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k-mismatch-" + tc.name}, tc.url, false, nil)
-			h.want(r, recovery.Unsent)
+			h.want(r, evidence.Unsent)
 			// Both servers answer and close at once, so the reset that
 			// the HEADERS after the preface draw may destroy the answer
 			// before it is read: then the server was silent, which over
 			// h2c is a mismatch too.
 			switch {
-			case r.ev.ProtocolMismatch == recovery.MismatchHTTP11 && errors.Is(r.err, recovery.ErrSpeaksHTTP1):
+			case r.ev.ProtocolMismatch == evidence.MismatchHTTP11 && errors.Is(r.err, recovery.ErrSpeaksHTTP1):
 				h.wantReason(r, "server_speaks_http1.1_set_http_version")
-			case r.ev.ProtocolMismatch == recovery.MismatchNotHTTP2 && errors.Is(r.err, recovery.ErrNotHTTP2):
+			case r.ev.ProtocolMismatch == evidence.MismatchNotHTTP2 && errors.Is(r.err, recovery.ErrNotHTTP2):
 				h.wantReason(r, "server_does_not_speak_http2_set_http_version")
 			default:
 				t.Fatalf("evidence %+v class %+v err %v", r.ev, r.c, r.err)
@@ -363,7 +364,7 @@ func TestH2CAtHTTP1ServerIsUnsentNamingTheFix(t *testing.T) {
 				t.Fatalf("executed %d times", n)
 			}
 			next := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k-after-" + tc.name}, tc.url, false, nil)
-			h.want(next, recovery.Completed)
+			h.want(next, evidence.Completed)
 			h.wantVersion(next, "HTTP/1.1")
 		})
 	}
@@ -383,13 +384,13 @@ func TestHTTPVersion2AtHTTP1OnlyTLSServerIsUnsent(t *testing.T) {
 	defer e.Close()
 	h := &harness{t: t, e: e}
 	r := h.send(recovery.WithHTTPVersion(t.Context(), recovery.HTTPVersion2), recovery.Spec{}, srv.URL, false, nil)
-	h.want(r, recovery.Unsent)
+	h.want(r, evidence.Unsent)
 	h.wantReason(r, "server_speaks_http1.1_set_http_version")
 	if !errors.Is(r.err, recovery.ErrNoHTTP2) || served.Load() != 0 {
 		t.Fatalf("err %v, served %d", r.err, served.Load())
 	}
 	auto := h.send(t.Context(), recovery.Spec{}, srv.URL, false, nil)
-	h.want(auto, recovery.Completed)
+	h.want(auto, evidence.Completed)
 	h.wantVersion(auto, "HTTP/1.1")
 }
 
@@ -408,7 +409,7 @@ func TestHTTP1AtH2COnlyServerIsUnsent(t *testing.T) {
 	defer e.Close()
 	h := &harness{t: t, e: e}
 	r := h.send(t.Context(), recovery.Spec{}, "http://"+addr, false, nil)
-	h.want(r, recovery.Unsent)
+	h.want(r, evidence.Unsent)
 	h.wantReason(r, "server_speaks_only_http2_set_http_version")
 	if !errors.Is(r.err, recovery.ErrSpeaksOnlyHTTP2) {
 		t.Fatalf("err %v", r.err)
@@ -425,7 +426,7 @@ func TestHTTPVersion2OverHTTPIsH2CWithoutAllowH2C(t *testing.T) {
 	defer e.Close()
 	h := &harness{t: t, e: e}
 	ok := h.send(recovery.WithHTTPVersion(t.Context(), recovery.HTTPVersion2), recovery.Spec{}, "http://"+addr, false, nil)
-	h.want(ok, recovery.Completed)
+	h.want(ok, evidence.Completed)
 	h.wantVersion(ok, "HTTP/2.0")
 }
 
@@ -435,11 +436,11 @@ func TestHTTP1MisdirectedQuarantinesTheConnection(t *testing.T) {
 	h := newHarness(t)
 	h.p.Push(providertest.Misdirected())
 	first := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-421"}, h.p.HTTP1URL(), false, nil)
-	h.want(first, recovery.Misdirected)
+	h.want(first, evidence.Misdirected)
 	retry := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-421", FreshConnection: true, Avoid: []string{first.ev.ConnRef}}, h.p.HTTP1URL(), false, nil)
-	h.want(retry, recovery.Completed)
+	h.want(retry, evidence.Completed)
 	later := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-later"}, h.p.HTTP1URL(), false, nil)
-	h.want(later, recovery.Completed)
+	h.want(later, evidence.Completed)
 	if !retry.ev.ConnFresh || later.ev.ConnRef == first.ev.ConnRef {
 		t.Fatalf("the 421 connection was used again: first %s, retry %+v, later %+v", first.ev.ConnRef, retry.ev, later.ev)
 	}
@@ -463,7 +464,7 @@ func TestProbeSaysWhatTheServerSpeaks(t *testing.T) {
 		{"h2 over TLS", h.p.URL(), auto, recovery.Probe{Speaks: "HTTP/2.0", Checked: true}},
 		{"h2c", h.p.H2CURL(), auto, recovery.Probe{Speaks: "HTTP/2.0", Checked: true}},
 		{"http/1.1 over TLS", h.p.HTTP1TLSURL(), auto, recovery.Probe{Speaks: "HTTP/1.1", Checked: true}},
-		{"2 at an HTTP/1.1 server", h.p.HTTP1URL(), v2, recovery.Probe{Speaks: "HTTP/2.0", Checked: true, Mismatch: recovery.MismatchHTTP11}},
+		{"2 at an HTTP/1.1 server", h.p.HTTP1URL(), v2, recovery.Probe{Speaks: "HTTP/2.0", Checked: true, Mismatch: evidence.MismatchHTTP11}},
 		{"auto at an HTTP/1.1 server learns it", h.p.HTTP1URL(), auto, recovery.Probe{Speaks: "HTTP/1.1", Checked: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -480,7 +481,7 @@ func TestProbeSaysWhatTheServerSpeaks(t *testing.T) {
 		t.Fatalf("the probes sent %d requests", n)
 	}
 	r := h.send(t.Context(), recovery.Spec{IdempotencyKey: "k-after-probe"}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Completed)
+	h.want(r, evidence.Completed)
 	h.wantVersion(r, "HTTP/1.1")
 }
 
@@ -489,17 +490,17 @@ func TestProbeSaysWhatTheServerSpeaks(t *testing.T) {
 func TestHTTP1ContextEndedBeforeTheSendWritesNothing(t *testing.T) {
 	h := newHarness(t)
 	warm := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "warm"}, h.p.HTTP1URL(), false, nil)
-	h.want(warm, recovery.Completed)
+	h.want(warm, evidence.Completed)
 	ctx, cancel := context.WithCancelCause(v11(t.Context()))
 	cancel(recovery.ErrTimedOut)
 	r := h.send(ctx, recovery.Spec{IdempotencyKey: "k-ended"}, h.p.HTTP1URL(), false, nil)
-	h.want(r, recovery.Unsent)
+	h.want(r, evidence.Unsent)
 	h.wantReason(r, "timeout_before_send")
 	if n := receivedFor(h.p, r.ev.AttemptID); n != 0 {
 		t.Fatalf("received %d", n)
 	}
 	next := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-next"}, h.p.HTTP1URL(), false, nil)
-	h.want(next, recovery.Completed)
+	h.want(next, evidence.Completed)
 	if next.ev.ConnRef != warm.ev.ConnRef {
 		t.Fatalf("the kept-alive connection was lost: %s then %s", warm.ev.ConnRef, next.ev.ConnRef)
 	}
@@ -542,10 +543,10 @@ func TestHTTP1TLSCloseNotifyAfterTheResponseIsSeenBeforeTheWrite(t *testing.T) {
 	h := &harness{t: t, e: e}
 	url := "https://" + addr
 	first := h.send(t.Context(), recovery.Spec{}, url, false, nil)
-	h.want(first, recovery.Completed)
+	h.want(first, evidence.Completed)
 	<-closed
 	second := h.send(t.Context(), recovery.Spec{}, url, false, nil)
-	h.want(second, recovery.Completed)
+	h.want(second, evidence.Completed)
 	if !second.ev.ConnFresh {
 		t.Fatalf("wrote to a connection the server had closed: %+v", second.ev)
 	}
@@ -588,10 +589,10 @@ func TestHTTP1TLSCloseNotifyBufferedWithTheResponseIsSeenBeforeTheWrite(t *testi
 	defer e.Close()
 	h := &harness{t: t, e: e}
 	url := "https://" + addr
-	h.want(h.send(t.Context(), recovery.Spec{}, url, false, nil), recovery.Completed)
+	h.want(h.send(t.Context(), recovery.Spec{}, url, false, nil), evidence.Completed)
 	<-closed
 	second := h.send(t.Context(), recovery.Spec{}, url, false, nil)
-	h.want(second, recovery.Completed)
+	h.want(second, evidence.Completed)
 	if st := e.Stats(); !second.ev.ConnFresh || st.HTTP1ClosedIdle != 1 || st.HTTP1RaceLost != 0 {
 		t.Fatalf("wrote to a connection whose close_notify was buffered: %+v, stats %+v", second.ev, st)
 	}
@@ -691,12 +692,12 @@ func TestAnHTTP1BodyClosedEarlyCutsItsConnection(t *testing.T) {
 	if err := resp.Body.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	ev, c := a.Finish(recovery.SignalNone)
-	if c.Class != recovery.Completed || ev.TimedOut {
+	ev, c := a.Finish(evidence.SignalNone)
+	if c.Class != evidence.Completed || ev.TimedOut {
 		t.Fatalf("classified %s (%s); evidence %+v", c.Class, c.Reason, ev)
 	}
 	next := h.send(v11(t.Context()), recovery.Spec{IdempotencyKey: "k-next"}, h.p.HTTP1URL(), false, nil)
-	h.want(next, recovery.Completed)
+	h.want(next, evidence.Completed)
 	if !next.ev.ConnFresh || next.ev.ConnRef == ev.ConnRef {
 		t.Fatalf("the cut connection was reused: %+v", next.ev)
 	}
@@ -757,8 +758,8 @@ func TestAnHTTP1AttemptIsOnTheWireWhileItsExchangeRuns(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	ev, c := a.Finish(recovery.SignalNone)
-	if c.Class != recovery.Completed || !a.OnTheWire() || !ev.RequestSent {
+	ev, c := a.Finish(evidence.SignalNone)
+	if c.Class != evidence.Completed || !a.OnTheWire() || !ev.RequestSent {
 		t.Fatalf("classified %s; on the wire %v; evidence %+v", c.Class, a.OnTheWire(), ev)
 	}
 }

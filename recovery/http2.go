@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"golang.org/x/net/http2"
 )
 
@@ -44,7 +45,7 @@ func (e *Engine) roundTripHTTP2(ctx context.Context, a *Attempt, out *http.Reque
 				return e.roundTripHTTP1(ctx, a, out, scheme, authority, auto, neg.c)
 			}
 			if errors.Is(err, ErrNoHTTP2) {
-				a.mismatch(MismatchHTTP11)
+				a.mismatch(evidence.MismatchHTTP11)
 			}
 			a.dialFailed(ctx)
 			a.settle(ctx, nil, auto)
@@ -77,9 +78,9 @@ func (e *Engine) roundTripHTTP2(ctx context.Context, a *Attempt, out *http.Reque
 			e.learnHTTP1(scheme, authority)
 		}
 		switch m {
-		case MismatchHTTP11:
+		case evidence.MismatchHTTP11:
 			err = fmt.Errorf("%w (%w)", ErrSpeaksHTTP1, err)
-		case MismatchNotHTTP2:
+		case evidence.MismatchNotHTTP2:
 			err = fmt.Errorf("%w (%w)", ErrNotHTTP2, err)
 		}
 		return nil, &AttemptError{AttemptID: a.spec.AttemptID, Err: err}
@@ -238,7 +239,7 @@ func (e *Engine) dial(ctx context.Context, scheme, authority string, alpn []stri
 	}
 	pc := &pooledConn{ref: e.proc + "-c" + strconv.FormatUint(e.seq.Add(1), 10), authority: authority, h2c: scheme == "http"}
 	oc, outer := e.obs.wrap(conn, pc.ref, ConnHooks{
-		GoAway: func(g GoAway) {
+		GoAway: func(g evidence.GoAway) {
 			pc.draining.Store(true)
 			e.stats.goAway(g.Code)
 			wake()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/durallm/durallm/evidence"
 )
 
 // HTTP/2 frame types and flags the observer reads (RFC 9113 section 6).
@@ -83,7 +85,7 @@ type tracker struct {
 	streamID    uint32
 	reqBytes    int64
 	respHeaders bool
-	rst         *ErrCode
+	rst         *evidence.ErrCode
 	// afterGoAway: a stream of this attempt left on a connection that had
 	// already received GOAWAY.
 	afterGoAway bool
@@ -180,10 +182,10 @@ type StreamFacts struct {
 	// ResponseHeaders reports a HEADERS frame from the server on the stream.
 	ResponseHeaders bool
 	// RSTStream is the code of a server RST_STREAM on the stream, or nil.
-	RSTStream *ErrCode
+	RSTStream *evidence.ErrCode
 	// GoAway is what the GOAWAYs on the stream's connection said together
 	// (lowest last-stream id, first non-NO_ERROR code), or nil.
-	GoAway *GoAway
+	GoAway *evidence.GoAway
 	// ConnClosed reports that the stream's connection has ended.
 	ConnClosed bool
 	// MappingLost reports that the stream's connection could not be
@@ -279,7 +281,7 @@ func (c *ObservedConn) connFacts(f *StreamFacts) {
 // HTTP/2 client sees the frame. They must not block.
 type ConnHooks struct {
 	// GoAway is called for every GOAWAY the server sends.
-	GoAway func(GoAway)
+	GoAway func(evidence.GoAway)
 	// Lost is called once when the observer loses the framing.
 	Lost func()
 	// Closed is called once when the connection's read side ends.
@@ -341,7 +343,7 @@ type ObservedConn struct {
 	block   []byte              // the block so far; its array is reused
 	blockOn uint32              // its stream id
 	streams map[uint32]*tracker // streams of tracked attempts (Untrack removes them)
-	goAway  *GoAway             // every GOAWAY received so far, merged (mergeGoAway)
+	goAway  *evidence.GoAway    // every GOAWAY received so far, merged (mergeGoAway)
 	// closed: the read side has ended. Written under mu with peerClosed,
 	// but atomic so that isClosed, which the pool asks for every
 	// connection on every pick, need not take mu: mu is the lock the
@@ -638,7 +640,7 @@ func (c *ObservedConn) inFrame(h frameHeader, p []byte) error {
 			return fmt.Errorf("%w: short RST_STREAM", errObserverLost)
 		}
 		if t := c.streams[h.stream]; t != nil {
-			code := ErrCode(binary.BigEndian.Uint32(p))
+			code := evidence.ErrCode(binary.BigEndian.Uint32(p))
 			t.mu.Lock()
 			t.rst = &code
 			t.mu.Unlock()
@@ -647,9 +649,9 @@ func (c *ObservedConn) inFrame(h frameHeader, p []byte) error {
 		if len(p) < 8 {
 			return fmt.Errorf("%w: short GOAWAY", errObserverLost)
 		}
-		g := GoAway{
+		g := evidence.GoAway{
 			LastStreamID: binary.BigEndian.Uint32(p) & 0x7fffffff,
-			Code:         ErrCode(binary.BigEndian.Uint32(p[4:])),
+			Code:         evidence.ErrCode(binary.BigEndian.Uint32(p[4:])),
 			DebugLen:     int(h.length) - 8,
 		}
 		c.mergeGoAway(g)
@@ -667,7 +669,7 @@ func (c *ObservedConn) inFrame(h frameHeader, p []byte) error {
 // take back an ENHANCE_YOUR_CALM or PROTOCOL_ERROR (x/net's ClientConn
 // merges codes the same way). DebugLen belongs to the frame whose code is
 // kept.
-func (c *ObservedConn) mergeGoAway(g GoAway) {
+func (c *ObservedConn) mergeGoAway(g evidence.GoAway) {
 	prev := c.goAway
 	if prev == nil {
 		c.goAway = &g
@@ -675,7 +677,7 @@ func (c *ObservedConn) mergeGoAway(g GoAway) {
 	}
 	merged := *prev
 	merged.LastStreamID = min(prev.LastStreamID, g.LastStreamID)
-	if prev.Code == CodeNoError {
+	if prev.Code == evidence.CodeNoError {
 		merged.Code, merged.DebugLen = g.Code, g.DebugLen
 	}
 	c.goAway = &merged

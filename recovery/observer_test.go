@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durallm/durallm/evidence"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -121,8 +122,8 @@ func TestObserverReadsServerFrames(t *testing.T) {
 	o := NewObserver()
 	o.Track("a1")
 	o.Track("a2")
-	var hooked []GoAway
-	oc, _ := o.wrap(&sink{r: bytes.NewReader(in.Bytes())}, "p-c1", ConnHooks{GoAway: func(g GoAway) { hooked = append(hooked, g) }})
+	var hooked []evidence.GoAway
+	oc, _ := o.wrap(&sink{r: bytes.NewReader(in.Bytes())}, "p-c1", ConnHooks{GoAway: func(g evidence.GoAway) { hooked = append(hooked, g) }})
 	if _, err := oc.Write(clientBytes(t, []string{"a1", "a2"}, false)); err != nil {
 		t.Fatal(err)
 	}
@@ -136,10 +137,10 @@ func TestObserverReadsServerFrames(t *testing.T) {
 	if !a1.ResponseHeaders || a1.RSTStream != nil {
 		t.Errorf("a1: %+v", a1)
 	}
-	if a2.RSTStream == nil || *a2.RSTStream != CodeRefusedStream {
+	if a2.RSTStream == nil || *a2.RSTStream != evidence.CodeRefusedStream {
 		t.Errorf("a2 RST: %+v", a2)
 	}
-	want := GoAway{LastStreamID: 3, Code: CodeEnhanceYourCalm, DebugLen: len("secret debug data")}
+	want := evidence.GoAway{LastStreamID: 3, Code: evidence.CodeEnhanceYourCalm, DebugLen: len("secret debug data")}
 	if a2.GoAway == nil || *a2.GoAway != want || len(hooked) != 1 || hooked[0] != want {
 		t.Errorf("GOAWAY: facts %+v hooked %+v, want %+v", a2.GoAway, hooked, want)
 	}
@@ -218,13 +219,13 @@ func TestTwoGoAwaysForgetTheFirstCodeObserver(t *testing.T) {
 	tests := []struct {
 		name   string
 		frames []frame
-		want   GoAway
+		want   evidence.GoAway
 	}{
-		{"calm then graceful", []frame{{5, http2.ErrCodeEnhanceYourCalm}, {5, http2.ErrCodeNo}}, GoAway{LastStreamID: 5, Code: CodeEnhanceYourCalm, DebugLen: 1}},
-		{"graceful at max then the real boundary", []frame{{1<<31 - 1, http2.ErrCodeNo}, {3, http2.ErrCodeNo}}, GoAway{LastStreamID: 3, Code: CodeNoError, DebugLen: 2}},
-		{"a higher id never raises the boundary", []frame{{3, http2.ErrCodeNo}, {7, http2.ErrCodeNo}}, GoAway{LastStreamID: 3, Code: CodeNoError, DebugLen: 2}},
-		{"graceful then calm", []frame{{7, http2.ErrCodeNo}, {3, http2.ErrCodeEnhanceYourCalm}}, GoAway{LastStreamID: 3, Code: CodeEnhanceYourCalm, DebugLen: 2}},
-		{"the first error code stays", []frame{{7, http2.ErrCodeEnhanceYourCalm}, {5, http2.ErrCodeProtocol}, {5, http2.ErrCodeNo}}, GoAway{LastStreamID: 5, Code: CodeEnhanceYourCalm, DebugLen: 1}},
+		{"calm then graceful", []frame{{5, http2.ErrCodeEnhanceYourCalm}, {5, http2.ErrCodeNo}}, evidence.GoAway{LastStreamID: 5, Code: evidence.CodeEnhanceYourCalm, DebugLen: 1}},
+		{"graceful at max then the real boundary", []frame{{1<<31 - 1, http2.ErrCodeNo}, {3, http2.ErrCodeNo}}, evidence.GoAway{LastStreamID: 3, Code: evidence.CodeNoError, DebugLen: 2}},
+		{"a higher id never raises the boundary", []frame{{3, http2.ErrCodeNo}, {7, http2.ErrCodeNo}}, evidence.GoAway{LastStreamID: 3, Code: evidence.CodeNoError, DebugLen: 2}},
+		{"graceful then calm", []frame{{7, http2.ErrCodeNo}, {3, http2.ErrCodeEnhanceYourCalm}}, evidence.GoAway{LastStreamID: 3, Code: evidence.CodeEnhanceYourCalm, DebugLen: 2}},
+		{"the first error code stays", []frame{{7, http2.ErrCodeEnhanceYourCalm}, {5, http2.ErrCodeProtocol}, {5, http2.ErrCodeNo}}, evidence.GoAway{LastStreamID: 5, Code: evidence.CodeEnhanceYourCalm, DebugLen: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,8 +237,8 @@ func TestTwoGoAwaysForgetTheFirstCodeObserver(t *testing.T) {
 				_ = fr.WriteGoAway(f.last, f.code, bytes.Repeat([]byte("d"), i+1))
 			}
 			o := NewObserver()
-			var hooked []ErrCode
-			oc, _ := o.wrap(&sink{r: bytes.NewReader(in.Bytes())}, "p-c1", ConnHooks{GoAway: func(g GoAway) { hooked = append(hooked, g.Code) }})
+			var hooked []evidence.ErrCode
+			oc, _ := o.wrap(&sink{r: bytes.NewReader(in.Bytes())}, "p-c1", ConnHooks{GoAway: func(g evidence.GoAway) { hooked = append(hooked, g.Code) }})
 			buf := make([]byte, 64)
 			for {
 				if _, err := oc.Read(buf); err != nil {
@@ -247,7 +248,7 @@ func TestTwoGoAwaysForgetTheFirstCodeObserver(t *testing.T) {
 			if f := o.Stream("none", oc); f.GoAway == nil || *f.GoAway != tt.want {
 				t.Fatalf("GOAWAY facts %+v, want %+v", f.GoAway, tt.want)
 			}
-			if len(hooked) != len(tt.frames) || hooked[len(hooked)-1] != ErrCode(tt.frames[len(tt.frames)-1].code) {
+			if len(hooked) != len(tt.frames) || hooked[len(hooked)-1] != evidence.ErrCode(tt.frames[len(tt.frames)-1].code) {
 				t.Fatalf("hook saw %v: every frame must reach it with its own code", hooked)
 			}
 		})

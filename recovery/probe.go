@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"golang.org/x/net/http2"
 )
 
@@ -31,11 +32,11 @@ type Probe struct {
 // Fix says what to change when p has a mismatch, "" otherwise.
 func (p Probe) Fix() string {
 	switch p.Mismatch {
-	case MismatchHTTP11:
+	case evidence.MismatchHTTP11:
 		return `the server speaks HTTP/1.1: set the route's http_version to "1.1" (or "auto" without --allow-h2c)`
-	case MismatchHTTP2:
+	case evidence.MismatchHTTP2:
 		return `the server speaks only cleartext HTTP/2: set the route's http_version to "2"`
-	case MismatchNotHTTP2:
+	case evidence.MismatchNotHTTP2:
 		return `the server closed the connection at the HTTP/2 preface: if it speaks HTTP/1.1, set the route's http_version to "1.1"`
 	}
 	return ""
@@ -72,9 +73,9 @@ func (e *Engine) Probe(ctx context.Context, baseURL string, v HTTPVersion) (Prob
 	stop := context.AfterFunc(dctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	learn := func(p Probe) Probe {
-		if v == HTTPVersionAuto && p.Mismatch == MismatchHTTP11 {
+		if v == HTTPVersionAuto && p.Mismatch == evidence.MismatchHTTP11 {
 			e.learnHTTP1(scheme, authority)
-			p.Speaks, p.Mismatch = protoHTTP11, "" // auto: HTTP/1.1 is what it will speak now
+			p.Speaks, p.Mismatch = evidence.ProtoHTTP11, "" // auto: HTTP/1.1 is what it will speak now
 		}
 		return p
 	}
@@ -92,16 +93,16 @@ func (e *Engine) Probe(ctx context.Context, baseURL string, v HTTPVersion) (Prob
 			return Probe{}, fmt.Errorf("recovery: probe: TLS handshake with %s: %w", authority, err)
 		}
 		if tc.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
-			return Probe{Speaks: protoHTTP2, Checked: true}, nil
+			return Probe{Speaks: evidence.ProtoHTTP2, Checked: true}, nil
 		}
-		p := Probe{Speaks: protoHTTP11, Checked: true}
+		p := Probe{Speaks: evidence.ProtoHTTP11, Checked: true}
 		if !h1 {
-			p.Mismatch = MismatchHTTP11
+			p.Mismatch = evidence.MismatchHTTP11
 		}
 		return learn(p), nil
 	}
 	if h1 {
-		return Probe{Speaks: protoHTTP11}, nil
+		return Probe{Speaks: evidence.ProtoHTTP11}, nil
 	}
 	// The client preface and an empty SETTINGS frame, as a connection's
 	// first bytes; then the server's first bytes say what it speaks.
@@ -112,14 +113,14 @@ func (e *Engine) Probe(ctx context.Context, baseURL string, v HTTPVersion) (Prob
 	n, err := io.ReadFull(raw, first[:])
 	switch {
 	case n >= len(http1StatusPrefix) && string(first[:len(http1StatusPrefix)]) == http1StatusPrefix:
-		return learn(Probe{Speaks: protoHTTP2, Checked: true, Mismatch: MismatchHTTP11}), nil
+		return learn(Probe{Speaks: evidence.ProtoHTTP2, Checked: true, Mismatch: evidence.MismatchHTTP11}), nil
 	case err == nil && looksLikeSettingsFrame(first[:]):
-		return Probe{Speaks: protoHTTP2, Checked: true}, nil
+		return Probe{Speaks: evidence.ProtoHTTP2, Checked: true}, nil
 	case n == 0 && (errors.Is(err, io.EOF) || !isTimeout(err)):
-		return Probe{Speaks: protoHTTP2, Checked: true, Mismatch: MismatchNotHTTP2}, nil
+		return Probe{Speaks: evidence.ProtoHTTP2, Checked: true, Mismatch: evidence.MismatchNotHTTP2}, nil
 	case isTimeout(err):
-		return Probe{Speaks: protoHTTP2}, fmt.Errorf("%w from %s", ErrProbeNoAnswer, authority)
+		return Probe{Speaks: evidence.ProtoHTTP2}, fmt.Errorf("%w from %s", ErrProbeNoAnswer, authority)
 	default:
-		return Probe{Speaks: protoHTTP2}, fmt.Errorf("recovery: probe: %s answered the HTTP/2 preface with something else", authority)
+		return Probe{Speaks: evidence.ProtoHTTP2}, fmt.Errorf("recovery: probe: %s answered the HTTP/2 preface with something else", authority)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
@@ -58,8 +59,8 @@ func TestContextEndingWhileWritingHeadersRecordedUnsent(t *testing.T) {
 
 	type sent struct {
 		id string
-		ev recovery.Evidence
-		c  recovery.Classification
+		ev evidence.Evidence
+		c  evidence.Classification
 	}
 	var attempts []sent
 	const n = 100
@@ -77,7 +78,7 @@ func TestContextEndingWhileWritingHeadersRecordedUnsent(t *testing.T) {
 			resp.Body.Close()
 		}
 		cancel()
-		ev, c := a.Finish(recovery.SignalNone)
+		ev, c := a.Finish(evidence.SignalNone)
 		attempts = append(attempts, sent{a.ID(), ev, c})
 	}
 	// Every header block x/net began is written whole, and in order: once
@@ -92,7 +93,7 @@ func TestContextEndingWhileWritingHeadersRecordedUnsent(t *testing.T) {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if _, c := a.Finish(recovery.SignalNone); c.Class != recovery.Completed || len(e.Stats().GoAways) != 0 {
+	if _, c := a.Finish(evidence.SignalNone); c.Class != evidence.Completed || len(e.Stats().GoAways) != 0 {
 		t.Fatalf("fence request %s (%s); the loop's connection must still be the one in use", c.Class, c.Reason)
 	}
 
@@ -102,7 +103,7 @@ func TestContextEndingWhileWritingHeadersRecordedUnsent(t *testing.T) {
 	}
 	var arrived, wrong, unsent, maybe int
 	for _, s := range attempts {
-		if s.c.Class == recovery.Unsent {
+		if s.c.Class == evidence.Unsent {
 			unsent++
 		}
 		if s.ev.MaybeSent {
@@ -112,7 +113,7 @@ func TestContextEndingWhileWritingHeadersRecordedUnsent(t *testing.T) {
 			continue
 		}
 		arrived++
-		if !(s.ev.RequestSent || s.ev.MaybeSent) || s.c.Class == recovery.Unsent {
+		if !(s.ev.RequestSent || s.ev.MaybeSent) || s.c.Class == evidence.Unsent {
 			wrong++
 			if wrong <= 3 {
 				t.Errorf("attempt %s reached the server but: request_sent=%v maybe_sent=%v, classified %s (%s)", s.id, s.ev.RequestSent, s.ev.MaybeSent, s.c.Class, s.c.Reason)

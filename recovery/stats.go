@@ -3,6 +3,8 @@ package recovery
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/durallm/durallm/evidence"
 )
 
 // Stats are the engine's counters since it was created. They feed the
@@ -26,7 +28,7 @@ type Stats struct {
 	// stayed (Evidence.MaybeSent): each is ambiguous instead of unsent.
 	MaybeSent int64
 	// Attempts counts finished attempts by classification.
-	Attempts map[Class]int64
+	Attempts map[evidence.Class]int64
 	// RefusedStreamFramesDropped counts frames the HTTP/2 client wrote for
 	// a stream that a GOAWAY received on its connection had already
 	// refused (above the last-stream id), which the engine kept off the
@@ -68,10 +70,10 @@ type stats struct {
 
 	mu       sync.Mutex
 	goAways  map[string]int64
-	attempts map[Class]int64
+	attempts map[evidence.Class]int64
 }
 
-func (s *stats) goAway(code ErrCode) {
+func (s *stats) goAway(code evidence.ErrCode) {
 	s.mu.Lock()
 	if s.goAways == nil {
 		s.goAways = make(map[string]int64)
@@ -80,10 +82,10 @@ func (s *stats) goAway(code ErrCode) {
 	s.mu.Unlock()
 }
 
-func (s *stats) classified(c Class) {
+func (s *stats) classified(c evidence.Class) {
 	s.mu.Lock()
 	if s.attempts == nil {
-		s.attempts = make(map[Class]int64)
+		s.attempts = make(map[evidence.Class]int64)
 	}
 	s.attempts[c]++
 	s.mu.Unlock()
@@ -105,7 +107,7 @@ func (e *Engine) Stats() Stats {
 		HTTP1Expired:               s.h1Expired.Load(),
 		HTTP1RaceLost:              s.h1RaceLost.Load(),
 		GoAways:                    make(map[string]int64),
-		Attempts:                   make(map[Class]int64),
+		Attempts:                   make(map[evidence.Class]int64),
 	}
 	s.mu.Lock()
 	for k, v := range s.goAways {

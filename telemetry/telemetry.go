@@ -9,7 +9,7 @@
 // error.type) and add the recovery ones under durallm.*. No attribute ever
 // holds content, a header, a key or an id of a user action: only routes,
 // models, providers, classifications, the provider-health flag, codes
-// (peer-chosen ones bucketed by recovery.ErrCode.Label) and origins, so
+// (peer-chosen ones bucketed by evidence.ErrCode.Label) and origins, so
 // cardinality stays bounded. docs/operations.md lists every series and
 // the alerts.
 package telemetry
@@ -37,6 +37,7 @@ import (
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/recovery"
 )
 
@@ -265,8 +266,8 @@ func (t *Telemetry) engineCounters() error {
 // no content.
 type Attempt struct {
 	Route, Provider, Model string
-	Evidence               recovery.Evidence
-	Class                  recovery.Classification
+	Evidence               evidence.Evidence
+	Class                  evidence.Classification
 	InputTokens            int
 	OutputTokens           int
 }
@@ -292,7 +293,7 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 		attribute.String("durallm.route", a.Route),
 	}
 	durAttrs := common
-	if a.Class.Class != recovery.Completed {
+	if a.Class.Class != evidence.Completed {
 		durAttrs = append(append([]attribute.KeyValue(nil), common...), attribute.String("error.type", class))
 	}
 	t.duration.Record(ctx, a.Evidence.Elapsed.Seconds(), metric.WithAttributes(durAttrs...))
@@ -313,15 +314,15 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 		attribute.String("durallm.route", a.Route),
 		attribute.Bool("durallm.provider_health", a.Class.ProviderHealth)))
 	switch a.Class.Class {
-	case recovery.Ambiguous:
+	case evidence.Ambiguous:
 		// Ambiguous reasons are constants or carry a peer's code only as
 		// ErrCode.Label, so durallm.reason is bounded. Other classes'
 		// reasons are not exported: "status_N" holds the peer's status,
 		// which x/net parses as any integer.
 		t.ambiguous.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route), attribute.String("durallm.reason", a.Class.Reason)))
-	case recovery.EmptyResponse:
+	case evidence.EmptyResponse:
 		t.empty.Add(ctx, 1, metric.WithAttributes(attribute.String("gen_ai.provider.name", a.Provider), attribute.String("gen_ai.request.model", a.Model)))
-	case recovery.CommittedPartial:
+	case evidence.CommittedPartial:
 		t.truncated.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route)))
 	}
 	if a.Evidence.SentAfterGoAway {

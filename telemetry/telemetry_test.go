@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
@@ -74,7 +75,7 @@ func (w *wire) attempt(t *testing.T, key string) telemetry.Attempt {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	ev, c := a.Finish(recovery.SignalNone)
+	ev, c := a.Finish(evidence.SignalNone)
 	return telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: ev, Class: c}
 }
 
@@ -94,15 +95,15 @@ func TestPeerChosenErrorCodesDoNotBecomeMetricLabelValues(t *testing.T) {
 	}
 	tel.RecordAttempt(t.Context(), ga)
 	rst := w.attempt(t, "reset")
-	if rst.Class.Class != recovery.Ambiguous || rst.Evidence.RSTStream == nil || uint32(*rst.Evidence.RSTStream) != uint32(peerCode) {
+	if rst.Class.Class != evidence.Ambiguous || rst.Evidence.RSTStream == nil || uint32(*rst.Evidence.RSTStream) != uint32(peerCode) {
 		t.Fatalf("second attempt %+v with RST_STREAM %v, want ambiguous with code %#x", rst.Class, rst.Evidence.RSTStream, uint32(peerCode))
 	}
 	tel.RecordAttempt(t.Context(), rst)
 
 	// A status is peer-chosen too (x/net accepts any integer), and its
 	// reason "status_N" must stay out of metrics.
-	odd := recovery.Evidence{ConnRef: "p-c9", RequestSent: true, StreamID: 1, ResponseHeaders: true, Status: 987654}
-	tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: odd, Class: recovery.Classify(odd)})
+	odd := evidence.Evidence{ConnRef: "p-c9", RequestSent: true, StreamID: 1, ResponseHeaders: true, Status: 987654}
+	tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: odd, Class: evidence.Classify(odd)})
 
 	body := scrape(t, tel)
 	if got := providertest.MetricSum(body, "durallm_goaways_total", `http2_error_code="UNKNOWN"`); got != 1 {
@@ -124,26 +125,26 @@ func TestPeerChosenErrorCodesDoNotBecomeMetricLabelValues(t *testing.T) {
 // flag is exported as it was classified, so a dashboard can prove that.
 func TestProviderHealthIsExported(t *testing.T) {
 	tel := newTelemetry(t)
-	sent := recovery.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
-	status := func(s int) recovery.Evidence { ev := sent; ev.ResponseHeaders, ev.Status = true, s; return ev }
+	sent := evidence.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
+	status := func(s int) evidence.Evidence { ev := sent; ev.ResponseHeaders, ev.Status = true, s; return ev }
 	drain := sent
-	drain.GoAway = &recovery.GoAway{LastStreamID: 1, Code: recovery.CodeNoError}
+	drain.GoAway = &evidence.GoAway{LastStreamID: 1, Code: evidence.CodeNoError}
 	canceled := sent
 	canceled.Canceled = true
 	attempts := []struct {
-		ev     recovery.Evidence
-		class  recovery.Class
+		ev     evidence.Evidence
+		class  evidence.Class
 		health string
 	}{
-		{canceled, recovery.Canceled, "false"},
-		{status(429), recovery.Throttled, "true"},
-		{status(421), recovery.Misdirected, "false"},
-		{status(400), recovery.Rejected, "false"},
-		{drain, recovery.Refused, "false"},
-		{status(500), recovery.UpstreamError, "true"},
+		{canceled, evidence.Canceled, "false"},
+		{status(429), evidence.Throttled, "true"},
+		{status(421), evidence.Misdirected, "false"},
+		{status(400), evidence.Rejected, "false"},
+		{drain, evidence.Refused, "false"},
+		{status(500), evidence.UpstreamError, "true"},
 	}
 	for _, a := range attempts {
-		c := recovery.Classify(a.ev)
+		c := evidence.Classify(a.ev)
 		if c.Class != a.class {
 			t.Fatalf("evidence %+v classified %s, want %s", a.ev, c.Class, a.class)
 		}

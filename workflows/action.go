@@ -23,8 +23,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 )
 
 const (
@@ -311,7 +311,7 @@ func (w *action) record(d Decision) {
 	if d.Wait > 0 {
 		extra = append(extra, slog.Duration("wait", d.Wait))
 	}
-	recovery.LogAttempt(context.Background(), w.events, rec.Evidence, rec.Classification, extra...)
+	evidence.LogAttempt(context.Background(), w.events, rec.Evidence, rec.Classification, extra...)
 }
 
 // nextAttempt says how the next attempt is made and why.
@@ -386,7 +386,7 @@ func (w *action) jitter() float64 {
 func (w *action) endCanceled() ActionResult {
 	w.status.Origin = w.origin
 	w.count("durallm.cancellations", "origin", string(w.origin))
-	return w.end(StateCanceled, string(recovery.Canceled), string(w.origin))
+	return w.end(StateCanceled, string(evidence.Canceled), string(w.origin))
 }
 
 // end makes the one terminal transition. Signals still queued are

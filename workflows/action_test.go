@@ -22,11 +22,11 @@ import (
 
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
-	"github.com/durallm/durallm/recovery"
 )
 
 // These tests run LLMAction in virtual time with CallModel scripted per
@@ -132,50 +132,50 @@ func input(routes ...string) ActionInput {
 
 // Outcomes built from evidence.
 
-func classified(in attempt.Input, f func(*recovery.Evidence)) attempt.Outcome {
-	ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
+func classified(in attempt.Input, f func(*evidence.Evidence)) attempt.Outcome {
+	ev := evidence.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
 		ConnRef: "p-c" + string(rune('0'+in.Attempt)), RequestSent: true, StreamID: 3}
 	f(&ev)
-	return attempt.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
+	return attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
 }
 
 func done(in attempt.Input) attempt.Outcome {
-	o := classified(in, func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true })
+	o := classified(in, func(e *evidence.Evidence) { e.Status = 200; e.ContentStarted = true })
 	o.Response = &providers.Response{Text: "answer from " + in.Route}
 	return o
 }
 
 var ok = step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) { return done(in), nil }}
 
-func with(f func(*recovery.Evidence)) step {
+func with(f func(*evidence.Evidence)) step {
 	return step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
 		return classified(in, f), nil
 	}}
 }
 
 var (
-	goAwayAbove = with(func(e *recovery.Evidence) { e.GoAway = &recovery.GoAway{LastStreamID: 1} })
-	goAwayAt    = with(func(e *recovery.Evidence) { e.GoAway = &recovery.GoAway{LastStreamID: 3} })
-	goAwayProto = with(func(e *recovery.Evidence) {
-		e.GoAway = &recovery.GoAway{LastStreamID: 1, Code: recovery.CodeProtocolError}
+	goAwayAbove = with(func(e *evidence.Evidence) { e.GoAway = &evidence.GoAway{LastStreamID: 1} })
+	goAwayAt    = with(func(e *evidence.Evidence) { e.GoAway = &evidence.GoAway{LastStreamID: 3} })
+	goAwayProto = with(func(e *evidence.Evidence) {
+		e.GoAway = &evidence.GoAway{LastStreamID: 1, Code: evidence.CodeProtocolError}
 	})
-	connLost      = with(func(e *recovery.Evidence) { e.ConnClosed = true })
-	unsent        = with(func(e *recovery.Evidence) { e.RequestSent, e.StreamID, e.DialFailed = false, 0, true })
-	misdirected   = with(func(e *recovery.Evidence) { e.Status = 421 })
-	misdirected2  = with(func(e *recovery.Evidence) { e.Status = 421; e.AfterMisdirected = true })
-	upstream500   = with(func(e *recovery.Evidence) { e.Status = 500 })
-	rejected400   = with(func(e *recovery.Evidence) { e.Status = 400 })
-	emptyResponse = with(func(e *recovery.Evidence) { e.Status = 200; e.Signal = recovery.SignalEmptyResponse })
-	modelGone     = with(func(e *recovery.Evidence) { e.Status = 404; e.Signal = recovery.SignalModelNotFound })
-	filtered      = with(func(e *recovery.Evidence) { e.Status = 400; e.Signal = recovery.SignalContentFiltered })
+	connLost      = with(func(e *evidence.Evidence) { e.ConnClosed = true })
+	unsent        = with(func(e *evidence.Evidence) { e.RequestSent, e.StreamID, e.DialFailed = false, 0, true })
+	misdirected   = with(func(e *evidence.Evidence) { e.Status = 421 })
+	misdirected2  = with(func(e *evidence.Evidence) { e.Status = 421; e.AfterMisdirected = true })
+	upstream500   = with(func(e *evidence.Evidence) { e.Status = 500 })
+	rejected400   = with(func(e *evidence.Evidence) { e.Status = 400 })
+	emptyResponse = with(func(e *evidence.Evidence) { e.Status = 200; e.Signal = evidence.SignalEmptyResponse })
+	modelGone     = with(func(e *evidence.Evidence) { e.Status = 404; e.Signal = evidence.SignalModelNotFound })
+	filtered      = with(func(e *evidence.Evidence) { e.Status = 400; e.Signal = evidence.SignalContentFiltered })
 )
 
 func throttled(retryAfter time.Duration) step {
-	return with(func(e *recovery.Evidence) { e.Status = 429; e.RetryAfter = retryAfter })
+	return with(func(e *evidence.Evidence) { e.Status = 429; e.RetryAfter = retryAfter })
 }
 
 var partial = step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
-	o := classified(in, func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true; e.BodyFailed = true })
+	o := classified(in, func(e *evidence.Evidence) { e.Status = 200; e.ContentStarted = true; e.BodyFailed = true })
 	o.Response = &providers.Response{Text: "half an ans", Partial: true, Incomplete: "reset"}
 	return o, nil
 }}
@@ -582,7 +582,7 @@ func TestCancellationRacePoints(t *testing.T) {
 				}
 			}
 			for _, a := range res.Attempts {
-				if a.Classification.Class == recovery.Canceled && a.HealthMoved {
+				if a.Classification.Class == evidence.Canceled && a.HealthMoved {
 					t.Fatal("a canceled attempt moved provider health")
 				}
 			}
@@ -728,13 +728,13 @@ func TestActivityTimeoutsAsTheContractSays(t *testing.T) {
 	tests := []struct {
 		name   string
 		err    error
-		class  recovery.Class
+		class  evidence.Class
 		reason string
 	}{
-		{"schedule-to-start: no worker took it, unsent", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), recovery.Unsent, "no_worker_took_the_attempt"},
-		{"start-to-close: ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil), recovery.Ambiguous, "attempt_timeout"},
-		{"heartbeat: worker died mid-attempt, ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, attempt.Progress{ConnRef: "p-c9", ContentStarted: false}), recovery.Ambiguous, "worker_lost_mid_attempt"},
-		{"any other activity failure: ambiguous", errors.New("panic: boom"), recovery.Ambiguous, "activity_failed"},
+		{"schedule-to-start: no worker took it, unsent", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), evidence.Unsent, "no_worker_took_the_attempt"},
+		{"start-to-close: ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil), evidence.Ambiguous, "attempt_timeout"},
+		{"heartbeat: worker died mid-attempt, ambiguous", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, attempt.Progress{ConnRef: "p-c9", ContentStarted: false}), evidence.Ambiguous, "worker_lost_mid_attempt"},
+		{"any other activity failure: ambiguous", errors.New("panic: boom"), evidence.Ambiguous, "activity_failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -807,17 +807,17 @@ func TestAutomaticReplayIgnoresTheCommitBoundary(t *testing.T) {
 // real server.)
 func TestCanceledAttemptWireEvidenceReachesHistory(t *testing.T) {
 	in := attempt.Input{ActionRef: "act", Attempt: 1, AttemptID: "run-1", Route: "a"}
-	sent := classified(in, func(e *recovery.Evidence) {
+	sent := classified(in, func(e *evidence.Evidence) {
 		e.Status, e.ContentStarted, e.ResponseBytes = 200, true, 42
-		e.Canceled, e.Stop = true, recovery.StopScope
+		e.Canceled, e.Stop = true, evidence.StopScope
 	})
 	got := outcomeOfError(fmt.Errorf("attempt canceled: %w (%w)", context.Canceled, temporal.NewCanceledError(sent)), in)
-	if got.Evidence.ConnRef != "p-c1" || got.Evidence.StreamID != 3 || !got.Evidence.ContentStarted || got.Classification.Class != recovery.Canceled {
+	if got.Evidence.ConnRef != "p-c1" || got.Evidence.StreamID != 3 || !got.Evidence.ContentStarted || got.Classification.Class != evidence.Canceled {
 		t.Fatalf("outcome %+v", got)
 	}
 	// Canceled before any worker ran it: no details, still the scope.
 	got = outcomeOfError(temporal.NewCanceledError(), in)
-	if got.Classification.Class != recovery.Canceled || got.Evidence.Stop != recovery.StopScope || got.Evidence.AttemptID != "run-1" {
+	if got.Classification.Class != evidence.Canceled || got.Evidence.Stop != evidence.StopScope || got.Evidence.AttemptID != "run-1" {
 		t.Fatalf("outcome %+v", got)
 	}
 	// Details of another attempt are not this attempt's evidence.
@@ -834,14 +834,14 @@ func TestCanceledAttemptWireEvidenceReachesHistory(t *testing.T) {
 // The action's second 421, wherever it falls, is misdirected_repeated.
 func TestSecond421IsTerminalWhereverItFalls(t *testing.T) {
 	got421 := step{f: func(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
-		return classified(in, func(e *recovery.Evidence) { e.Status = 421; e.AfterMisdirected = in.AfterMisdirected }), nil
+		return classified(in, func(e *evidence.Evidence) { e.Status = 421; e.AfterMisdirected = in.AfterMisdirected }), nil
 	}}
 	r := newRun(t, got421, unsent, got421, ok)
 	in := input("a")
 	in.MaxAttempts = 6
 	in.RetriesPerRoute = 3
 	res := r.exec(in)
-	if res.State != StateFailed || res.Outcome != string(recovery.MisdirectedRepeated) || r.attemptsStarted() != 3 {
+	if res.State != StateFailed || res.Outcome != string(evidence.MisdirectedRepeated) || r.attemptsStarted() != 3 {
 		t.Fatalf("state %s outcome %s after %d attempts", res.State, res.Outcome, r.attemptsStarted())
 	}
 }
@@ -883,7 +883,7 @@ func TestCapabilitySafeFallback(t *testing.T) {
 		}
 	})
 	t.Run("context too long falls back only to a larger context", func(t *testing.T) {
-		tooLong := with(func(e *recovery.Evidence) { e.Status = 400; e.Signal = recovery.SignalContextTooLong })
+		tooLong := with(func(e *evidence.Evidence) { e.Status = 400; e.Signal = evidence.SignalContextTooLong })
 		r := newRun(t, tooLong, ok)
 		res := r.exec(input("ctx8k", "ctx8k-b", "ctx128k"))
 		if res.State != StateCompleted || r.calls[1].Route != "ctx128k" {
@@ -916,9 +916,9 @@ func TestAVerdictByTimeoutIsNotTheReconcileTimeout(t *testing.T) {
 // (ScheduleToStart, worker lost), a canceled attempt and a request the
 // route cannot express.
 func TestAttemptEventAgreesWithHistoryForEveryRow(t *testing.T) {
-	unsupported := with(func(e *recovery.Evidence) {
+	unsupported := with(func(e *evidence.Evidence) {
 		e.RequestSent, e.StreamID, e.ConnRef = false, 0, ""
-		e.Unsendable = recovery.UnsendableRoute
+		e.Unsendable = evidence.UnsendableRoute
 	})
 	tests := []struct {
 		name   string
@@ -949,7 +949,7 @@ func TestAttemptEventAgreesWithHistoryForEveryRow(t *testing.T) {
 				if err := json.Unmarshal([]byte(line), &ev); err != nil {
 					t.Fatalf("event %q: %v", line, err)
 				}
-				if ev["msg"] == recovery.AttemptEvent {
+				if ev["msg"] == evidence.AttemptEvent {
 					events = append(events, ev)
 				}
 			}

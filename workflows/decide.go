@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/attempt"
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
 )
 
 // This file is the one place that maps a classified attempt to what
@@ -13,7 +13,7 @@ import (
 // decideVerdict are pure: the workflow gathers where the action stands
 // (position), asks, and applies the answer (a plan) in step; the waits
 // (reconciler, verdict, backoff) are the workflow's, elsewhere. The class
-// itself was decided by recovery.Classify; nothing here revisits it.
+// itself was decided by evidence.Classify; nothing here revisits it.
 
 // position is where an action stands when one of its attempts has ended:
 // everything decide needs besides the attempt's own classification and
@@ -33,7 +33,7 @@ type position struct {
 	// backoff, jitter (the attempt's deterministic random number) and
 	// remaining (the time left before the deadline).
 	waits     int
-	backoff   recovery.Backoff
+	backoff   Backoff
 	jitter    float64
 	remaining time.Duration
 	// avoid is the connections the current attempt was told to avoid.
@@ -68,25 +68,25 @@ type plan struct {
 
 // answers are the terminal states a class ends the action in by itself
 // (section 4.2): a response, or a request that can never succeed.
-var answers = map[recovery.Class]State{
-	recovery.Completed:           StateCompleted,
-	recovery.CommittedPartial:    StateCompletedPartial,
-	recovery.Rejected:            StateRejected,
-	recovery.ContentFiltered:     StateRejected,
-	recovery.MisdirectedRepeated: StateFailed,
+var answers = map[evidence.Class]State{
+	evidence.Completed:           StateCompleted,
+	evidence.CommittedPartial:    StateCompletedPartial,
+	evidence.Rejected:            StateRejected,
+	evidence.ContentFiltered:     StateRejected,
+	evidence.MisdirectedRepeated: StateFailed,
 }
 
 // decide applies the contract's next-step table (section 4.2), with the
 // budget (4.3), the scope (4.5), fallback by capability (4.6), the 421
 // rule (4.7) and the replay policy (5.4), to one attempt.
-func decide(c recovery.Classification, ev recovery.Evidence, p position) plan {
+func decide(c evidence.Classification, ev evidence.Evidence, p position) plan {
 	from := p.routes[p.route]
 	end, terminal := answers[c.Class]
 	finished := end == StateCompleted || end == StateCompletedPartial
 	if p.origin != "" && !finished {
 		// The scope ended: whatever the attempt says, nothing follows.
 		// A response that committed stands.
-		return stop(Decision{Next: DecideStop, Why: "scope_ended_" + string(p.origin)}, StateCanceled, string(recovery.Canceled), string(p.origin))
+		return stop(Decision{Next: DecideStop, Why: "scope_ended_" + string(p.origin)}, StateCanceled, string(evidence.Canceled), string(p.origin))
 	}
 	avoid := p.avoid
 	if ev.ConnRef != "" && (c.FreshConnection || ev.GoAway != nil) {
@@ -121,11 +121,11 @@ func decide(c recovery.Classification, ev recovery.Evidence, p position) plan {
 	case terminal:
 		return stop(Decision{Next: DecideStop, Why: c.Reason}, end, string(c.Class), c.Reason)
 
-	case c.Class == recovery.Ambiguous || c.Class == recovery.Canceled:
+	case c.Class == evidence.Ambiguous || c.Class == evidence.Canceled:
 		// A canceled attempt with the scope still open is never expected
 		// (only the workflow asks Temporal to cancel one); the request
 		// may have left, so it waits for a verdict too (section 3.2).
-		if c.Class == recovery.Ambiguous && p.mayReplay {
+		if c.Class == evidence.Ambiguous && p.mayReplay {
 			return again(Decision{Next: DecideReplay, Why: "route honours Idempotency-Key", Route: from.Name},
 				nextAttempt{why: "replay", detail: "route honours Idempotency-Key", avoid: avoid}, p.route, p.tries)
 		}
@@ -136,16 +136,16 @@ func decide(c recovery.Classification, ev recovery.Evidence, p position) plan {
 		// The same route would fail the same way; the unprocessed request
 		// may go elsewhere.
 		return fallBackOrStop()
-	case c.Class == recovery.Misdirected:
+	case c.Class == evidence.Misdirected:
 		pl := again(Decision{Next: DecideRetry, Why: "fresh connection after 421", Route: from.Name},
 			nextAttempt{why: "421 retry", detail: "fresh connection after 421", avoid: avoid, fresh: true}, p.route, p.tries)
 		pl.misdirected = true
 		return pl
-	case c.Class == recovery.Refused:
+	case c.Class == evidence.Refused:
 		// Provably unprocessed: at once, on another connection.
 		return again(Decision{Next: DecideRetry, Why: c.Reason, Route: from.Name},
 			nextAttempt{why: "transport retry", detail: freshDetail(ev), avoid: avoid}, p.route, p.tries)
-	case c.Class == recovery.EmptyResponse || c.Class == recovery.IncompatibleRoute:
+	case c.Class == evidence.EmptyResponse || c.Class == evidence.IncompatibleRoute:
 		// The same route would answer the same.
 		return fallBackOrStop()
 	}
@@ -175,7 +175,7 @@ func decide(c recovery.Classification, ev recovery.Evidence, p position) plan {
 // decideVerdict applies a verdict on the attempt that awaited it
 // (section 5.2). The attempt's decision stays await_reconciliation (its
 // record and its one event already say so), so the plan carries none.
-func decideVerdict(v attempt.Verdict, c recovery.Classification, p position) plan {
+func decideVerdict(v attempt.Verdict, c evidence.Classification, p position) plan {
 	switch v {
 	case attempt.VerdictCompleted:
 		return plan{end: StateReconciled, outcome: string(attempt.VerdictCompleted), reason: "reconciled"}
@@ -185,7 +185,7 @@ func decideVerdict(v attempt.Verdict, c recovery.Classification, p position) pla
 		}
 		return plan{attempt: nextAttempt{why: "retry after verdict " + string(v), avoid: p.avoid}, route: p.route, tries: p.tries, waits: p.waits}
 	default: // abandon
-		return plan{end: StateIndeterminate, outcome: string(recovery.Ambiguous), reason: "abandoned"}
+		return plan{end: StateIndeterminate, outcome: string(evidence.Ambiguous), reason: "abandoned"}
 	}
 }
 
@@ -198,8 +198,8 @@ func stop(d Decision, s State, outcome, reason string) plan {
 // declares a larger context than ri's (a route that declares none is no
 // evidence of a larger one, section 4.6). notes says why routes were
 // passed over.
-func fallbackFrom(routes []attempt.RouteInfo, ri int, c recovery.Classification) (j int, ok bool, notes []string) {
-	larger := c.Class == recovery.IncompatibleRoute && c.Reason == string(recovery.SignalContextTooLong)
+func fallbackFrom(routes []attempt.RouteInfo, ri int, c evidence.Classification) (j int, ok bool, notes []string) {
+	larger := c.Class == evidence.IncompatibleRoute && c.Reason == string(evidence.SignalContextTooLong)
 	for j := ri + 1; j < len(routes); j++ {
 		if larger && routes[j].Capabilities.ContextTokens <= routes[ri].Capabilities.ContextTokens {
 			notes = append(notes, fmt.Sprintf("route %s skipped for fallback: context_tokens %d is not larger than %s's %d", routes[j].Name, routes[j].Capabilities.ContextTokens, routes[ri].Name, routes[ri].Capabilities.ContextTokens))

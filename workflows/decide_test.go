@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 )
 
 // The rules of docs/contract.md section 4 (and the verdicts of 5.2), one
@@ -32,33 +32,33 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 	onLast := func(p *position) { p.route = len(routes) - 1 }
 	triedOnce := func(p *position) { p.tries = 1 }
 	spent := func(p *position) { p.used = p.budget }
-	ev := func(f func(*recovery.Evidence)) recovery.Evidence {
-		e := recovery.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
+	ev := func(f func(*evidence.Evidence)) evidence.Evidence {
+		e := evidence.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
 		f(&e)
 		return e
 	}
 	var (
-		completed   = ev(func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true })
-		partial     = ev(func(e *recovery.Evidence) { e.Status = 200; e.ContentStarted = true; e.BodyFailed = true })
-		lostPartial = ev(func(e *recovery.Evidence) { e.Activity = recovery.ActivityWorkerLost; e.ContentStarted = true })
-		rejected    = ev(func(e *recovery.Evidence) { e.Status = 400 })
-		filtered    = ev(func(e *recovery.Evidence) { e.Status = 400; e.Signal = recovery.SignalContentFiltered })
-		first421    = ev(func(e *recovery.Evidence) { e.Status = 421 })
-		second421   = ev(func(e *recovery.Evidence) { e.Status = 421; e.AfterMisdirected = true })
-		goAwayAbove = ev(func(e *recovery.Evidence) { e.GoAway = &recovery.GoAway{LastStreamID: 1} })
-		goAwayProto = ev(func(e *recovery.Evidence) {
-			e.GoAway = &recovery.GoAway{LastStreamID: 1, Code: recovery.CodeProtocolError}
+		completed   = ev(func(e *evidence.Evidence) { e.Status = 200; e.ContentStarted = true })
+		partial     = ev(func(e *evidence.Evidence) { e.Status = 200; e.ContentStarted = true; e.BodyFailed = true })
+		lostPartial = ev(func(e *evidence.Evidence) { e.Activity = evidence.ActivityWorkerLost; e.ContentStarted = true })
+		rejected    = ev(func(e *evidence.Evidence) { e.Status = 400 })
+		filtered    = ev(func(e *evidence.Evidence) { e.Status = 400; e.Signal = evidence.SignalContentFiltered })
+		first421    = ev(func(e *evidence.Evidence) { e.Status = 421 })
+		second421   = ev(func(e *evidence.Evidence) { e.Status = 421; e.AfterMisdirected = true })
+		goAwayAbove = ev(func(e *evidence.Evidence) { e.GoAway = &evidence.GoAway{LastStreamID: 1} })
+		goAwayProto = ev(func(e *evidence.Evidence) {
+			e.GoAway = &evidence.GoAway{LastStreamID: 1, Code: evidence.CodeProtocolError}
 		})
-		mismatch   = ev(func(e *recovery.Evidence) { e.RequestSent, e.ProtocolMismatch = false, recovery.MismatchHTTP11 })
-		dialFailed = ev(func(e *recovery.Evidence) { e.ConnRef, e.RequestSent, e.DialFailed = "", false, true })
-		throttled  = ev(func(e *recovery.Evidence) { e.Status = 429; e.RetryAfter = time.Second })
-		pushedAway = ev(func(e *recovery.Evidence) { e.Status = 429; e.RetryAfter = time.Hour })
-		upstream   = ev(func(e *recovery.Evidence) { e.Status = 500 })
-		empty      = ev(func(e *recovery.Evidence) { e.Status = 200; e.Signal = recovery.SignalEmptyResponse })
-		modelGone  = ev(func(e *recovery.Evidence) { e.Status = 404; e.Signal = recovery.SignalModelNotFound })
-		tooLong    = ev(func(e *recovery.Evidence) { e.Status = 400; e.Signal = recovery.SignalContextTooLong })
-		connLost   = ev(func(e *recovery.Evidence) { e.ConnClosed = true })
-		canceled   = ev(func(e *recovery.Evidence) { e.Canceled, e.Stop = true, recovery.StopScope })
+		mismatch   = ev(func(e *evidence.Evidence) { e.RequestSent, e.ProtocolMismatch = false, evidence.MismatchHTTP11 })
+		dialFailed = ev(func(e *evidence.Evidence) { e.ConnRef, e.RequestSent, e.DialFailed = "", false, true })
+		throttled  = ev(func(e *evidence.Evidence) { e.Status = 429; e.RetryAfter = time.Second })
+		pushedAway = ev(func(e *evidence.Evidence) { e.Status = 429; e.RetryAfter = time.Hour })
+		upstream   = ev(func(e *evidence.Evidence) { e.Status = 500 })
+		empty      = ev(func(e *evidence.Evidence) { e.Status = 200; e.Signal = evidence.SignalEmptyResponse })
+		modelGone  = ev(func(e *evidence.Evidence) { e.Status = 404; e.Signal = evidence.SignalModelNotFound })
+		tooLong    = ev(func(e *evidence.Evidence) { e.Status = 400; e.Signal = evidence.SignalContextTooLong })
+		connLost   = ev(func(e *evidence.Evidence) { e.ConnClosed = true })
+		canceled   = ev(func(e *evidence.Evidence) { e.Canceled, e.Stop = true, evidence.StopScope })
 	)
 	type want struct {
 		next   string
@@ -72,7 +72,7 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		rule string
-		ev   recovery.Evidence
+		ev   evidence.Evidence
 		p    position
 		want want
 	}{
@@ -114,7 +114,7 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 		{"committed on a lost worker: completed_partial, the journal asked", lostPartial, at(), want{next: DecideFinish, end: StateCompletedPartial}},
 	} {
 		t.Run(tt.rule, func(t *testing.T) {
-			c := recovery.Classify(tt.ev)
+			c := evidence.Classify(tt.ev)
 			pl := decide(c, tt.ev, tt.p)
 			w := tt.want
 			if pl.d.Next != w.next || !strings.HasPrefix(pl.d.Why, w.why) || pl.end != w.end {
@@ -134,7 +134,7 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 			if len(pl.notes) != w.notes {
 				t.Fatalf("notes %v, want %d", pl.notes, w.notes)
 			}
-			if pl.misdirected != (c.Class == recovery.Misdirected) {
+			if pl.misdirected != (c.Class == evidence.Misdirected) {
 				t.Fatalf("misdirected %v for %s", pl.misdirected, c.Class)
 			}
 			if pl.askJournal != (tt.ev.Activity != "" && pl.end == StateCompletedPartial) {
@@ -146,7 +146,7 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 
 // Section 5.2: what each verdict leads to, on the attempt that awaited it.
 func TestDecideVerdictAppliesEachVerdict(t *testing.T) {
-	c := recovery.Classify(recovery.Evidence{RequestSent: true, ConnClosed: true})
+	c := evidence.Classify(evidence.Evidence{RequestSent: true, ConnClosed: true})
 	p := position{used: 1, budget: 4, routes: []attempt.RouteInfo{{Name: "a"}}, avoid: []string{"p-c1"}}
 	for _, tt := range []struct {
 		verdict attempt.Verdict

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/attempt"
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
 )
 
 // attemptTimeout is the one rule for an attempt's timeout: the action's
@@ -83,7 +83,7 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	var out attempt.Outcome
 	if err := fut.Get(w.actx, &out); err != nil {
 		out = outcomeOfError(err, input)
-		if out.Evidence.Activity == recovery.ActivityFailed {
+		if out.Evidence.Activity == evidence.ActivityFailed {
 			// Our activity's errors never carry content; the message is
 			// what an operator needs to find the cause.
 			w.note(fmt.Sprintf("attempt %d: the activity failed without an outcome: %v", n, err))
@@ -140,12 +140,12 @@ func outcomeOfError(err error, in attempt.Input) attempt.Outcome {
 			return out
 		}
 	}
-	ev := recovery.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route, AfterMisdirected: in.AfterMisdirected}
+	ev := evidence.Evidence{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route, AfterMisdirected: in.AfterMisdirected}
 	switch {
 	case errors.As(err, &canceled):
 		// Canceled before a worker ran it, or by a worker that sent no
 		// outcome: the workflow asked, so it is the scope.
-		ev.Canceled, ev.Stop = true, recovery.StopScope
+		ev.Canceled, ev.Stop = true, evidence.StopScope
 	case errors.As(err, &timeout):
 		if timeout.HasLastHeartbeatDetails() {
 			var p attempt.Progress
@@ -155,16 +155,16 @@ func outcomeOfError(err error, in attempt.Input) attempt.Outcome {
 		}
 		switch timeout.TimeoutType() {
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
-			ev.Activity = recovery.ActivityQueueTimeout
+			ev.Activity = evidence.ActivityQueueTimeout
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
-			ev.Activity = recovery.ActivityWorkerLost
+			ev.Activity = evidence.ActivityWorkerLost
 		default:
-			ev.Activity = recovery.ActivityTimedOut
+			ev.Activity = evidence.ActivityTimedOut
 		}
 	default:
-		ev.Activity = recovery.ActivityFailed
+		ev.Activity = evidence.ActivityFailed
 	}
-	return attempt.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
+	return attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
 }
 
 // mayReplay applies the replay policy to an ambiguous attempt: only a route

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/durallm/durallm/recovery"
 )
 
 // A TypeScript or Python app starting LLMAction by name had to write
@@ -35,7 +33,7 @@ func TestActionInputAcceptsDurationStrings(t *testing.T) {
 		t.Fatalf("deadline written as %v, want nanoseconds", raw["deadline"])
 	}
 	var bad ActionInput
-	if err := json.Unmarshal([]byte(`{"deadline":"two minutes"}`), &bad); !errors.Is(err, recovery.ErrBadDuration) {
+	if err := json.Unmarshal([]byte(`{"deadline":"two minutes"}`), &bad); !errors.Is(err, ErrBadDuration) {
 		t.Fatalf("err %v, want ErrBadDuration", err)
 	}
 }

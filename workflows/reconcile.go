@@ -9,7 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/attempt"
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
 )
 
 // checkVerdict is the reconcile Update's validator: it rejects with a clear
@@ -76,7 +76,7 @@ func (w *action) afterVerdict(cur *cursor, rec AttemptRecord, avoid []string) (A
 		return w.endCanceled(), true
 	case waitTimedOut:
 		w.countVerdict("timeout", from)
-		return w.end(StateIndeterminate, string(recovery.Ambiguous), "reconcile_timeout"), true
+		return w.end(StateIndeterminate, string(evidence.Ambiguous), "reconcile_timeout"), true
 	}
 	w.countVerdict(v.Verdict, from)
 	last := &w.status.Attempts[len(w.status.Attempts)-1] // the attempt reconciled
@@ -130,7 +130,7 @@ const (
 func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, end waitEnd) {
 	w.status.AwaitingAttempt = rec.N
 	w.verdict = nil
-	w.setState(StateAwaitingReconciliation, string(recovery.Ambiguous), rec.Route)
+	w.setState(StateAwaitingReconciliation, string(evidence.Ambiguous), rec.Route)
 	if w.plan.Reconciler {
 		v, ok, stopped := w.runReconciler(rec)
 		switch {

@@ -4,9 +4,9 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 )
 
 // Names of the workflow, its signals, Update and query, as they appear in
@@ -52,7 +52,7 @@ type ActionInput struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Backoff shapes waits between attempts. Zero means 500ms doubling to
 	// a 30s cap, with full jitter.
-	Backoff recovery.Backoff `json:"backoff,omitempty"`
+	Backoff Backoff `json:"backoff,omitempty"`
 	// RetriesPerRoute is how many retries a route gets after a retryable
 	// failure (unsent, throttled, upstream_error) before the action falls
 	// back to the next route. Zero means 1. Transport retries after a
@@ -211,8 +211,8 @@ type AttemptRecord struct {
 	Why string `json:"why"`
 	// Summary is the one-line activity summary shown in the UI.
 	Summary        string                  `json:"summary"`
-	Evidence       recovery.Evidence       `json:"evidence"`
-	Classification recovery.Classification `json:"classification"`
+	Evidence       evidence.Evidence       `json:"evidence"`
+	Classification evidence.Classification `json:"classification"`
 	// HealthMoved reports whether this outcome counts against the route's
 	// health (docs/contract.md section 4.8).
 	HealthMoved bool `json:"health_moved"`

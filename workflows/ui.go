@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/attempt"
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
 )
 
 // Search attributes the workflow keeps current. They are keywords so
@@ -90,7 +90,7 @@ func summary(n int, nx nextAttempt, r attempt.RouteInfo) string {
 	return strings.Join(parts, " · ")
 }
 
-func freshDetail(ev recovery.Evidence) string {
+func freshDetail(ev evidence.Evidence) string {
 	switch {
 	case ev.GoAway != nil:
 		return fmt.Sprintf("fresh connection after GOAWAY last=%d", ev.GoAway.LastStreamID)

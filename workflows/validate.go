@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
-
-	"github.com/durallm/durallm/recovery"
 )
 
 // UnmarshalJSON reads an ActionInput, taking each duration (deadline,
@@ -20,10 +18,10 @@ func (in *ActionInput) UnmarshalJSON(b []byte) error {
 	type plain ActionInput // no methods: no recursion
 	var w struct {
 		*plain
-		Deadline         recovery.DurationJSON `json:"deadline"`
-		AttemptTimeout   recovery.DurationJSON `json:"attempt_timeout"`
-		QueueTimeout     recovery.DurationJSON `json:"queue_timeout"`
-		ReconcileTimeout recovery.DurationJSON `json:"reconcile_timeout"`
+		Deadline         DurationJSON `json:"deadline"`
+		AttemptTimeout   DurationJSON `json:"attempt_timeout"`
+		QueueTimeout     DurationJSON `json:"queue_timeout"`
+		ReconcileTimeout DurationJSON `json:"reconcile_timeout"`
 	}
 	w.plain = (*plain)(in)
 	if err := json.Unmarshal(b, &w); err != nil {

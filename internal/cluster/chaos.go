@@ -10,9 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/internal/chaos"
 	"github.com/durallm/durallm/internal/chaos/report"
-	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
@@ -311,7 +311,7 @@ func (r *ChaosReport) analyseFaults(results []workflows.ActionResult) {
 			if r.Baseline > 0 && s.a.Duration > 2*r.Baseline {
 				f.Delayed++
 			}
-			if s.a.Classification.Class == recovery.Ambiguous {
+			if s.a.Classification.Class == evidence.Ambiguous {
 				f.Awaiting[awaitingWhy(s.a, s.res)]++
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/internal/testproc"
 	"github.com/durallm/durallm/providers"
@@ -226,7 +227,7 @@ func TestE2EHTTP1StreamKeptOpenAfterDoneIsCompleted(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	ev := res.Attempts[0].Evidence
-	if res.Attempts[0].Classification.Class != recovery.Completed || ev.HTTPVersion != "HTTP/1.1" || ev.TimedOut {
+	if res.Attempts[0].Classification.Class != evidence.Completed || ev.HTTPVersion != "HTTP/1.1" || ev.TimedOut {
 		t.Fatalf("attempt %+v", res.Attempts[0])
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/journal"
@@ -147,8 +148,8 @@ func (s *stack) waitState(id string, want workflows.State) workflows.Status {
 	return st
 }
 
-func classes(res workflows.ActionResult) []recovery.Class {
-	var out []recovery.Class
+func classes(res workflows.ActionResult) []evidence.Class {
+	var out []evidence.Class
 	for _, a := range res.Attempts {
 		out = append(out, a.Classification.Class)
 	}
@@ -192,7 +193,7 @@ func TestE2ERunbookGoAwayAboveBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := classes(res); len(got) != 2 || got[0] != recovery.Refused || got[1] != recovery.Completed {
+	if got := classes(res); len(got) != 2 || got[0] != evidence.Refused || got[1] != evidence.Completed {
 		t.Fatalf("attempts %v", got)
 	}
 	if a, b := res.Attempts[0].Evidence.ConnRef, res.Attempts[1].Evidence.ConnRef; a == b || a == "" {
@@ -292,7 +293,7 @@ func TestE2ERunbookMisdirected(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := res.Attempts[1].Evidence
-	if got := classes(res); len(got) != 2 || got[0] != recovery.Misdirected || !second.ConnFresh || second.ConnRef == res.Attempts[0].Evidence.ConnRef {
+	if got := classes(res); len(got) != 2 || got[0] != evidence.Misdirected || !second.ConnFresh || second.ConnRef == res.Attempts[0].Evidence.ConnRef {
 		t.Fatalf("attempts %v, second %+v", got, second)
 	}
 	s.p.Push(providertest.Misdirected(), providertest.Misdirected())
@@ -355,13 +356,13 @@ func TestE2ECancelStopsTheAttempt(t *testing.T) {
 	if !errors.As(err, &ae) || ae.State != workflows.StateCanceled || ae.Origin != workflows.OriginUserStop {
 		t.Fatalf("err %v", err)
 	}
-	if got := classes(ae.Result); len(got) != 1 || got[0] != recovery.Canceled || ae.Result.Attempts[0].HealthMoved {
+	if got := classes(ae.Result); len(got) != 1 || got[0] != evidence.Canceled || ae.Result.Attempts[0].HealthMoved {
 		t.Fatalf("attempts %v", got)
 	}
 	// The canceled attempt keeps its wire evidence: the activity reports
 	// the cancellation with its outcome as details (the SDK's test
 	// environment cannot show this, a real server does).
-	if ev := ae.Result.Attempts[0].Evidence; !ev.RequestSent || ev.StreamID == 0 || ev.ConnRef == "" || ev.Stop != recovery.StopScope {
+	if ev := ae.Result.Attempts[0].Evidence; !ev.RequestSent || ev.StreamID == 0 || ev.ConnRef == "" || ev.Stop != evidence.StopScope {
 		t.Fatalf("the canceled attempt lost its evidence: %+v", ev)
 	}
 	waitFor(t, func() bool { return s.p.StreamsOpen() == 0 })
@@ -413,7 +414,7 @@ func TestE2EWorkerShutdownMidStreamKeepsTheCommittedPartial(t *testing.T) {
 	if res.State != workflows.StateCompletedPartial || res.Response == nil || res.Response.Text != "chunk1 chunk2" || len(res.Attempts) != 1 {
 		t.Fatalf("state %s response %+v attempts %d", res.State, res.Response, len(res.Attempts))
 	}
-	if c := res.Attempts[0].Classification; c.Class != recovery.CommittedPartial || c.Reason != "worker_stopped_after_content" {
+	if c := res.Attempts[0].Classification; c.Class != evidence.CommittedPartial || c.Reason != "worker_stopped_after_content" {
 		t.Fatalf("classified %s/%s", c.Class, c.Reason)
 	}
 	if n := s.p.ExecutedCount("shutdown-mid-stream"); n != 1 {
@@ -656,7 +657,7 @@ func TestE2EWorkerKilledMidAttemptIsAmbiguous(t *testing.T) {
 	// deadline (60 s, past waitState's bound), and left to a person.
 	s.startWorker(func(o *worker.Options) { o.Journal = journal.Dir{Path: dir} })
 	st := s.waitState("killed", workflows.StateAwaitingReconciliation)
-	if c := st.Attempts[0].Classification; c.Class != recovery.Ambiguous || c.Reason != "worker_lost_mid_attempt" {
+	if c := st.Attempts[0].Classification; c.Class != evidence.Ambiguous || c.Reason != "worker_lost_mid_attempt" {
 		t.Fatalf("classified %s/%s", c.Class, c.Reason)
 	}
 	// The state is set as the reconciler starts; what it found follows.

@@ -11,9 +11,9 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
-	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -90,7 +90,7 @@ func TestE2EAProxys502AfterForwardingIsAmbiguousAndNotRetried(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	a := st.Attempts[0]
-	if a.Classification.Class != recovery.Ambiguous || a.Classification.Reason != "502_from_intermediary" ||
+	if a.Classification.Class != evidence.Ambiguous || a.Classification.Reason != "502_from_intermediary" ||
 		a.Evidence.Status != http.StatusBadGateway || a.Evidence.HTTPVersion != "HTTP/2.0" || !a.HealthMoved {
 		t.Fatalf("attempt %+v", a)
 	}

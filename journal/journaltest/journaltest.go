@@ -15,9 +15,9 @@ import (
 
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/codec/codectest"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 )
 
 // Run runs the suite. open returns an empty journal for one subtest.
@@ -34,14 +34,14 @@ func recordsAndLooksUp(t *testing.T, j journal.Journal) {
 	if _, ok, err := j.Lookup(ctx, "run-1"); ok || err != nil {
 		t.Fatalf("empty journal: ok %v err %v", ok, err)
 	}
-	e := journal.Entry{AttemptID: "run-1", ActionRef: "a", Attempt: 1, State: journal.Received, Class: recovery.Completed,
+	e := journal.Entry{AttemptID: "run-1", ActionRef: "a", Attempt: 1, State: journal.Received, Class: evidence.Completed,
 		Response: &providers.Response{Text: "the answer"}, At: time.Unix(1, 0).UTC()}
 	if err := j.Record(ctx, e); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err := j.Lookup(ctx, "run-1")
 	if err != nil || !ok || got.State != journal.Received || got.Response == nil || got.Response.Text != "the answer" ||
-		!got.At.Equal(e.At) || got.ActionRef != "a" || got.Attempt != 1 || got.Class != recovery.Completed {
+		!got.At.Equal(e.At) || got.ActionRef != "a" || got.Attempt != 1 || got.Class != evidence.Completed {
 		t.Fatalf("lookup: %+v ok %v err %v", got, ok, err)
 	}
 	// A later end replaces the earlier one.
@@ -197,7 +197,7 @@ const secret = "the provider's secret answer"
 
 func received(id string) journal.Entry {
 	return journal.Entry{AttemptID: id, ActionRef: "action-1", Attempt: 1, State: journal.Received,
-		Class: recovery.Completed, Response: &providers.Response{Text: secret}}
+		Class: evidence.Completed, Response: &providers.Response{Text: secret}}
 }
 
 func storedBytesHoldNoText(t *testing.T, s Storage) {

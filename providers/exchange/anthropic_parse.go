@@ -3,10 +3,10 @@ package exchange
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/durallm/durallm/providers"
 	"strings"
 
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
 )
 
 // The Messages wire shapes, every member raw like the chat-completions
@@ -120,7 +120,7 @@ func toolArgs(raw json.RawMessage) string {
 // parseAnthropicMessage reads a 2xx Messages body generously, with
 // parseCompletion's contract: only a body that is not JSON, or is cut
 // mid-value, is an error.
-func parseAnthropicMessage(data []byte) (providers.Response, recovery.Signal, error) {
+func parseAnthropicMessage(data []byte) (providers.Response, evidence.Signal, error) {
 	var b wireAnthropicMessage
 	r, ok, err := decodeBody(data, &b)
 	if !ok {
@@ -159,7 +159,7 @@ func anthropicToolCalls(content json.RawMessage) json.RawMessage {
 // parseAnthropicError reads the body of an HTTP error status:
 // {"type": "error", "error": {"type": ..., "message": ...}} (or any shape
 // parseErrorBody reads), mapped with anthropicErrorSignal.
-func parseAnthropicError(data []byte) (providers.Response, recovery.Signal) {
+func parseAnthropicError(data []byte) (providers.Response, evidence.Signal) {
 	r, _ := parseErrorBody(data)
 	return r, anthropicErrorSignal(r.Error)
 }
@@ -172,21 +172,21 @@ func parseAnthropicError(data []byte) (providers.Response, recovery.Signal) {
 // overloaded (it matters in a stream's error event, where the status
 // is 200), and a prompt too long for the context window. Error messages
 // are read for that last case only, never copied anywhere.
-func anthropicErrorSignal(e *providers.APIError) recovery.Signal {
-	if s := errorSignal(e); s != recovery.SignalNone || e == nil {
+func anthropicErrorSignal(e *providers.APIError) evidence.Signal {
+	if s := errorSignal(e); s != evidence.SignalNone || e == nil {
 		return s
 	}
 	switch strings.ToLower(e.Type) {
 	case "not_found_error":
-		return recovery.SignalModelNotFound
+		return evidence.SignalModelNotFound
 	case "rate_limit_error":
-		return recovery.SignalOverloaded
+		return evidence.SignalOverloaded
 	}
 	msg := strings.ToLower(e.Message)
 	if strings.Contains(msg, "prompt is too long") || strings.Contains(msg, "exceed context limit") {
-		return recovery.SignalContextTooLong
+		return evidence.SignalContextTooLong
 	}
-	return recovery.SignalNone
+	return evidence.SignalNone
 }
 
 // anthropicEvents reads a Messages event stream into a streamAcc: text

@@ -2,11 +2,11 @@ package exchange
 
 import (
 	"errors"
-	"github.com/durallm/durallm/providers"
 	"strings"
 	"testing"
 
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
 )
 
 // Recorded and drifted Messages bodies.
@@ -18,7 +18,7 @@ func TestParseAnthropicMessageDriftedShapes(t *testing.T) {
 		wantTools  string
 		wantFinish string
 		wantUsage  providers.Usage
-		wantSig    recovery.Signal
+		wantSig    evidence.Signal
 		wantErr    error
 	}{
 		{
@@ -59,13 +59,13 @@ func TestParseAnthropicMessageDriftedShapes(t *testing.T) {
 			wantText:   "part one",
 			wantFinish: "pause_turn",
 		},
-		{name: "refusal with nothing said", body: `{"content":[],"stop_reason":"refusal"}`, wantFinish: "content_filter", wantSig: recovery.SignalContentFiltered},
-		{name: "null content", body: `{"id":"m","content":null,"stop_reason":"end_turn"}`, wantFinish: "stop", wantSig: recovery.SignalEmptyResponse},
-		{name: "empty text block", body: `{"content":[{"type":"text","text":""}],"stop_reason":"end_turn"}`, wantFinish: "stop", wantSig: recovery.SignalEmptyResponse},
-		{name: "error object on a 2xx", body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, wantSig: recovery.SignalOverloaded},
-		{name: "a bare array", body: `[1,2]`, wantSig: recovery.SignalEmptyResponse},
-		{name: "empty body", body: ` `, wantSig: recovery.SignalEmptyResponse},
-		{name: "not JSON", body: `<html>`, wantSig: recovery.SignalEmptyResponse, wantErr: ErrMalformedResponse},
+		{name: "refusal with nothing said", body: `{"content":[],"stop_reason":"refusal"}`, wantFinish: "content_filter", wantSig: evidence.SignalContentFiltered},
+		{name: "null content", body: `{"id":"m","content":null,"stop_reason":"end_turn"}`, wantFinish: "stop", wantSig: evidence.SignalEmptyResponse},
+		{name: "empty text block", body: `{"content":[{"type":"text","text":""}],"stop_reason":"end_turn"}`, wantFinish: "stop", wantSig: evidence.SignalEmptyResponse},
+		{name: "error object on a 2xx", body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, wantSig: evidence.SignalOverloaded},
+		{name: "a bare array", body: `[1,2]`, wantSig: evidence.SignalEmptyResponse},
+		{name: "empty body", body: ` `, wantSig: evidence.SignalEmptyResponse},
+		{name: "not JSON", body: `<html>`, wantSig: evidence.SignalEmptyResponse, wantErr: ErrMalformedResponse},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,18 +89,18 @@ func TestParseAnthropicMessageDriftedShapes(t *testing.T) {
 func TestAnthropicErrorSignal(t *testing.T) {
 	cases := []struct {
 		body string
-		want recovery.Signal
+		want evidence.Signal
 	}{
-		{`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, recovery.SignalOverloaded},
-		{`{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}`, recovery.SignalOverloaded},
-		{`{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}`, recovery.SignalModelNotFound},
-		{`{"type":"error","error":{"type":"invalid_request_error","message":"Prompt is too long: 210000 tokens > 200000 maximum"}}`, recovery.SignalContextTooLong},
-		{`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`, recovery.SignalNone},
-		{`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`, recovery.SignalNone},
-		{`{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, recovery.SignalNone},
+		{`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, evidence.SignalOverloaded},
+		{`{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}`, evidence.SignalOverloaded},
+		{`{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}`, evidence.SignalModelNotFound},
+		{`{"type":"error","error":{"type":"invalid_request_error","message":"Prompt is too long: 210000 tokens > 200000 maximum"}}`, evidence.SignalContextTooLong},
+		{`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`, evidence.SignalNone},
+		{`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`, evidence.SignalNone},
+		{`{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, evidence.SignalNone},
 		// What errorSignal knows holds for this dialect too.
-		{`{"error":{"type":"invalid_request_error","code":"context_length_exceeded"}}`, recovery.SignalContextTooLong},
-		{`not json`, recovery.SignalNone},
+		{`{"error":{"type":"invalid_request_error","code":"context_length_exceeded"}}`, evidence.SignalContextTooLong},
+		{`not json`, evidence.SignalNone},
 	}
 	for _, tc := range cases {
 		if _, sig := parseAnthropicError([]byte(tc.body)); sig != tc.want {
@@ -109,7 +109,7 @@ func TestAnthropicErrorSignal(t *testing.T) {
 	}
 	// OpenAI routes keep their own mapping: not_found_error means nothing
 	// there.
-	if _, sig := parseErrorBody([]byte(`{"type":"error","error":{"type":"not_found_error"}}`)); sig != recovery.SignalNone {
+	if _, sig := parseErrorBody([]byte(`{"type":"error","error":{"type":"not_found_error"}}`)); sig != evidence.SignalNone {
 		t.Errorf("the OpenAI mapping changed: %q", sig)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers/exchange"
-	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"net/http"
 	"os"
@@ -15,8 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/providers/routes"
+
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
 
@@ -292,7 +293,7 @@ func TestAnthropicRequestRefusals(t *testing.T) {
 			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.field+":") {
 				t.Fatalf("err = %v, want %v naming %s", err, tc.is, tc.field)
 			}
-			if !strings.Contains(err.Error(), `route "claude"`) || res.Signal != recovery.SignalNone {
+			if !strings.Contains(err.Error(), `route "claude"`) || res.Signal != evidence.SignalNone {
 				t.Fatalf("err %v signal %q", err, res.Signal)
 			}
 		})
@@ -322,7 +323,7 @@ func TestAnthropicNonStreaming(t *testing.T) {
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
-	o.want(t, recovery.Completed)
+	o.want(t, evidence.Completed)
 	r := o.res.Response
 	wantCalls := `[{"id":"toolu_01A09q90qw90lq917835lq9","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"San Francisco, CA\",\"unit\":\"celsius\"}"}}]`
 	if r.Text != "I'll check the weather." || string(r.ToolCalls) != wantCalls || r.FinishReason != "tool_calls" ||
@@ -357,7 +358,7 @@ func TestAnthropicStreaming(t *testing.T) {
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
-	o.want(t, recovery.Completed)
+	o.want(t, evidence.Completed)
 	r := o.res.Response
 	if r.Text != "Hello!" || r.FinishReason != "stop" || r.ID != "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY" || r.Partial || r.ToolCalls != nil {
 		t.Fatalf("response %+v", r)
@@ -389,7 +390,7 @@ func TestAnthropicToolUseStream(t *testing.T) {
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
-	o.want(t, recovery.Completed)
+	o.want(t, evidence.Completed)
 	r := o.res.Response
 	want := `[{"id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","type":"function","function":{"name":"get_weather","arguments":"{\"location\": \"San Francisco, CA\"}"}}]`
 	if string(r.ToolCalls) != want || r.FinishReason != "tool_calls" || r.Text != "Okay, let's check the weather." {
@@ -420,8 +421,8 @@ func TestAnthropicToolUseStreamCut(t *testing.T) {
 	}
 	// As the CallModel activity finishes a partial response.
 	ev := o.ev
-	ev.Signal = recovery.SignalStreamIncomplete
-	if c := recovery.Classify(ev); c.Class != recovery.CommittedPartial {
+	ev.Signal = evidence.SignalStreamIncomplete
+	if c := evidence.Classify(ev); c.Class != evidence.CommittedPartial {
 		t.Fatalf("classified %s", c.Class)
 	}
 }
@@ -479,16 +480,16 @@ func TestAnthropicStreamsWithoutContent(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		body   string
-		signal recovery.Signal
-		class  recovery.Class
+		signal evidence.Signal
+		class  evidence.Class
 	}{
 		// message_start, pings and an empty text block are not content.
-		{"nothing said", events(evMessageStart, evPing, evTextStart, evBlock0Stop, evEndTurn, evMessageStop), recovery.SignalEmptyResponse, recovery.EmptyResponse},
-		{"refusal", events(evMessageStart, `{"type":"message_delta","delta":{"stop_reason":"refusal"},"usage":{"output_tokens":2}}`, evMessageStop), recovery.SignalContentFiltered, recovery.ContentFiltered},
+		{"nothing said", events(evMessageStart, evPing, evTextStart, evBlock0Stop, evEndTurn, evMessageStop), evidence.SignalEmptyResponse, evidence.EmptyResponse},
+		{"refusal", events(evMessageStart, `{"type":"message_delta","delta":{"stop_reason":"refusal"},"usage":{"output_tokens":2}}`, evMessageStop), evidence.SignalContentFiltered, evidence.ContentFiltered},
 		// Anthropic reports overload in-band on a 200 stream.
-		{"overloaded before content", events(evMessageStart, evPing, evOverloaded), recovery.SignalOverloaded, recovery.Throttled},
-		{"rate limited before content", events(evMessageStart, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`), recovery.SignalOverloaded, recovery.Throttled},
-		{"api error before content", events(evMessageStart, `{"type":"error","error":{"type":"api_error","message":"oops"}}`), recovery.SignalEmptyResponse, recovery.EmptyResponse},
+		{"overloaded before content", events(evMessageStart, evPing, evOverloaded), evidence.SignalOverloaded, evidence.Throttled},
+		{"rate limited before content", events(evMessageStart, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`), evidence.SignalOverloaded, evidence.Throttled},
+		{"api error before content", events(evMessageStart, `{"type":"error","error":{"type":"api_error","message":"oops"}}`), evidence.SignalEmptyResponse, evidence.EmptyResponse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newAnthropicHarness(t)
@@ -521,7 +522,7 @@ func TestAnthropicErrorEventAfterContent(t *testing.T) {
 	if sink.text() != "Hello" || len(sink.incomplete) != 1 || sink.incomplete[0] != providers.IncompleteProviderError {
 		t.Fatalf("sink %q incomplete %q", sink.deltas, sink.incomplete)
 	}
-	o.want(t, recovery.CommittedPartial)
+	o.want(t, evidence.CommittedPartial)
 }
 
 func TestAnthropicErrorStatusMapping(t *testing.T) {
@@ -530,24 +531,24 @@ func TestAnthropicErrorStatusMapping(t *testing.T) {
 		return string(b)
 	}
 	cases := []statusCase{
-		{"overloaded 529", providertest.Status(529, nil, body("overloaded_error", "Overloaded")), recovery.SignalOverloaded, recovery.Throttled},
-		{"rate limited 429", providertest.Status(429, providertest.RetryAfterSeconds(3), body("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")), recovery.SignalOverloaded, recovery.Throttled},
-		{"model not found", providertest.Status(404, nil, body("not_found_error", "model: claude-nope")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
-		{"prompt too long", providertest.Status(400, nil, body("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"input and max_tokens past the window", providertest.Status(400, nil, body("invalid_request_error", "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"bad request", providertest.Status(400, nil, body("invalid_request_error", "messages.0.content: Field required")), recovery.SignalNone, recovery.Rejected},
-		{"bad key", providertest.Status(401, nil, body("authentication_error", "invalid x-api-key")), recovery.SignalNone, recovery.Rejected},
-		{"forbidden", providertest.Status(403, nil, body("permission_error", "no access")), recovery.SignalNone, recovery.Rejected},
-		{"too large", providertest.Status(413, nil, body("request_too_large", "Request exceeds the maximum allowed number of bytes.")), recovery.SignalNone, recovery.Rejected},
-		{"api error 500", providertest.Status(500, nil, body("api_error", "Internal server error")), recovery.SignalNone, recovery.UpstreamError},
-		{"html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
+		{"overloaded 529", providertest.Status(529, nil, body("overloaded_error", "Overloaded")), evidence.SignalOverloaded, evidence.Throttled},
+		{"rate limited 429", providertest.Status(429, providertest.RetryAfterSeconds(3), body("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")), evidence.SignalOverloaded, evidence.Throttled},
+		{"model not found", providertest.Status(404, nil, body("not_found_error", "model: claude-nope")), evidence.SignalModelNotFound, evidence.IncompatibleRoute},
+		{"prompt too long", providertest.Status(400, nil, body("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum")), evidence.SignalContextTooLong, evidence.IncompatibleRoute},
+		{"input and max_tokens past the window", providertest.Status(400, nil, body("invalid_request_error", "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again")), evidence.SignalContextTooLong, evidence.IncompatibleRoute},
+		{"bad request", providertest.Status(400, nil, body("invalid_request_error", "messages.0.content: Field required")), evidence.SignalNone, evidence.Rejected},
+		{"bad key", providertest.Status(401, nil, body("authentication_error", "invalid x-api-key")), evidence.SignalNone, evidence.Rejected},
+		{"forbidden", providertest.Status(403, nil, body("permission_error", "no access")), evidence.SignalNone, evidence.Rejected},
+		{"too large", providertest.Status(413, nil, body("request_too_large", "Request exceeds the maximum allowed number of bytes.")), evidence.SignalNone, evidence.Rejected},
+		{"api error 500", providertest.Status(500, nil, body("api_error", "Internal server error")), evidence.SignalNone, evidence.UpstreamError},
+		{"html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), evidence.SignalNone, evidence.UpstreamError},
 	}
 	checkStatusCases(t, cases, newAnthropicHarness, (*harness).claude)
 	// Through an intermediary, Anthropic's own 502 is its error object;
 	// the proxy's is not.
 	checkStatusCases(t, []statusCase{
-		{"anthropic's own 502 via an intermediary", providertest.Status(502, nil, body("api_error", "Bad gateway")), recovery.SignalNone, recovery.UpstreamError},
-		{"the proxy's 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.Ambiguous},
+		{"anthropic's own 502 via an intermediary", providertest.Status(502, nil, body("api_error", "Bad gateway")), evidence.SignalNone, evidence.UpstreamError},
+		{"the proxy's 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), evidence.SignalNone, evidence.Ambiguous},
 	}, newAnthropicHarness, func(h *harness) routes.Route {
 		r := h.claude()
 		r.Intermediary = true
@@ -565,7 +566,7 @@ func TestAnthropicFirstByteTimeout(t *testing.T) {
 	if !errors.Is(o.err, exchange.ErrFirstByteTimeout) {
 		t.Fatalf("err = %v", o.err)
 	}
-	o.want(t, recovery.Ambiguous)
+	o.want(t, evidence.Ambiguous)
 }
 
 func TestCallRouteDispatch(t *testing.T) {

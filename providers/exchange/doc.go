@@ -34,7 +34,7 @@
 // The adapters read the response generously (unknown members survive in
 // Response.Raw, null arrays, numbers as strings and missing optional
 // members are fine) and report what the body said that the wire cannot as
-// a recovery.Signal: an empty answer, a missing model, a context that is
+// a evidence.Signal: an empty answer, a missing model, a context that is
 // too long, an overloaded provider, a content filter. When the body of an
 // HTTP error status is the provider's own error object, they tell the
 // attempt (recovery.Attempt.ProviderError): on a route through a proxy, a
@@ -58,7 +58,7 @@
 // is invisible on the wire: a body that ends cleanly after content but
 // without its end marker ([DONE] or message_stop) or a finish reason, or
 // inside an event (IncompleteTruncated). The engine saw a clean end of stream, so the
-// caller passes recovery.SignalStreamIncomplete to Finish for a Partial
+// caller passes evidence.SignalStreamIncomplete to Finish for a Partial
 // response (the CallModel activity does), and the attempt classifies
 // committed_partial.
 //

@@ -5,13 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
 
 	"golang.org/x/net/http2"
 
@@ -49,7 +51,7 @@ type Result struct {
 	Response providers.Response `json:"response"`
 	// Signal is what the body said that the wire cannot: pass it to
 	// recovery.Attempt.Finish whether or not the adapter returned an error.
-	Signal recovery.Signal `json:"signal,omitempty"`
+	Signal evidence.Signal `json:"signal,omitempty"`
 }
 
 // Errors a timer or the adapter itself ends a request with. They are the
@@ -129,13 +131,13 @@ type dialect struct {
 	// called once and must not retry.
 	send func(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error)
 	// whole reads a complete 2xx JSON body.
-	whole func(data []byte) (providers.Response, recovery.Signal, error)
+	whole func(data []byte) (providers.Response, evidence.Signal, error)
 	// errorBody reads the body of an HTTP error status.
-	errorBody func(data []byte) (providers.Response, recovery.Signal)
+	errorBody func(data []byte) (providers.Response, evidence.Signal)
 	// newStream returns an accumulator for the dialect's event stream.
 	newStream func() *streamAcc
 	// signal maps an error object to a signal.
-	signal func(*providers.APIError) recovery.Signal
+	signal func(*providers.APIError) evidence.Signal
 }
 
 // outgoing is what a dialect's send needs: the route (base URL, model),
@@ -342,13 +344,13 @@ func (x *exchange) whole(in io.Reader) (Result, error) {
 		return Result{}, x.wrap(x.causeOf(fmt.Errorf("read body: %w", err)))
 	}
 	if len(data) > MaxResponseBytes {
-		return Result{Signal: recovery.SignalEmptyResponse}, x.wrap(fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, MaxResponseBytes))
+		return Result{Signal: evidence.SignalEmptyResponse}, x.wrap(fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, MaxResponseBytes))
 	}
 	r, sig, err := x.d.whole(data)
 	if err != nil {
 		return Result{Response: r, Signal: sig}, x.wrap(err)
 	}
-	if sig == recovery.SignalNone {
+	if sig == evidence.SignalNone {
 		x.commit()
 		// A provider that ignored "stream": true still answered; the sink
 		// gets the whole text as one delta.
@@ -389,20 +391,20 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 		// request and may have an answer, so this is not an empty
 		// response (which may fall back) but a body that failed before
 		// content (ambiguous).
-		return Result{Response: r, Signal: recovery.SignalStreamIncomplete}, nil
+		return Result{Response: r, Signal: evidence.SignalStreamIncomplete}, nil
 	case err == nil:
 		return x.partial(r, providers.IncompleteTruncated, nil)
 	case errors.Is(err, ErrTruncatedBody) && !x.committed:
 		// Cut inside an event: as a cut on an event boundary (above), the
 		// provider ran the request and may have an answer.
-		return Result{Response: r, Signal: recovery.SignalStreamIncomplete}, x.wrap(err)
+		return Result{Response: r, Signal: evidence.SignalStreamIncomplete}, x.wrap(err)
 	case errors.Is(err, ErrTruncatedBody):
 		return x.partial(r, providers.IncompleteTruncated, nil)
 	case errors.Is(err, errProviderError):
 		if !x.committed {
 			sig := x.d.signal(r.Error)
-			if sig == recovery.SignalNone {
-				sig = recovery.SignalEmptyResponse
+			if sig == evidence.SignalNone {
+				sig = evidence.SignalEmptyResponse
 			}
 			return Result{Response: r, Signal: sig}, nil
 		}
@@ -411,7 +413,7 @@ func (x *exchange) stream(in io.Reader) (Result, error) {
 	if reason := selfReason(err); reason != "" {
 		// The adapter itself gave up on the body.
 		if !x.committed {
-			return Result{Response: r, Signal: recovery.SignalEmptyResponse}, x.wrap(err)
+			return Result{Response: r, Signal: evidence.SignalEmptyResponse}, x.wrap(err)
 		}
 		return x.abort(r, reason)
 	}

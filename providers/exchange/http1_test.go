@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers/exchange"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
@@ -22,7 +23,7 @@ func TestRouteHTTPVersionReachesTheEngine(t *testing.T) {
 	route.BaseURL, route.HTTPVersion = h.p.HTTP1URL()+"/v1", "1.1"
 	for _, stream := range []bool{false, true} {
 		o := h.call(context.Background(), route, chat(stream), &recSink{})
-		o.want(t, recovery.Completed)
+		o.want(t, evidence.Completed)
 		if o.ev.HTTPVersion != "HTTP/1.1" || o.res.Response.Text != "ok" {
 			t.Fatalf("stream %v: evidence %+v response %+v", stream, o.ev, o.res.Response)
 		}
@@ -30,7 +31,7 @@ func TestRouteHTTPVersionReachesTheEngine(t *testing.T) {
 	// "2" at the same HTTP/1.1 server is a configuration error, named.
 	route.HTTPVersion = "2"
 	o := h.call(context.Background(), route, chat(false), nil)
-	o.want(t, recovery.Unsent)
+	o.want(t, evidence.Unsent)
 	if !errors.Is(o.err, recovery.ErrSpeaksHTTP1) {
 		t.Fatalf("err %v", o.err)
 	}
@@ -47,7 +48,7 @@ func TestHTTP1SlowFirstByteHitsTheFirstByteTimeout(t *testing.T) {
 	if !errors.Is(o.err, exchange.ErrFirstByteTimeout) {
 		t.Fatalf("err = %v, want ErrFirstByteTimeout", o.err)
 	}
-	o.want(t, recovery.Ambiguous)
+	o.want(t, evidence.Ambiguous)
 	if o.c.Reason != "timeout_after_send" || o.ev.HTTPVersion != "HTTP/1.1" {
 		t.Fatalf("reason %s evidence %+v", o.c.Reason, o.ev)
 	}
@@ -72,7 +73,7 @@ func TestAStreamReadToDoneFromAServerThatKeepsTheBodyOpenIsCompleted(t *testing.
 			}
 			route.HTTPVersion, route.AttemptTimeout = version, 10*time.Second
 			o := h.call(context.Background(), route, chat(true), &recSink{})
-			o.want(t, recovery.Completed)
+			o.want(t, evidence.Completed)
 			if o.err != nil || o.res.Response.Text != "the whole answer" || o.res.Response.Partial || o.ev.TimedOut {
 				t.Fatalf("err %v response %+v evidence %+v", o.err, o.res.Response, o.ev)
 			}
@@ -104,7 +105,7 @@ func TestAnOverSizeBodyFromAServerThatKeepsSendingIsEmptyResponse(t *testing.T) 
 	if !errors.Is(o.err, exchange.ErrResponseTooLarge) {
 		t.Fatalf("err = %v, want ErrResponseTooLarge", o.err)
 	}
-	o.want(t, recovery.EmptyResponse)
+	o.want(t, evidence.EmptyResponse)
 	if o.ev.TimedOut {
 		t.Fatalf("the attempt waited for its timer: %+v", o.ev)
 	}

@@ -5,20 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers"
 	"io"
 	"math"
 	"strconv"
 	"strings"
 
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
 )
 
 // ErrMalformedResponse is returned for a 2xx body that is not JSON at all.
 // It never quotes the body.
 var ErrMalformedResponse = errors.New("exchange: response body is not JSON")
 
-// ErrTruncatedBody is returned, with recovery.SignalStreamIncomplete, for
+// ErrTruncatedBody is returned, with evidence.SignalStreamIncomplete, for
 // a 2xx body that ended cleanly in the middle of what it was sending: a
 // JSON body cut mid-value, or a stream whose last event stops before its
 // blank line with data that is not yet complete. The provider accepted
@@ -222,9 +222,9 @@ func parseAPIError(raw json.RawMessage) *providers.APIError {
 // errorSignal maps a provider error object to the signal the classifier
 // needs. Codes and types are compared case-insensitively; either member
 // may carry any of the values, since providers disagree on which to use.
-func errorSignal(e *providers.APIError) recovery.Signal {
+func errorSignal(e *providers.APIError) evidence.Signal {
 	if e == nil {
-		return recovery.SignalNone
+		return evidence.SignalNone
 	}
 	code, typ := strings.ToLower(e.Code), strings.ToLower(e.Type)
 	is := func(vals ...string) bool {
@@ -237,15 +237,15 @@ func errorSignal(e *providers.APIError) recovery.Signal {
 	}
 	switch {
 	case is("model_not_found"):
-		return recovery.SignalModelNotFound
+		return evidence.SignalModelNotFound
 	case is("context_length_exceeded"), strings.Contains(strings.ToLower(e.Message), "maximum context length"):
-		return recovery.SignalContextTooLong
+		return evidence.SignalContextTooLong
 	case is("overloaded_error", "server_overloaded"):
-		return recovery.SignalOverloaded
+		return evidence.SignalOverloaded
 	case is("content_filter", "content_policy_violation"):
-		return recovery.SignalContentFiltered
+		return evidence.SignalContentFiltered
 	default:
-		return recovery.SignalNone
+		return evidence.SignalNone
 	}
 }
 
@@ -295,18 +295,18 @@ func decodeBody(data []byte, v any) (r providers.Response, ok bool, err error) {
 // further: a cut is a body that failed (ambiguous before content), while
 // anything else, not JSON or no object, is an executed request that
 // produced nothing usable.
-func unreadSignal(err error) recovery.Signal {
+func unreadSignal(err error) evidence.Signal {
 	if errors.Is(err, ErrTruncatedBody) {
-		return recovery.SignalStreamIncomplete
+		return evidence.SignalStreamIncomplete
 	}
-	return recovery.SignalEmptyResponse
+	return evidence.SignalEmptyResponse
 }
 
 // parseCompletion reads a 2xx non-streaming body generously. A body that
 // is not JSON at all is an error with SignalEmptyResponse, since an
 // executed request produced nothing usable; one cut mid-value is
 // ErrTruncatedBody with SignalStreamIncomplete.
-func parseCompletion(data []byte) (providers.Response, recovery.Signal, error) {
+func parseCompletion(data []byte) (providers.Response, evidence.Signal, error) {
 	var b wireBody
 	r, ok, err := decodeBody(data, &b)
 	if !ok {
@@ -333,7 +333,7 @@ func parseCompletion(data []byte) (providers.Response, recovery.Signal, error) {
 
 // completionSignal says whether a parsed 2xx chat-completions response is
 // usable.
-func completionSignal(r providers.Response) recovery.Signal {
+func completionSignal(r providers.Response) evidence.Signal {
 	return completionSignalWith(r, errorSignal)
 }
 
@@ -342,21 +342,21 @@ func completionSignal(r providers.Response) recovery.Signal {
 // (in_progress, queued) exempts nothing: only a background Responses-API
 // call has an answer that comes later, and no adapter makes one, so a
 // chat completion that says so and carries nothing is empty.
-func completionSignalWith(r providers.Response, errSignal func(*providers.APIError) recovery.Signal) recovery.Signal {
+func completionSignalWith(r providers.Response, errSignal func(*providers.APIError) evidence.Signal) evidence.Signal {
 	switch {
 	case r.Text != "" || r.Refusal != "" || r.ToolCalls != nil:
-		return recovery.SignalNone
+		return evidence.SignalNone
 	case r.Error != nil:
-		if s := errSignal(r.Error); s != recovery.SignalNone {
+		if s := errSignal(r.Error); s != evidence.SignalNone {
 			return s
 		}
-		return recovery.SignalEmptyResponse
+		return evidence.SignalEmptyResponse
 	case r.FinishReason == "content_filter":
 		// Nothing came back because the filter took it: falling back to
 		// another route would only route around the filter.
-		return recovery.SignalContentFiltered
+		return evidence.SignalContentFiltered
 	default:
-		return recovery.SignalEmptyResponse
+		return evidence.SignalEmptyResponse
 	}
 }
 
@@ -402,10 +402,10 @@ func toolCallsOf(calls, fn json.RawMessage) json.RawMessage {
 // ({"error": {...}}, {"error": "..."}, a top-level error object, or the
 // first element of an array of those) and the signal it maps to. A body
 // that is not JSON maps to no signal; it is never an error.
-func parseErrorBody(data []byte) (providers.Response, recovery.Signal) {
+func parseErrorBody(data []byte) (providers.Response, evidence.Signal) {
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 || !json.Valid(t) {
-		return providers.Response{}, recovery.SignalNone
+		return providers.Response{}, evidence.SignalNone
 	}
 	r := providers.Response{Raw: json.RawMessage(t)}
 	v := json.RawMessage(t)

@@ -3,11 +3,11 @@ package exchange
 import (
 	"encoding/json"
 	"errors"
-	"github.com/durallm/durallm/providers"
 	"strings"
 	"testing"
 
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
 )
 
 // Recorded and drifted chat-completions bodies: what real OpenAI-compatible
@@ -24,7 +24,7 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 		wantID     string
 		wantModel  string
 		wantStatus string
-		wantSig    recovery.Signal
+		wantSig    evidence.Signal
 		wantErr    error
 		keepRaw    string // a member that must survive in Raw
 	}{
@@ -113,21 +113,21 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			wantText: "wrapped",
 		},
 		// Empty-response detection.
-		{name: "zero-length body", body: ``, wantSig: recovery.SignalEmptyResponse},
-		{name: "whitespace body", body: " \n\t", wantSig: recovery.SignalEmptyResponse},
-		{name: "empty object", body: `{}`, wantSig: recovery.SignalEmptyResponse},
-		{name: "choices empty", body: `{"id":"e","choices":[]}`, wantSig: recovery.SignalEmptyResponse, wantID: "e"},
-		{name: "choices null", body: `{"choices":null}`, wantSig: recovery.SignalEmptyResponse},
-		{name: "choices not an array", body: `{"choices":"nope"}`, wantSig: recovery.SignalEmptyResponse},
-		{name: "content empty string", body: `{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"stop"}]}`, wantSig: recovery.SignalEmptyResponse, wantFinish: "stop"},
-		{name: "content null, no tools", body: `{"choices":[{"message":{"role":"assistant","content":null}}]}`, wantSig: recovery.SignalEmptyResponse},
-		{name: "tool_calls empty array", body: `{"choices":[{"message":{"content":null,"tool_calls":[]}}]}`, wantSig: recovery.SignalEmptyResponse},
-		{name: "top-level array", body: `[1,2]`, wantSig: recovery.SignalEmptyResponse},
-		{name: "top-level string", body: `"hello"`, wantSig: recovery.SignalEmptyResponse},
+		{name: "zero-length body", body: ``, wantSig: evidence.SignalEmptyResponse},
+		{name: "whitespace body", body: " \n\t", wantSig: evidence.SignalEmptyResponse},
+		{name: "empty object", body: `{}`, wantSig: evidence.SignalEmptyResponse},
+		{name: "choices empty", body: `{"id":"e","choices":[]}`, wantSig: evidence.SignalEmptyResponse, wantID: "e"},
+		{name: "choices null", body: `{"choices":null}`, wantSig: evidence.SignalEmptyResponse},
+		{name: "choices not an array", body: `{"choices":"nope"}`, wantSig: evidence.SignalEmptyResponse},
+		{name: "content empty string", body: `{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"stop"}]}`, wantSig: evidence.SignalEmptyResponse, wantFinish: "stop"},
+		{name: "content null, no tools", body: `{"choices":[{"message":{"role":"assistant","content":null}}]}`, wantSig: evidence.SignalEmptyResponse},
+		{name: "tool_calls empty array", body: `{"choices":[{"message":{"content":null,"tool_calls":[]}}]}`, wantSig: evidence.SignalEmptyResponse},
+		{name: "top-level array", body: `[1,2]`, wantSig: evidence.SignalEmptyResponse},
+		{name: "top-level string", body: `"hello"`, wantSig: evidence.SignalEmptyResponse},
 		{
 			name:       "filtered to nothing",
 			body:       `{"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]}`,
-			wantSig:    recovery.SignalContentFiltered,
+			wantSig:    evidence.SignalContentFiltered,
 			wantFinish: "content_filter",
 		},
 		{
@@ -136,7 +136,7 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			body:       `{"id":"resp_1","object":"response","status":"in_progress","output":[]}`,
 			wantID:     "resp_1",
 			wantStatus: "in_progress",
-			wantSig:    recovery.SignalEmptyResponse,
+			wantSig:    evidence.SignalEmptyResponse,
 			keepRaw:    `"output":[]`,
 		},
 		{
@@ -144,22 +144,22 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			body:       `{"id":"resp_3","object":"response","status":"completed","output":[]}`,
 			wantID:     "resp_3",
 			wantStatus: "completed",
-			wantSig:    recovery.SignalEmptyResponse,
+			wantSig:    evidence.SignalEmptyResponse,
 		},
 		{
 			name:    "a 200 carrying an overload error",
 			body:    `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
-			wantSig: recovery.SignalOverloaded,
+			wantSig: evidence.SignalOverloaded,
 		},
 		{
 			name:    "a 200 carrying an unknown error",
 			body:    `{"error":{"message":"something"}}`,
-			wantSig: recovery.SignalEmptyResponse,
+			wantSig: evidence.SignalEmptyResponse,
 		},
 		// Unreadable.
-		{name: "not JSON", body: `<html>502 Bad Gateway</html>`, wantSig: recovery.SignalEmptyResponse, wantErr: ErrMalformedResponse},
+		{name: "not JSON", body: `<html>502 Bad Gateway</html>`, wantSig: evidence.SignalEmptyResponse, wantErr: ErrMalformedResponse},
 		// A cut, not garbage (TestTruncatedJSONBodyIsACut).
-		{name: "truncated JSON", body: `{"choices":[{"message":{"content":"cut`, wantSig: recovery.SignalStreamIncomplete, wantErr: ErrTruncatedBody},
+		{name: "truncated JSON", body: `{"choices":[{"message":{"content":"cut`, wantSig: evidence.SignalStreamIncomplete, wantErr: ErrTruncatedBody},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,29 +227,29 @@ func TestErrorBodyMapping(t *testing.T) {
 	cases := []struct {
 		name     string
 		body     string
-		want     recovery.Signal
+		want     evidence.Signal
 		wantCode string
 		wantType string
 	}{
-		{"openai model_not_found", `{"error":{"message":"The model 'x' does not exist","type":"invalid_request_error","param":null,"code":"model_not_found"}}`, recovery.SignalModelNotFound, "model_not_found", "invalid_request_error"},
-		{"model_not_found as type", `{"error":{"message":"gone","type":"model_not_found"}}`, recovery.SignalModelNotFound, "", "model_not_found"},
-		{"context_length_exceeded code", `{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}`, recovery.SignalContextTooLong, "context_length_exceeded", "invalid_request_error"},
-		{"context_length_exceeded type", `{"error":{"message":"x","type":"context_length_exceeded"}}`, recovery.SignalContextTooLong, "", "context_length_exceeded"},
-		{"maximum context length in message", `{"error":{"message":"This model's Maximum Context Length is 8192 tokens.","type":"invalid_request_error","code":null}}`, recovery.SignalContextTooLong, "", "invalid_request_error"},
-		{"anthropic-style overloaded", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, recovery.SignalOverloaded, "", "overloaded_error"},
-		{"server_overloaded", `{"error":{"message":"busy","type":"server_overloaded"}}`, recovery.SignalOverloaded, "", "server_overloaded"},
-		{"content_filter code", `{"error":{"message":"filtered","type":"invalid_request_error","code":"content_filter"}}`, recovery.SignalContentFiltered, "content_filter", "invalid_request_error"},
-		{"content_policy_violation code", `{"error":{"message":"policy","type":"invalid_request_error","code":"content_policy_violation"}}`, recovery.SignalContentFiltered, "content_policy_violation", "invalid_request_error"},
-		{"upper-case code", `{"error":{"code":"MODEL_NOT_FOUND"}}`, recovery.SignalModelNotFound, "MODEL_NOT_FOUND", ""},
-		{"numeric code", `{"error":{"code":429,"message":"slow down"}}`, recovery.SignalNone, "429", ""},
-		{"rate limit", `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, recovery.SignalNone, "rate_limit_exceeded", "requests"},
-		{"invalid key", `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`, recovery.SignalNone, "invalid_api_key", "invalid_request_error"},
-		{"error as bare string", `{"error":"model_not_found"}`, recovery.SignalNone, "", ""},
-		{"top-level error object", `{"code":"model_not_found","message":"no such model"}`, recovery.SignalModelNotFound, "model_not_found", ""},
-		{"array of errors", `[{"error":{"code":"context_length_exceeded","message":"long"}}]`, recovery.SignalContextTooLong, "context_length_exceeded", ""},
-		{"html", `<html><body>Bad gateway</body></html>`, recovery.SignalNone, "", ""},
-		{"empty", ``, recovery.SignalNone, "", ""},
-		{"null error", `{"error":null}`, recovery.SignalNone, "", ""},
+		{"openai model_not_found", `{"error":{"message":"The model 'x' does not exist","type":"invalid_request_error","param":null,"code":"model_not_found"}}`, evidence.SignalModelNotFound, "model_not_found", "invalid_request_error"},
+		{"model_not_found as type", `{"error":{"message":"gone","type":"model_not_found"}}`, evidence.SignalModelNotFound, "", "model_not_found"},
+		{"context_length_exceeded code", `{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}`, evidence.SignalContextTooLong, "context_length_exceeded", "invalid_request_error"},
+		{"context_length_exceeded type", `{"error":{"message":"x","type":"context_length_exceeded"}}`, evidence.SignalContextTooLong, "", "context_length_exceeded"},
+		{"maximum context length in message", `{"error":{"message":"This model's Maximum Context Length is 8192 tokens.","type":"invalid_request_error","code":null}}`, evidence.SignalContextTooLong, "", "invalid_request_error"},
+		{"anthropic-style overloaded", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, evidence.SignalOverloaded, "", "overloaded_error"},
+		{"server_overloaded", `{"error":{"message":"busy","type":"server_overloaded"}}`, evidence.SignalOverloaded, "", "server_overloaded"},
+		{"content_filter code", `{"error":{"message":"filtered","type":"invalid_request_error","code":"content_filter"}}`, evidence.SignalContentFiltered, "content_filter", "invalid_request_error"},
+		{"content_policy_violation code", `{"error":{"message":"policy","type":"invalid_request_error","code":"content_policy_violation"}}`, evidence.SignalContentFiltered, "content_policy_violation", "invalid_request_error"},
+		{"upper-case code", `{"error":{"code":"MODEL_NOT_FOUND"}}`, evidence.SignalModelNotFound, "MODEL_NOT_FOUND", ""},
+		{"numeric code", `{"error":{"code":429,"message":"slow down"}}`, evidence.SignalNone, "429", ""},
+		{"rate limit", `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, evidence.SignalNone, "rate_limit_exceeded", "requests"},
+		{"invalid key", `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`, evidence.SignalNone, "invalid_api_key", "invalid_request_error"},
+		{"error as bare string", `{"error":"model_not_found"}`, evidence.SignalNone, "", ""},
+		{"top-level error object", `{"code":"model_not_found","message":"no such model"}`, evidence.SignalModelNotFound, "model_not_found", ""},
+		{"array of errors", `[{"error":{"code":"context_length_exceeded","message":"long"}}]`, evidence.SignalContextTooLong, "context_length_exceeded", ""},
+		{"html", `<html><body>Bad gateway</body></html>`, evidence.SignalNone, "", ""},
+		{"empty", ``, evidence.SignalNone, "", ""},
+		{"null error", `{"error":null}`, evidence.SignalNone, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -304,7 +304,7 @@ func TestStreamAccumulatesToolCalls(t *testing.T) {
 	if r.FinishReason != "tool_calls" || r.Usage != (providers.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}) || !acc.done || !acc.complete() {
 		t.Fatalf("finish %q usage %+v done %v", r.FinishReason, r.Usage, acc.done)
 	}
-	if streamSignal(r) != recovery.SignalNone {
+	if streamSignal(r) != evidence.SignalNone {
 		t.Fatalf("a tool-call-only stream is usable")
 	}
 }
@@ -344,7 +344,7 @@ func TestStreamEventShapes(t *testing.T) {
 	}
 	acc := newStreamAcc()
 	_, _, _ = acc.event("error", []byte(`{"type":"overloaded_error","message":"busy"}`))
-	if errorSignal(acc.resp.Error) != recovery.SignalOverloaded {
+	if errorSignal(acc.resp.Error) != evidence.SignalOverloaded {
 		t.Fatalf("error event type not read: %+v", acc.resp.Error)
 	}
 }
@@ -382,24 +382,24 @@ func TestTruncatedJSONBodyIsACut(t *testing.T) {
 	cases := []struct {
 		name    string
 		body    string
-		wantSig recovery.Signal
+		wantSig evidence.Signal
 		wantErr error
 	}{
-		{"cut in a string", `{"choices":[{"message":{"content":"cut`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
-		{"cut after a comma", `{"id":"x","choices":[`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
-		{"cut in a number", `{"usage":{"total_tokens":12`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
-		{"cut in a literal", `{"refusal":nu`, recovery.SignalStreamIncomplete, ErrTruncatedBody},
-		{"only the opening brace", " {\n", recovery.SignalStreamIncomplete, ErrTruncatedBody},
-		{"cut in a multi-byte character", "{\"content\":\"caf\xc3", recovery.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut in a string", `{"choices":[{"message":{"content":"cut`, evidence.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut after a comma", `{"id":"x","choices":[`, evidence.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut in a number", `{"usage":{"total_tokens":12`, evidence.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut in a literal", `{"refusal":nu`, evidence.SignalStreamIncomplete, ErrTruncatedBody},
+		{"only the opening brace", " {\n", evidence.SignalStreamIncomplete, ErrTruncatedBody},
+		{"cut in a multi-byte character", "{\"content\":\"caf\xc3", evidence.SignalStreamIncomplete, ErrTruncatedBody},
 		// Not JSON, whatever its length.
-		{"html", `<html>502 Bad Gateway</html>`, recovery.SignalEmptyResponse, ErrMalformedResponse},
-		{"plain text", `upstream connect error`, recovery.SignalEmptyResponse, ErrMalformedResponse},
-		{"bad character as the last byte", `{"a":1x`, recovery.SignalEmptyResponse, ErrMalformedResponse},
-		{"garbage after a complete value", `{"a":1} trailing`, recovery.SignalEmptyResponse, ErrMalformedResponse},
+		{"html", `<html>502 Bad Gateway</html>`, evidence.SignalEmptyResponse, ErrMalformedResponse},
+		{"plain text", `upstream connect error`, evidence.SignalEmptyResponse, ErrMalformedResponse},
+		{"bad character as the last byte", `{"a":1x`, evidence.SignalEmptyResponse, ErrMalformedResponse},
+		{"garbage after a complete value", `{"a":1} trailing`, evidence.SignalEmptyResponse, ErrMalformedResponse},
 	}
 	for _, p := range []struct {
 		name  string
-		parse func([]byte) (providers.Response, recovery.Signal, error)
+		parse func([]byte) (providers.Response, evidence.Signal, error)
 	}{{"openai", parseCompletion}, {"anthropic", parseAnthropicMessage}} {
 		for _, tc := range cases {
 			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
@@ -430,15 +430,15 @@ func TestInProgressChatCompletionIsEmpty(t *testing.T) {
 		`{"id":"chatcmpl-3","status":"queued","choices":[{"index":0,"message":{"role":"assistant","content":null}}]}`,
 	} {
 		r, sig, err := parseCompletion([]byte(body))
-		if err != nil || sig != recovery.SignalEmptyResponse {
-			t.Errorf("%s: signal %q err %v, want %q", body, sig, err, recovery.SignalEmptyResponse)
+		if err != nil || sig != evidence.SignalEmptyResponse {
+			t.Errorf("%s: signal %q err %v, want %q", body, sig, err, evidence.SignalEmptyResponse)
 		}
 		if r.Status == "" {
 			t.Errorf("%s: status not kept", body)
 		}
 	}
 	// Content still wins, whatever the status says.
-	if _, sig, _ := parseCompletion([]byte(`{"status":"in_progress","choices":[{"message":{"content":"hi"}}]}`)); sig != recovery.SignalNone {
+	if _, sig, _ := parseCompletion([]byte(`{"status":"in_progress","choices":[{"message":{"content":"hi"}}]}`)); sig != evidence.SignalNone {
 		t.Errorf("content with a status: signal %q", sig)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers/exchange"
-	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +16,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/providers/routes"
 
 	"golang.org/x/net/http2"
 
@@ -121,8 +123,8 @@ func (s *recSink) text() string {
 type outcome struct {
 	res exchange.Result
 	err error
-	ev  recovery.Evidence
-	c   recovery.Classification
+	ev  evidence.Evidence
+	c   evidence.Classification
 }
 
 func (h *harness) call(ctx context.Context, route routes.Route, req providers.Request, sink exchange.Sink) outcome {
@@ -138,7 +140,7 @@ func (h *harness) call(ctx context.Context, route routes.Route, req providers.Re
 	return o
 }
 
-func (o outcome) want(t *testing.T, class recovery.Class) {
+func (o outcome) want(t *testing.T, class evidence.Class) {
 	t.Helper()
 	if o.c.Class != class {
 		t.Fatalf("classified %s (%s), want %s\nevidence %+v\nsignal %q err %v", o.c.Class, o.c.Reason, class, o.ev, o.res.Signal, o.err)
@@ -176,12 +178,12 @@ func TestAnswerNonStreaming(t *testing.T) {
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
-	o.want(t, recovery.Completed)
+	o.want(t, evidence.Completed)
 	r := o.res.Response
 	if r.Text != "hello world" || r.FinishReason != "stop" || r.ID == "" || r.Model != "durallm-test" || r.Usage.TotalTokens == 0 || r.Raw == nil || r.Partial {
 		t.Fatalf("response %+v", r)
 	}
-	if !o.ev.ContentStarted || o.res.Signal != recovery.SignalNone {
+	if !o.ev.ContentStarted || o.res.Signal != evidence.SignalNone {
 		t.Fatalf("not committed or signalled: %+v %q", o.ev, o.res.Signal)
 	}
 	sent := got()
@@ -214,7 +216,7 @@ func TestAnswerStreaming(t *testing.T) {
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
-	o.want(t, recovery.Completed)
+	o.want(t, evidence.Completed)
 	r := o.res.Response
 	if r.Text != "the quick brown fox" || r.FinishReason != "stop" || r.Usage.TotalTokens == 0 || r.Partial || r.Raw != nil {
 		t.Fatalf("response %+v", r)
@@ -272,10 +274,10 @@ func TestEmptyResponses(t *testing.T) {
 				if o.err != nil {
 					t.Fatal(o.err)
 				}
-				if o.res.Signal != recovery.SignalEmptyResponse {
+				if o.res.Signal != evidence.SignalEmptyResponse {
 					t.Fatalf("signal %q", o.res.Signal)
 				}
-				o.want(t, recovery.EmptyResponse)
+				o.want(t, evidence.EmptyResponse)
 				if stream && o.ev.ContentStarted {
 					t.Fatal("a stream with no content committed")
 				}
@@ -293,10 +295,10 @@ func TestInProgressChatCompletionIsEmptyResponse(t *testing.T) {
 			h.manual = true
 			h.p.Push(providertest.Status(200, nil, `{"id":"chatcmpl-1","object":"chat.completion","status":"`+status+`","choices":[]}`))
 			o := h.call(context.Background(), h.route(), chat(false), nil)
-			if o.err != nil || o.res.Signal != recovery.SignalEmptyResponse || o.res.Response.Status != status {
+			if o.err != nil || o.res.Signal != evidence.SignalEmptyResponse || o.res.Response.Status != status {
 				t.Fatalf("err %v signal %q status %q", o.err, o.res.Signal, o.res.Response.Status)
 			}
-			o.want(t, recovery.EmptyResponse)
+			o.want(t, evidence.EmptyResponse)
 			if o.ev.ContentStarted {
 				t.Fatal("an empty answer committed")
 			}
@@ -310,17 +312,17 @@ func TestErrorStatusMapping(t *testing.T) {
 		return string(b)
 	}
 	cases := []statusCase{
-		{"model not found", providertest.Status(404, nil, errBody("invalid_request_error", "model_not_found", "The model does not exist")), recovery.SignalModelNotFound, recovery.IncompatibleRoute},
-		{"context length code", providertest.Status(400, nil, errBody("invalid_request_error", "context_length_exceeded", "too long")), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"context length message", providertest.Status(400, nil, `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":null}}`), recovery.SignalContextTooLong, recovery.IncompatibleRoute},
-		{"overloaded 529", providertest.Status(529, nil, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), recovery.SignalOverloaded, recovery.Throttled},
-		{"server_overloaded on a 500", providertest.Status(500, nil, errBody("server_overloaded", "", "busy")), recovery.SignalOverloaded, recovery.Throttled},
-		{"content filter", providertest.Status(400, nil, errBody("invalid_request_error", "content_filter", "filtered")), recovery.SignalContentFiltered, recovery.ContentFiltered},
-		{"content policy", providertest.Status(400, nil, errBody("invalid_request_error", "content_policy_violation", "policy")), recovery.SignalContentFiltered, recovery.ContentFiltered},
-		{"bad key", providertest.Status(401, nil, errBody("invalid_request_error", "invalid_api_key", "Incorrect API key")), recovery.SignalNone, recovery.Rejected},
-		{"rate limited", providertest.TooManyRequests(providertest.RetryAfterSeconds(2)), recovery.SignalNone, recovery.Throttled},
-		{"html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
-		{"gateway timeout", providertest.ServerError(504), recovery.SignalNone, recovery.Ambiguous},
+		{"model not found", providertest.Status(404, nil, errBody("invalid_request_error", "model_not_found", "The model does not exist")), evidence.SignalModelNotFound, evidence.IncompatibleRoute},
+		{"context length code", providertest.Status(400, nil, errBody("invalid_request_error", "context_length_exceeded", "too long")), evidence.SignalContextTooLong, evidence.IncompatibleRoute},
+		{"context length message", providertest.Status(400, nil, `{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":null}}`), evidence.SignalContextTooLong, evidence.IncompatibleRoute},
+		{"overloaded 529", providertest.Status(529, nil, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), evidence.SignalOverloaded, evidence.Throttled},
+		{"server_overloaded on a 500", providertest.Status(500, nil, errBody("server_overloaded", "", "busy")), evidence.SignalOverloaded, evidence.Throttled},
+		{"content filter", providertest.Status(400, nil, errBody("invalid_request_error", "content_filter", "filtered")), evidence.SignalContentFiltered, evidence.ContentFiltered},
+		{"content policy", providertest.Status(400, nil, errBody("invalid_request_error", "content_policy_violation", "policy")), evidence.SignalContentFiltered, evidence.ContentFiltered},
+		{"bad key", providertest.Status(401, nil, errBody("invalid_request_error", "invalid_api_key", "Incorrect API key")), evidence.SignalNone, evidence.Rejected},
+		{"rate limited", providertest.TooManyRequests(providertest.RetryAfterSeconds(2)), evidence.SignalNone, evidence.Throttled},
+		{"html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>bad gateway</html>"), evidence.SignalNone, evidence.UpstreamError},
+		{"gateway timeout", providertest.ServerError(504), evidence.SignalNone, evidence.Ambiguous},
 	}
 	checkStatusCases(t, cases, newHarness, (*harness).route)
 }
@@ -338,13 +340,13 @@ func TestA502FromAnIntermediaryIsAmbiguous(t *testing.T) {
 		return r
 	}
 	checkStatusCases(t, []statusCase{
-		{"proxy's html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>502 Bad Gateway</html>"), recovery.SignalNone, recovery.Ambiguous},
-		{"proxy's empty 502", providertest.Status(502, nil, ""), recovery.SignalNone, recovery.Ambiguous},
-		{"provider's own 502", providertest.ServerError(502), recovery.SignalNone, recovery.UpstreamError},
-		{"503 with Retry-After", providertest.Unavailable(providertest.RetryAfterSeconds(1)), recovery.SignalNone, recovery.Throttled},
+		{"proxy's html 502", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>502 Bad Gateway</html>"), evidence.SignalNone, evidence.Ambiguous},
+		{"proxy's empty 502", providertest.Status(502, nil, ""), evidence.SignalNone, evidence.Ambiguous},
+		{"provider's own 502", providertest.ServerError(502), evidence.SignalNone, evidence.UpstreamError},
+		{"503 with Retry-After", providertest.Unavailable(providertest.RetryAfterSeconds(1)), evidence.SignalNone, evidence.Throttled},
 	}, newHarness, intermediary)
 	checkStatusCases(t, []statusCase{
-		{"proxy's html 502, idempotent provider", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>502 Bad Gateway</html>"), recovery.SignalNone, recovery.UpstreamError},
+		{"proxy's html 502, idempotent provider", providertest.Status(502, http.Header{"Content-Type": {"text/html"}}, "<html>502 Bad Gateway</html>"), evidence.SignalNone, evidence.UpstreamError},
 	}, newHarness, func(h *harness) routes.Route {
 		r := intermediary(h)
 		r.HonoursIdempotencyKey, r.IdempotencyWindow = true, time.Hour
@@ -356,8 +358,8 @@ func TestA502FromAnIntermediaryIsAmbiguous(t *testing.T) {
 type statusCase struct {
 	name   string
 	b      providertest.Behavior
-	signal recovery.Signal
-	class  recovery.Class
+	signal evidence.Signal
+	class  evidence.Class
 }
 
 // checkStatusCases runs each case, streaming and not, on a fresh harness:
@@ -404,7 +406,7 @@ func TestStallAfterFirstChunkIsPartial(t *testing.T) {
 	if sink.text() != "chunk1" || len(sink.incomplete) != 1 || sink.incomplete[0] != "idle_timeout" {
 		t.Fatalf("sink %q incomplete %q", sink.deltas, sink.incomplete)
 	}
-	o.want(t, recovery.CommittedPartial)
+	o.want(t, evidence.CommittedPartial)
 	if !o.ev.TimedOut || !o.ev.ContentStarted {
 		t.Fatalf("evidence %+v", o.ev)
 	}
@@ -433,7 +435,7 @@ func TestCutAfterContentIsPartial(t *testing.T) {
 			if len(sink.incomplete) != 1 || sink.incomplete[0] != tc.reason {
 				t.Fatalf("sink incomplete %q", sink.incomplete)
 			}
-			o.want(t, recovery.CommittedPartial)
+			o.want(t, evidence.CommittedPartial)
 		})
 	}
 }
@@ -460,7 +462,7 @@ func TestFirstByteTimeoutBeforeContent(t *testing.T) {
 			if tc.name == "no response at all" && !errors.As(o.err, &ae) {
 				t.Fatalf("the engine's AttemptError is not reachable through %v", o.err)
 			}
-			o.want(t, recovery.Ambiguous)
+			o.want(t, evidence.Ambiguous)
 			if !o.ev.TimedOut || o.ev.ContentStarted || o.res.Response.Partial || len(sink.incomplete) != 0 {
 				t.Fatalf("evidence %+v result %+v", o.ev, o.res)
 			}
@@ -477,7 +479,7 @@ func TestAttemptTimeoutNonStreaming(t *testing.T) {
 	if !errors.Is(o.err, exchange.ErrAttemptTimeout) {
 		t.Fatalf("err = %v", o.err)
 	}
-	o.want(t, recovery.Ambiguous)
+	o.want(t, evidence.Ambiguous)
 	if !o.ev.TimedOut {
 		t.Fatalf("evidence %+v", o.ev)
 	}
@@ -541,7 +543,7 @@ func TestResetBeforeContentIsAnError(t *testing.T) {
 	if o.err == nil || o.res.Response.Partial {
 		t.Fatalf("err %v result %+v", o.err, o.res)
 	}
-	o.want(t, recovery.Ambiguous)
+	o.want(t, evidence.Ambiguous)
 }
 
 func sse(events ...string) string {
@@ -571,7 +573,7 @@ func TestKeepAlivesAndRoleChunksDoNotCommit(t *testing.T) {
 	if o.ev.ContentStarted || len(sink.deltas) != 0 {
 		t.Fatalf("keep-alives or a role-only chunk committed: %+v", o.ev)
 	}
-	o.want(t, recovery.EmptyResponse)
+	o.want(t, evidence.EmptyResponse)
 }
 
 // A stream that ends cleanly with no content and no end marker was cut
@@ -595,10 +597,10 @@ func TestStreamCutBeforeContentIsAmbiguous(t *testing.T) {
 			h.p.Push(providertest.Status(200, sseHeader, tc.body))
 			sink := &recSink{}
 			o := h.call(context.Background(), tc.route(h), chat(true), sink)
-			if o.err != nil || o.res.Signal != recovery.SignalStreamIncomplete {
+			if o.err != nil || o.res.Signal != evidence.SignalStreamIncomplete {
 				t.Fatalf("signal %q err %v", o.res.Signal, o.err)
 			}
-			o.want(t, recovery.Ambiguous)
+			o.want(t, evidence.Ambiguous)
 			if o.ev.ContentStarted || len(sink.deltas) != 0 || len(sink.incomplete) != 0 || o.res.Response.Partial {
 				t.Fatalf("a stream with no content committed or reported partial: %+v %+v", o.ev, o.res.Response)
 			}
@@ -642,13 +644,13 @@ func TestTruncatedBodyBeforeContentIsAmbiguous(t *testing.T) {
 			h.p.Push(tc.b)
 			sink := &recSink{}
 			o := h.call(context.Background(), tc.route(h), chat(tc.stream), sink)
-			if o.res.Signal != recovery.SignalStreamIncomplete || !errors.Is(o.err, exchange.ErrTruncatedBody) {
-				t.Fatalf("signal %q err %v, want %q and ErrTruncatedBody", o.res.Signal, o.err, recovery.SignalStreamIncomplete)
+			if o.res.Signal != evidence.SignalStreamIncomplete || !errors.Is(o.err, exchange.ErrTruncatedBody) {
+				t.Fatalf("signal %q err %v, want %q and ErrTruncatedBody", o.res.Signal, o.err, evidence.SignalStreamIncomplete)
 			}
 			if strings.Contains(o.err.Error(), "CANARY") {
 				t.Fatalf("the error quotes the body: %v", o.err)
 			}
-			o.want(t, recovery.Ambiguous)
+			o.want(t, evidence.Ambiguous)
 			if o.ev.ContentStarted || len(sink.deltas) != 0 || len(sink.incomplete) != 0 || o.res.Response.Partial {
 				t.Fatalf("a body cut before content committed or reported partial: %+v %+v", o.ev, o.res.Response)
 			}
@@ -668,18 +670,18 @@ func TestTruncatedBodyAfterContent(t *testing.T) {
 		body    string
 		partial bool
 		text    string
-		class   recovery.Class
+		class   evidence.Class
 	}{
 		{"openai event cut", newHarness, (*harness).route,
-			sse(roleChunk, helloChunk) + `data: {"id":"c1","choices":[{"index":0,"delta":{"content":" wor`, true, "hello", recovery.CommittedPartial},
+			sse(roleChunk, helloChunk) + `data: {"id":"c1","choices":[{"index":0,"delta":{"content":" wor`, true, "hello", evidence.CommittedPartial},
 		{"anthropic event cut", newAnthropicHarness, (*harness).claude,
-			events(evMessageStart, evTextStart, evHello) + "event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_d`, true, "Hello", recovery.CommittedPartial},
+			events(evMessageStart, evTextStart, evHello) + "event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_d`, true, "Hello", evidence.CommittedPartial},
 		{"openai [DONE] without its blank line", newHarness, (*harness).route,
-			sse(helloChunk) + "data: [DONE]", false, "hello", recovery.Completed},
+			sse(helloChunk) + "data: [DONE]", false, "hello", evidence.Completed},
 		{"openai final chunk without its blank line", newHarness, (*harness).route,
-			sse(helloChunk) + `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, false, "hello", recovery.Completed},
+			sse(helloChunk) + `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, false, "hello", evidence.Completed},
 		{"anthropic message_stop without its blank line", newAnthropicHarness, (*harness).claude,
-			events(evMessageStart, evTextStart, evHello) + "event: message_stop\ndata: " + evMessageStop, false, "Hello", recovery.Completed},
+			events(evMessageStart, evTextStart, evHello) + "event: message_stop\ndata: " + evMessageStop, false, "Hello", evidence.Completed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h(t)
@@ -699,10 +701,10 @@ func TestTruncatedBodyAfterContent(t *testing.T) {
 			// As the CallModel activity finishes: a Partial response is
 			// stream_incomplete.
 			ev := o.ev
-			if r.Partial && o.res.Signal == recovery.SignalNone {
-				ev.Signal = recovery.SignalStreamIncomplete
+			if r.Partial && o.res.Signal == evidence.SignalNone {
+				ev.Signal = evidence.SignalStreamIncomplete
 			}
-			if c := recovery.Classify(ev); c.Class != tc.class {
+			if c := evidence.Classify(ev); c.Class != tc.class {
 				t.Fatalf("classified %s (%s), want %s", c.Class, c.Reason, tc.class)
 			}
 		})
@@ -736,7 +738,7 @@ func TestStreamCompleteWithFinishReasonWithoutDone(t *testing.T) {
 	if o.err != nil || o.res.Response.Partial || o.res.Response.FinishReason != "length" {
 		t.Fatalf("err %v response %+v", o.err, o.res.Response)
 	}
-	o.want(t, recovery.Completed)
+	o.want(t, evidence.Completed)
 }
 
 func TestStreamErrorEvents(t *testing.T) {
@@ -744,10 +746,10 @@ func TestStreamErrorEvents(t *testing.T) {
 		h := newHarness(t)
 		h.p.Push(providertest.Status(200, sseHeader, sse(roleChunk, `data: {"error":{"type":"overloaded_error","message":"busy"}}`)))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
-		if o.err != nil || o.res.Signal != recovery.SignalOverloaded {
+		if o.err != nil || o.res.Signal != evidence.SignalOverloaded {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
 		}
-		o.want(t, recovery.Throttled)
+		o.want(t, evidence.Throttled)
 	})
 	t.Run("after content", func(t *testing.T) {
 		h := newHarness(t)
@@ -761,7 +763,7 @@ func TestStreamErrorEvents(t *testing.T) {
 		if !r.Partial || r.Incomplete != providers.IncompleteProviderError || r.Text != "hello" || r.Error == nil || r.Error.Type != "server_error" {
 			t.Fatalf("response %+v", r)
 		}
-		o.want(t, recovery.CommittedPartial)
+		o.want(t, evidence.CommittedPartial)
 	})
 }
 
@@ -770,10 +772,10 @@ func TestMalformedStreams(t *testing.T) {
 		h := newHarness(t)
 		h.p.Push(providertest.Status(200, sseHeader, sse(roleChunk, "data: {not json")))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
-		if !errors.Is(o.err, exchange.ErrMalformedStream) || o.res.Signal != recovery.SignalEmptyResponse {
+		if !errors.Is(o.err, exchange.ErrMalformedStream) || o.res.Signal != evidence.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
 		}
-		o.want(t, recovery.EmptyResponse)
+		o.want(t, evidence.EmptyResponse)
 	})
 	t.Run("malformed after content", func(t *testing.T) {
 		h := newHarness(t)
@@ -782,25 +784,25 @@ func TestMalformedStreams(t *testing.T) {
 		if o.err != nil || !o.res.Response.Partial || o.res.Response.Incomplete != providers.IncompleteMalformed {
 			t.Fatalf("err %v response %+v", o.err, o.res.Response)
 		}
-		o.want(t, recovery.CommittedPartial)
+		o.want(t, evidence.CommittedPartial)
 	})
 	t.Run("endless line before content", func(t *testing.T) {
 		h := newHarness(t)
 		h.p.Push(providertest.Status(200, sseHeader, "data: "+strings.Repeat("x", exchange.MaxSSELineBytes+1024)))
 		o := h.call(context.Background(), h.route(), chat(true), &recSink{})
-		if !errors.Is(o.err, exchange.ErrLineTooLong) || o.res.Signal != recovery.SignalEmptyResponse {
+		if !errors.Is(o.err, exchange.ErrLineTooLong) || o.res.Signal != evidence.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
 		}
-		o.want(t, recovery.EmptyResponse)
+		o.want(t, evidence.EmptyResponse)
 	})
 	t.Run("non-JSON 200", func(t *testing.T) {
 		h := newHarness(t)
 		h.p.Push(providertest.Status(200, http.Header{"Content-Type": {"text/html"}}, "<html>maintenance</html>"))
 		o := h.call(context.Background(), h.route(), chat(false), nil)
-		if !errors.Is(o.err, exchange.ErrMalformedResponse) || o.res.Signal != recovery.SignalEmptyResponse {
+		if !errors.Is(o.err, exchange.ErrMalformedResponse) || o.res.Signal != evidence.SignalEmptyResponse {
 			t.Fatalf("err %v signal %q", o.err, o.res.Signal)
 		}
-		o.want(t, recovery.EmptyResponse)
+		o.want(t, evidence.EmptyResponse)
 	})
 }
 
@@ -812,7 +814,7 @@ func TestProviderIgnoringStreamFlag(t *testing.T) {
 	if o.err != nil || o.res.Response.Text != "whole answer" || sink.text() != "whole answer" {
 		t.Fatalf("err %v response %+v sink %q", o.err, o.res.Response, sink.deltas)
 	}
-	o.want(t, recovery.Completed)
+	o.want(t, evidence.Completed)
 }
 
 func TestCallerCancelAfterCommit(t *testing.T) {
@@ -842,7 +844,7 @@ func TestCallerCancelAfterCommit(t *testing.T) {
 			if len(sink.incomplete) != 1 || sink.incomplete[0] != providers.IncompleteCanceled {
 				t.Fatalf("sink incomplete %q", sink.incomplete)
 			}
-			o.want(t, recovery.Canceled)
+			o.want(t, evidence.Canceled)
 		})
 	}
 }
@@ -861,7 +863,7 @@ func TestCallerCancelBeforeContent(t *testing.T) {
 	if !errors.Is(o.err, context.Canceled) || o.res.Response.Partial {
 		t.Fatalf("err %v result %+v", o.err, o.res)
 	}
-	o.want(t, recovery.Canceled)
+	o.want(t, evidence.Canceled)
 }
 
 // A plain RoundTripper and no attempt in the context: the adapter works

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers"
 	"io"
 	"strings"
 
-	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
 )
 
 // MaxResponseBytes bounds a non-streaming body, and the text, refusal and
@@ -397,6 +397,6 @@ func completeData(data []byte) bool {
 
 // streamSignal says whether a stream that ended without a transport error
 // produced anything usable.
-func streamSignal(r providers.Response) recovery.Signal {
+func streamSignal(r providers.Response) evidence.Signal {
 	return completionSignal(r)
 }

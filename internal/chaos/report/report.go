@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
@@ -26,7 +26,7 @@ type Report struct {
 	Actions     int
 	Reloads     int
 	States      map[workflows.State]int
-	Classes     map[recovery.Class]int
+	Classes     map[evidence.Class]int
 	Attempts    int
 	Violations  []string
 	ProviderRun int // requests the provider executed
@@ -38,7 +38,7 @@ type Report struct {
 	// behaviour, "Answer" for the default) to how the client classified
 	// the attempt through the proxy, with counts: how haproxy relays each
 	// origin fault. Attempts the provider never received are under "".
-	Seen map[string]map[recovery.Class]int
+	Seen map[string]map[evidence.Class]int
 	// ExtraExecutions counts provider executions beyond one per completed
 	// action: requests the provider ran whose answer never became the
 	// action's (a 500, a reset or an empty 2xx after executing, or an
@@ -65,7 +65,7 @@ type Report struct {
 
 // New returns an empty report for a run of actions.
 func New(actions int) *Report {
-	return &Report{Actions: actions, States: map[workflows.State]int{}, Classes: map[recovery.Class]int{}, Faults: map[string]int{}, Seen: map[string]map[recovery.Class]int{}}
+	return &Report{Actions: actions, States: map[workflows.State]int{}, Classes: map[evidence.Class]int{}, Faults: map[string]int{}, Seen: map[string]map[evidence.Class]int{}}
 }
 
 // Add checks one action's result (or the error that kept it from one)
@@ -88,7 +88,7 @@ func (r *Report) Add(p *providertest.Provider, j journal.Journal, id string, res
 		if faults {
 			b := BehaviorOf(p, a.Evidence.AttemptID)
 			if r.Seen[b] == nil {
-				r.Seen[b] = map[recovery.Class]int{}
+				r.Seen[b] = map[evidence.Class]int{}
 			}
 			r.Seen[b][a.Classification.Class]++
 		}
@@ -170,19 +170,19 @@ func Check(p *providertest.Provider, id string, res workflows.ActionResult, faul
 		ev, cl := a.Evidence, a.Classification
 		last := i == len(res.Attempts)-1
 		switch cl.Class {
-		case recovery.Completed, recovery.CommittedPartial:
+		case evidence.Completed, evidence.CommittedPartial:
 			if !last {
 				v = append(v, fmt.Sprintf("%s attempt %d was %s and another attempt followed", id, a.N, cl.Class))
 			}
 			// More than once is caught below, for every attempt.
-			if cl.Class == recovery.Completed && p.AttemptExecutions(ev.AttemptID) == 0 {
+			if cl.Class == evidence.Completed && p.AttemptExecutions(ev.AttemptID) == 0 {
 				v = append(v, fmt.Sprintf("%s attempt %d completed but the provider never executed it", id, a.N))
 			}
-		case recovery.Refused, recovery.Unsent:
+		case evidence.Refused, evidence.Unsent:
 			if n := p.AttemptExecutions(ev.AttemptID); n > 0 {
 				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s) (%s)", id, a.N, cl.Class, cl.Reason, n, BehaviorOf(p, ev.AttemptID)))
 			}
-		case recovery.Ambiguous:
+		case evidence.Ambiguous:
 			if !last && a.Verdict != attempt.VerdictNotExecuted && a.Verdict != attempt.VerdictAllowReplay {
 				v = append(v, fmt.Sprintf("%s attempt %d was ambiguous and another attempt followed without a verdict", id, a.N))
 			}
@@ -258,14 +258,14 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintln(tw, "\nattempt classification\tattempts")
 	for _, k := range sortedKeys(r.Classes) {
-		fmt.Fprintf(tw, "%s\t%d\n", k, r.Classes[recovery.Class(k)])
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.Classes[evidence.Class(k)])
 	}
 	if len(r.Seen) > 0 {
 		fmt.Fprintln(tw, "\nthe provider did\tthe client classified (through haproxy)")
 		for _, b := range sortedKeys(r.Seen) {
 			var parts []string
 			for _, c := range sortedKeys(r.Seen[b]) {
-				parts = append(parts, fmt.Sprintf("%s %d", c, r.Seen[b][recovery.Class(c)]))
+				parts = append(parts, fmt.Sprintf("%s %d", c, r.Seen[b][evidence.Class(c)]))
 			}
 			name := b
 			if name == "" {

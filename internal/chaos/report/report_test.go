@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
@@ -35,8 +36,8 @@ func send(t *testing.T, p *providertest.Provider, action, attempt string) {
 	resp.Body.Close()
 }
 
-func record(n int, id string, class recovery.Class) workflows.AttemptRecord {
-	return workflows.AttemptRecord{N: n, Evidence: recovery.Evidence{AttemptID: id}, Classification: recovery.Classification{Class: class}}
+func record(n int, id string, class evidence.Class) workflows.AttemptRecord {
+	return workflows.AttemptRecord{N: n, Evidence: evidence.Evidence{AttemptID: id}, Classification: evidence.Classification{Class: class}}
 }
 
 // The invariants a chaos run checks, each against the provider's record:
@@ -54,7 +55,7 @@ func TestCheckFindsEveryViolation(t *testing.T) {
 	send(t, p, "ok", "ok-1")
 	send(t, p, "partial", "p-1")
 
-	completed := workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted, Attempts: []workflows.AttemptRecord{record(1, "ok-1", recovery.Completed)}}}
+	completed := workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted, Attempts: []workflows.AttemptRecord{record(1, "ok-1", evidence.Completed)}}}
 	tests := []struct {
 		name, id  string
 		res       workflows.ActionResult
@@ -62,15 +63,15 @@ func TestCheckFindsEveryViolation(t *testing.T) {
 	}{
 		{"a completed action executed once holds", "ok", completed, ""},
 		{"refused although the provider ran it", "refused-but-ran", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-			Attempts: []workflows.AttemptRecord{record(1, "r-1", recovery.Refused)}}}, "classified refused"},
+			Attempts: []workflows.AttemptRecord{record(1, "r-1", evidence.Refused)}}}, "classified refused"},
 		{"one attempt executed twice", "twice", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-			Attempts: []workflows.AttemptRecord{record(1, "t-1", recovery.Completed)}}}, "executed 2 times"},
+			Attempts: []workflows.AttemptRecord{record(1, "t-1", evidence.Completed)}}}, "executed 2 times"},
 		{"another attempt after an ambiguous one", "ok", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-			Attempts: []workflows.AttemptRecord{record(1, "x-1", recovery.Ambiguous), record(2, "ok-1", recovery.Completed)}}}, "without a verdict"},
+			Attempts: []workflows.AttemptRecord{record(1, "x-1", evidence.Ambiguous), record(2, "ok-1", evidence.Completed)}}}, "without a verdict"},
 		{"completed_partial without its text", "partial", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompletedPartial,
-			Attempts: []workflows.AttemptRecord{record(1, "p-1", recovery.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: "reset"}}, "without its partial text"},
+			Attempts: []workflows.AttemptRecord{record(1, "p-1", evidence.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: "reset"}}, "without its partial text"},
 		{"a worker-lost partial has its reason and no text", "partial", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompletedPartial,
-			Attempts: []workflows.AttemptRecord{record(1, "p-1", recovery.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: providers.IncompleteWorkerLost}}, ""},
+			Attempts: []workflows.AttemptRecord{record(1, "p-1", evidence.CommittedPartial)}}, Response: &providers.Response{Partial: true, Incomplete: providers.IncompleteWorkerLost}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,10 +110,10 @@ func TestJournalInvariants(t *testing.T) {
 	if err := j.Record(context.Background(), journal.Entry{AttemptID: "h-1", State: journal.Received, Response: &providers.Response{Text: "ok"}}); err != nil {
 		t.Fatal(err)
 	}
-	reconciled := record(1, "h-1", recovery.Ambiguous)
+	reconciled := record(1, "h-1", evidence.Ambiguous)
 	reconciled.Verdict, reconciled.VerdictBy = attempt.VerdictCompleted, attempt.ByJournal
 	left := workflows.ActionResult{Status: workflows.Status{State: workflows.StateIndeterminate, Reason: "reconcile_timeout",
-		Attempts: []workflows.AttemptRecord{record(1, "h-1", recovery.Ambiguous)}}}
+		Attempts: []workflows.AttemptRecord{record(1, "h-1", evidence.Ambiguous)}}}
 	r := New(3)
 	r.Add(p, j, "held", workflows.ActionResult{Status: workflows.Status{State: workflows.StateReconciled, Attempts: []workflows.AttemptRecord{reconciled}},
 		Response: &providers.Response{Text: "ok"}}, nil, false)
@@ -120,7 +121,7 @@ func TestJournalInvariants(t *testing.T) {
 		t.Fatalf("a journal-reconciled action: %v %+v", r.Violations, r.Journal)
 	}
 	r.Add(p, j, "lost", workflows.ActionResult{Status: workflows.Status{State: workflows.StateIndeterminate, Reason: "reconcile_timeout",
-		Attempts: []workflows.AttemptRecord{record(1, "l-1", recovery.Ambiguous)}}}, nil, false)
+		Attempts: []workflows.AttemptRecord{record(1, "l-1", evidence.Ambiguous)}}}, nil, false)
 	if len(r.Violations) != 0 || r.Journal.LeftToPerson != 1 {
 		t.Fatalf("an action the journal could not settle: %v %+v", r.Violations, r.Journal)
 	}
@@ -131,11 +132,11 @@ func TestJournalInvariants(t *testing.T) {
 	// "Not processed" must mean it: the provider never executed it.
 	send(t, p, "refused", "r-1")
 	send(t, p, "refused", "r-2")
-	notProcessed := record(1, "r-1", recovery.Ambiguous)
+	notProcessed := record(1, "r-1", evidence.Ambiguous)
 	notProcessed.Verdict, notProcessed.VerdictBy = attempt.VerdictNotExecuted, attempt.ByJournal
 	r = New(1)
 	r.Add(p, j, "refused", workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-		Attempts: []workflows.AttemptRecord{notProcessed, record(2, "r-2", recovery.Completed)}}, Response: &providers.Response{Text: "ok"}}, nil, false)
+		Attempts: []workflows.AttemptRecord{notProcessed, record(2, "r-2", evidence.Completed)}}, Response: &providers.Response{Text: "ok"}}, nil, false)
 	// Both checks see it: the attempt the journal cleared ran, and so the
 	// action ran twice.
 	if got := strings.Join(r.Violations, "\n"); r.Journal.NotProcessed != 1 || len(r.Violations) != 2 ||
@@ -156,11 +157,11 @@ func TestAnAmbiguousAttemptFollowedUnderAVerdictIsNoViolation(t *testing.T) {
 	for _, v := range []attempt.Verdict{attempt.VerdictNotExecuted, attempt.VerdictAllowReplay} {
 		id := "v-" + string(v)
 		send(t, p, id, id+"-2")
-		first := record(1, id+"-1", recovery.Ambiguous)
+		first := record(1, id+"-1", evidence.Ambiguous)
 		first.Verdict, first.VerdictBy = v, "person"
 		r := New(1)
 		r.Add(p, nil, id, workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted,
-			Attempts: []workflows.AttemptRecord{first, record(2, id+"-2", recovery.Completed)}}, Response: &providers.Response{Text: "ok"}}, nil, false)
+			Attempts: []workflows.AttemptRecord{first, record(2, id+"-2", evidence.Completed)}}, Response: &providers.Response{Text: "ok"}}, nil, false)
 		if len(r.Violations) != 0 {
 			t.Errorf("%s: violations %v", v, r.Violations)
 		}

@@ -1,4 +1,4 @@
-package recovery
+package evidence
 
 import "strconv"
 
@@ -33,7 +33,7 @@ func Classify(ev Evidence) Classification {
 func classify(ev Evidence) Classification {
 	switch {
 	case ev.Canceled && (ev.Stop == StopScope || ev.Stop == ""):
-		return Classification{Class: Canceled, Reason: "scope_canceled", Terminal: true}
+		return Classification{Class: Canceled, Reason: "scope_canceled"}
 	case ev.Activity != "":
 		return classifyActivityEnd(ev)
 	case ev.Unsendable != "" && !ev.RequestSent && !ev.MaybeSent:
@@ -44,7 +44,7 @@ func classify(ev Evidence) Classification {
 		// what the attempt had done decides, as for a timer that ended it.
 		ev.TimedOut = true
 		if ev.ContentStarted {
-			return Classification{Class: CommittedPartial, Reason: stopReason(ev.Stop, "after_content"), Terminal: true}
+			return Classification{Class: CommittedPartial, Reason: stopReason(ev.Stop, "after_content")}
 		}
 		c := classifyEnded(ev)
 		// The worker, an operator or Temporal ended it, not the provider.
@@ -88,20 +88,20 @@ func stopReason(s StopCause, what string) string {
 func classifyActivityEnd(ev Evidence) Classification {
 	switch ev.Activity {
 	case ActivityQueueTimeout:
-		return Classification{Class: Unsent, Reason: "no_worker_took_the_attempt", ReplaySafe: true, SameRoute: true, Fallback: true}
+		return Classification{Class: Unsent, Reason: "no_worker_took_the_attempt"}
 	case ActivityWorkerLost:
 		if ev.ContentStarted {
-			return Classification{Class: CommittedPartial, Reason: "worker_lost_after_content", Terminal: true}
+			return Classification{Class: CommittedPartial, Reason: "worker_lost_after_content"}
 		}
 		return ambiguous("worker_lost_mid_attempt", false)
 	case ActivityTimedOut:
 		if ev.ContentStarted {
-			return Classification{Class: CommittedPartial, Reason: "attempt_timeout_after_content", Terminal: true}
+			return Classification{Class: CommittedPartial, Reason: "attempt_timeout_after_content"}
 		}
 		return ambiguous("attempt_timeout", false)
 	default:
 		if ev.ContentStarted {
-			return Classification{Class: CommittedPartial, Reason: "activity_failed_after_content", Terminal: true}
+			return Classification{Class: CommittedPartial, Reason: "activity_failed_after_content"}
 		}
 		return ambiguous("activity_failed", false)
 	}
@@ -109,9 +109,9 @@ func classifyActivityEnd(ev Evidence) Classification {
 
 func classifyUnsendable(u Unsendable) Classification {
 	if u == UnsendableInvalid {
-		return Classification{Class: Rejected, Reason: string(u), Terminal: true}
+		return Classification{Class: Rejected, Reason: string(u)}
 	}
-	return Classification{Class: IncompatibleRoute, Reason: string(u), Fallback: true}
+	return Classification{Class: IncompatibleRoute, Reason: string(u)}
 }
 
 func classifyResponse(ev Evidence) Classification {
@@ -119,13 +119,13 @@ func classifyResponse(ev Evidence) Classification {
 	is2xx := s >= 200 && s < 300
 	switch {
 	case is2xx && ev.ContentStarted && (ev.BodyFailed || ev.TimedOut || ev.Signal == SignalStreamIncomplete):
-		return Classification{Class: CommittedPartial, Reason: "stream_failed_after_content", Terminal: true}
+		return Classification{Class: CommittedPartial, Reason: "stream_failed_after_content"}
 	case ev.Signal == SignalContentFiltered:
-		return Classification{Class: ContentFiltered, Reason: "content_filtered", Terminal: true}
+		return Classification{Class: ContentFiltered, Reason: "content_filtered"}
 	case s == 421 && ev.AfterMisdirected:
-		return Classification{Class: MisdirectedRepeated, Reason: "second_421", Terminal: true}
+		return Classification{Class: MisdirectedRepeated, Reason: "second_421"}
 	case s == 421:
-		return Classification{Class: Misdirected, Reason: "421", ReplaySafe: true, SameRoute: true, FreshConnection: true}
+		return Classification{Class: Misdirected, Reason: "421", FreshConnection: true}
 	case s == 429 || s == 503 || s == 529:
 		return throttled(ev, "status_"+strconv.Itoa(s))
 	case ev.Signal == SignalOverloaded:
@@ -139,14 +139,14 @@ func classifyResponse(ev Evidence) Classification {
 		// or a key the provider deduplicates, makes another attempt safe.
 		return ambiguous("502_from_intermediary", true)
 	case s >= 500:
-		return Classification{Class: UpstreamError, Reason: "status_" + strconv.Itoa(s), SameRoute: true, Fallback: true, ProviderHealth: true}
+		return Classification{Class: UpstreamError, Reason: "status_" + strconv.Itoa(s), ProviderHealth: true}
 	case ev.Signal == SignalModelNotFound || ev.Signal == SignalContextTooLong:
-		return Classification{Class: IncompatibleRoute, Reason: string(ev.Signal), Fallback: true}
+		return Classification{Class: IncompatibleRoute, Reason: string(ev.Signal)}
 	case s >= 400:
-		return Classification{Class: Rejected, Reason: "status_" + strconv.Itoa(s), Terminal: true}
+		return Classification{Class: Rejected, Reason: "status_" + strconv.Itoa(s)}
 	case !is2xx:
 		// 1xx and 3xx are never final answers from an LLM API.
-		return Classification{Class: Rejected, Reason: "unexpected_status_" + strconv.Itoa(s), Terminal: true}
+		return Classification{Class: Rejected, Reason: "unexpected_status_" + strconv.Itoa(s)}
 	case ev.BodyFailed || ev.TimedOut || ev.Signal == SignalStreamIncomplete:
 		// Headers said 200 and then the body died before any content: the
 		// provider ran the request, and its answer is lost.
@@ -154,9 +154,9 @@ func classifyResponse(ev Evidence) Classification {
 	case ev.Signal == SignalEmptyResponse:
 		// Executed and unusable: another route may do better; the same
 		// route would most likely answer the same.
-		return Classification{Class: EmptyResponse, Reason: "empty_response", Fallback: true, ProviderHealth: true}
+		return Classification{Class: EmptyResponse, Reason: "empty_response", ProviderHealth: true}
 	default:
-		return Classification{Class: Completed, Reason: "response_complete", Terminal: true}
+		return Classification{Class: Completed, Reason: "response_complete"}
 	}
 }
 
@@ -168,9 +168,9 @@ func classifyNoResponse(ev Evidence) Classification {
 		// configuration error, never an ambiguity. The reason names the
 		// fix; the same route would fail the same way, so only a fallback
 		// may follow.
-		return Classification{Class: Unsent, Reason: mismatchReason(ev.ProtocolMismatch), ReplaySafe: true, Fallback: true, FreshConnection: ev.ConnRef != "", RouteMisconfigured: true}
+		return Classification{Class: Unsent, Reason: mismatchReason(ev.ProtocolMismatch), FreshConnection: ev.ConnRef != "", RouteMisconfigured: true}
 	}
-	if ev.HTTPVersion == protoHTTP11 {
+	if ev.HTTPVersion == ProtoHTTP11 {
 		return classifyHTTP1NoResponse(ev)
 	}
 	switch {
@@ -182,7 +182,7 @@ func classifyNoResponse(ev Evidence) Classification {
 		if ev.TimedOut {
 			return unsentTimedOut
 		}
-		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
+		return Classification{Class: Unsent, Reason: "connection_unusable_before_headers", FreshConnection: ev.ConnRef != ""}
 	case !ev.RequestSent:
 		// MaybeSent: the context ended while the transport held the
 		// request and nothing proves its HEADERS did not leave. With no
@@ -197,7 +197,7 @@ func classifyNoResponse(ev Evidence) Classification {
 		// it when the origin failed after the request was forwarded to it.
 		return ambiguous("rst_refused_stream_via_intermediary", true)
 	case ev.RSTStream != nil && *ev.RSTStream == CodeRefusedStream:
-		return Classification{Class: Refused, Reason: "rst_refused_stream", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: true}
+		return Classification{Class: Refused, Reason: "rst_refused_stream", FreshConnection: true}
 	case ev.GoAway != nil && ev.StreamID > ev.GoAway.LastStreamID && !ev.ResponseHeaders:
 		return classifyGoAwayRefusal(ev)
 	case ev.GoAway != nil && ev.StreamID > ev.GoAway.LastStreamID:
@@ -219,8 +219,8 @@ func classifyNoResponse(ev Evidence) Classification {
 
 // The unsent rows HTTP/2 and HTTP/1.1 share.
 var (
-	unsentDialFailed = Classification{Class: Unsent, Reason: "dial_failed", ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true}
-	unsentTimedOut   = Classification{Class: Unsent, Reason: "timeout_before_send", ReplaySafe: true, SameRoute: true, Fallback: true}
+	unsentDialFailed = Classification{Class: Unsent, Reason: "dial_failed", ProviderHealth: true}
+	unsentTimedOut   = Classification{Class: Unsent, Reason: "timeout_before_send"}
 )
 
 // mismatchReason names what the server speaks, and so the fix: set the
@@ -247,7 +247,7 @@ func classifyHTTP1NoResponse(ev Evidence) Classification {
 	case !ev.RequestSent && ev.TimedOut:
 		return unsentTimedOut
 	case !ev.RequestSent:
-		return Classification{Class: Unsent, Reason: "connection_unusable_before_request", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: ev.ConnRef != ""}
+		return Classification{Class: Unsent, Reason: "connection_unusable_before_request", FreshConnection: ev.ConnRef != ""}
 	case ev.ResponseHeaders:
 		// Some answer came but not a readable status line and headers.
 		return ambiguous("http1_answer_cut_before_status", true)
@@ -270,7 +270,7 @@ func classifyHTTP1NoResponse(ev Evidence) Classification {
 func classifyGoAwayRefusal(ev Evidence) Classification {
 	switch code := ev.GoAway.Code; code {
 	case CodeNoError:
-		return Classification{Class: Refused, Reason: "goaway_above_boundary", ReplaySafe: true, SameRoute: true, Fallback: true, FreshConnection: true}
+		return Classification{Class: Refused, Reason: "goaway_above_boundary", FreshConnection: true}
 	case CodeEnhanceYourCalm:
 		c := throttled(ev, "goaway_enhance_your_calm")
 		c.FreshConnection = true
@@ -278,14 +278,14 @@ func classifyGoAwayRefusal(ev Evidence) Classification {
 	default:
 		// Reconnecting identically will fail identically; the request was
 		// not processed, so it may still fall back.
-		return Classification{Class: Refused, Reason: "goaway_" + code.Label(), ReplaySafe: true, Fallback: true, FreshConnection: true, RouteMisconfigured: true, ProviderHealth: true}
+		return Classification{Class: Refused, Reason: "goaway_" + code.Label(), FreshConnection: true, RouteMisconfigured: true, ProviderHealth: true}
 	}
 }
 
 func throttled(ev Evidence, reason string) Classification {
-	return Classification{Class: Throttled, Reason: reason, ReplaySafe: true, SameRoute: true, Fallback: true, ProviderHealth: true, RetryAfter: ev.RetryAfter}
+	return Classification{Class: Throttled, Reason: reason, ProviderHealth: true, RetryAfter: ev.RetryAfter}
 }
 
 func ambiguous(reason string, health bool) Classification {
-	return Classification{Class: Ambiguous, Reason: reason, NeedsReconciliation: true, ProviderHealth: health}
+	return Classification{Class: Ambiguous, Reason: reason, ProviderHealth: health}
 }

@@ -1,4 +1,4 @@
-package recovery
+package evidence
 
 import (
 	"time"
@@ -54,6 +54,17 @@ const (
 	Canceled Class = "canceled"
 )
 
+// ReplaySafe reports the contract's "replay-safe" column for the class
+// (docs/contract.md section 3.1): the provider did not execute the
+// request, so sending it again cannot duplicate work.
+func (c Class) ReplaySafe() bool {
+	switch c {
+	case Unsent, Refused, Misdirected, Throttled:
+		return true
+	}
+	return false
+}
+
 // Classes lists every classification in the contract's order.
 var Classes = []Class{
 	Completed, Unsent, Refused, Misdirected, MisdirectedRepeated, Throttled,
@@ -62,8 +73,11 @@ var Classes = []Class{
 }
 
 // Classification is Classify's verdict on one attempt: the class, a short
-// machine-readable reason, and what the contract allows the workflow to do
-// next. The workflow decides; these fields say what is permitted.
+// machine-readable reason, and the facts about the attempt that only its
+// evidence shows and that what follows depends on (its connection must not
+// be reused, its route is misconfigured, it moves provider health, the
+// provider's pushback). What the workflow does next is decided in one
+// place, from these (workflows/decide.go).
 type Classification struct {
 	// Class is the contract's classification.
 	Class Class `json:"class"`
@@ -73,28 +87,16 @@ type Classification struct {
 	// peer's HTTP/2 error code appears only as ErrCode.Label, because
 	// ambiguous reasons become the durallm.reason metric attribute.
 	Reason string `json:"reason"`
-	// ReplaySafe reports that the provider did not execute the request,
-	// so sending it again cannot duplicate work.
-	ReplaySafe bool `json:"replay_safe"`
-	// SameRoute reports that another attempt on the same route is allowed
-	// (within the budget).
-	SameRoute bool `json:"same_route"`
-	// Fallback reports that another route may be tried.
-	Fallback bool `json:"fallback"`
 	// FreshConnection reports that the next attempt must not use the
 	// connection this one used (GOAWAY, 421, REFUSED_STREAM).
 	FreshConnection bool `json:"fresh_connection"`
-	// RouteMisconfigured reports a GOAWAY code that says reconnecting
-	// identically will fail identically (PROTOCOL_ERROR,
-	// INADEQUATE_SECURITY, HTTP_1_1_REQUIRED, ...): the route is unusable
-	// for this action, though an unprocessed request may fall back.
+	// RouteMisconfigured reports that the same route would fail the same
+	// way: a GOAWAY code that says reconnecting identically fails
+	// identically (PROTOCOL_ERROR, INADEQUATE_SECURITY,
+	// HTTP_1_1_REQUIRED, ...), or a server that speaks another protocol
+	// than the route's http_version. The route is unusable for this
+	// action, though the unprocessed request may fall back.
 	RouteMisconfigured bool `json:"route_misconfigured,omitempty"`
-	// Terminal reports that no further attempt may be made for this
-	// action on any route.
-	Terminal bool `json:"terminal"`
-	// NeedsReconciliation reports an ambiguous outcome: automatic retry
-	// and fallback stop until a verdict arrives.
-	NeedsReconciliation bool `json:"needs_reconciliation"`
 	// ProviderHealth reports whether this outcome should move the route's
 	// health (throttled, upstream_error, empty_response, connection
 	// failures). Cancellation, 421, 4xx and a NO_ERROR drain never do.

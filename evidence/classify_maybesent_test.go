@@ -1,6 +1,8 @@
-package recovery
+package evidence
 
-import "testing"
+import (
+	"testing"
+)
 
 // A request that may have left (its context ended while x/net was
 // writing it, and the write barrier could not prove otherwise) is never
@@ -23,8 +25,8 @@ func TestClassifyMaybeSent(t *testing.T) {
 			if c.Class != tt.class || c.Reason != tt.reason {
 				t.Fatalf("%s (%s), want %s (%s)", c.Class, c.Reason, tt.class, tt.reason)
 			}
-			if c.Class == Ambiguous && (!c.NeedsReconciliation || c.ReplaySafe) {
-				t.Fatalf("ambiguous must wait for reconciliation and never be replay-safe: %+v", c)
+			if c.Class == Ambiguous && c.Class.ReplaySafe() {
+				t.Fatalf("ambiguous must never be replay-safe: %+v", c)
 			}
 		})
 	}

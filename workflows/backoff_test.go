@@ -1,4 +1,4 @@
-package recovery
+package workflows
 
 import (
 	"encoding/json"
