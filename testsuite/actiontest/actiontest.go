@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,9 @@ type Actions struct {
 	calls   map[string]string // action id → the name it was called under
 	scripts map[string][]Attempt
 	routes  map[string]attempt.RouteInfo
-	conns   int
+	// The one scripted provider connection, as the engine's pool keeps
+	// it: its number (0: none), the next stream id, how many were dialed.
+	conn, nextStream, conns int
 }
 
 // Register registers LLMAction (the real workflow, under its name
@@ -390,40 +393,47 @@ func (a *Actions) start(at Attempt, in attempt.Input) time.Duration {
 // run ends the attempt as scripted: its outcome, from evidence the real
 // engine would have recorded, classified by recovery.Classify.
 func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attempt.Outcome, error) {
-	r := a.route(in.Route)
-	a.mu.Lock()
-	a.conns++
-	conn := a.conns
-	a.mu.Unlock()
+	route := a.route(in.Route)
+	conn, stream, fresh := a.connFor(in)
 	body, _ := json.Marshal(in.Request)
 	ev := recovery.Evidence{
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
-		Provider: r.Kind, Model: r.Model, Authority: "provider.actiontest.invalid:443", HTTPVersion: "HTTP/2.0",
-		ConnRef: "actiontest-c" + strconv.Itoa(conn), ConnFresh: true, AfterMisdirected: in.AfterMisdirected,
-		RequestSent: true, StreamID: 1, RequestBytes: int64(len(body)),
+		Provider: route.Kind, Model: route.Model, Authority: "provider.actiontest.invalid:443", HTTPVersion: "HTTP/2.0",
+		ConnRef: conn, ConnFresh: fresh, AfterMisdirected: in.AfterMisdirected,
+		RequestSent: true, StreamID: stream, RequestBytes: int64(len(body)),
 	}
+	defer func() {
+		if ev.ConnClosed || ev.GoAway != nil || ev.Status == 421 {
+			a.dropConn(conn)
+		}
+	}()
 	var resp *providers.Response
 	switch at.kind {
 	case kindAnswer, kindPartial:
-		text, _ := json.Marshal(at.response)
-		ev.ResponseHeaders, ev.Status, ev.ContentStarted, ev.ResponseBytes = true, 200, true, int64(len(text))
-		ev.Elapsed, ev.FirstByte = at.taking, at.taking
-		r := at.response
+		r := a.response(at, in, route)
+		ev.ResponseHeaders, ev.Status, ev.ContentStarted, ev.ResponseBytes = true, 200, true, int64(len(r.Raw))
+		ev.FirstByte = max(at.taking, time.Millisecond)
+		if in.Request.Stream || at.kind == kindPartial {
+			ev.ResponseBytes = int64(len(r.Text)) + 100
+		}
 		resp = &r
 		if at.kind == kindPartial {
 			ev.RSTStream = code(recovery.CodeInternalError)
-			ev.BodyFailed = true
+			ev.BodyFailed, ev.Signal = true, recovery.SignalStreamIncomplete
 		}
 	case kindRefused:
-		ev.StreamID = 3
-		ev.GoAway = &recovery.GoAway{LastStreamID: 1, Code: recovery.CodeNoError}
+		// As a provider draining its connection answers the first stream.
+		ev.GoAway = &recovery.GoAway{LastStreamID: max(stream, 2) - 2, Code: recovery.CodeNoError, DebugLen: len("actiontest")}
+		ev.ConnClosed, ev.Signal = true, recovery.SignalEmptyResponse
 	case kindMisdirected:
-		ev.ResponseHeaders, ev.Status = true, 421
+		ev.ResponseHeaders, ev.Status, ev.ResponseBytes = true, 421, int64(len(errorBody))
 	case kindStatus:
-		ev.ResponseHeaders, ev.Status, ev.RetryAfter = true, at.status, at.retry
+		ev.ResponseHeaders, ev.Status, ev.RetryAfter, ev.ResponseBytes = true, at.status, at.retry, int64(len(errorBody))
 	case kindAmbiguous:
-		ev.ConnClosed = true
+		// The activity finds no usable body where the connection ended.
+		ev.ConnClosed, ev.Signal = true, recovery.SignalEmptyResponse
 	case kindHold:
+		ev.Elapsed = max(at.taking, time.Millisecond)
 		if ctx.Err() == nil {
 			ev.TimedOut = true
 			break
@@ -433,7 +443,7 @@ func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attemp
 		// As the real activity does: a cancellation carrying the outcome.
 		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
 	}
-	ev.Elapsed = max(ev.Elapsed, at.taking)
+	ev.Elapsed = max(ev.Elapsed, at.taking, time.Millisecond)
 	out := attempt.Outcome{Evidence: ev, Classification: recovery.Classify(ev)}
 	if c := out.Classification.Class; c == recovery.Completed || c == recovery.CommittedPartial {
 		out.Response = resp
@@ -452,3 +462,70 @@ func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attemp
 }
 
 func code(c recovery.ErrCode) *recovery.ErrCode { return &c }
+
+// connFor picks the attempt's connection as the engine's pool would: the
+// one in use, unless the attempt must avoid it or asks for a fresh one.
+func (a *Actions) connFor(in attempt.Input) (ref string, stream uint32, fresh bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ref = "actiontest-c" + strconv.Itoa(a.conn)
+	if a.conn == 0 || in.FreshConnection || slices.Contains(in.Avoid, ref) {
+		a.conns++
+		a.conn, a.nextStream, fresh = a.conns, 1, true
+		ref = "actiontest-c" + strconv.Itoa(a.conn)
+	}
+	stream = uint32(a.nextStream)
+	a.nextStream += 2
+	return ref, stream, fresh
+}
+
+// dropConn retires a connection that saw a GOAWAY, a 421 or its end.
+func (a *Actions) dropConn(ref string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ref == "actiontest-c"+strconv.Itoa(a.conn) {
+		a.conn = 0
+	}
+}
+
+// errorBody is the body of a scripted error status.
+const errorBody = `{"error":{"type":"invalid_request_error","message":"scripted by actiontest"}}`
+
+// response is the scripted response as the provider layer would have read
+// it: the provider's id, model and token counts, and for a response that
+// was not streamed its whole body (Raw).
+func (a *Actions) response(at Attempt, in attempt.Input, route attempt.RouteInfo) providers.Response {
+	r := at.response
+	a.mu.Lock()
+	n := a.conns
+	a.mu.Unlock()
+	if r.ID == "" {
+		r.ID = "chatcmpl-actiontest-" + strconv.Itoa(n)
+	}
+	if r.Model == "" {
+		r.Model = route.Model
+	}
+	if r.FinishReason == "" && !r.Partial {
+		r.FinishReason = "stop"
+		if len(r.ToolCalls) > 0 {
+			r.FinishReason = "tool_calls"
+		}
+	}
+	if r.Usage == (providers.Usage{}) && !r.Partial {
+		body, _ := json.Marshal(in.Request)
+		r.Usage = providers.Usage{PromptTokens: len(body) / 4, CompletionTokens: len(strings.Fields(r.Text)) + 1}
+		r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
+	}
+	if r.Raw == nil && !in.Request.Stream && !r.Partial {
+		msg := map[string]any{"role": "assistant", "content": r.Text}
+		if len(r.ToolCalls) > 0 {
+			msg["tool_calls"] = r.ToolCalls
+		}
+		r.Raw, _ = json.Marshal(map[string]any{
+			"id": r.ID, "object": "chat.completion", "created": time.Now().Unix(), "model": r.Model,
+			"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": r.FinishReason}},
+			"usage":   map[string]int{"prompt_tokens": r.Usage.PromptTokens, "completion_tokens": r.Usage.CompletionTokens, "total_tokens": r.Usage.TotalTokens},
+		})
+	}
+	return r
+}
