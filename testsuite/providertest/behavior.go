@@ -27,6 +27,8 @@ const (
 	kindBodyCut
 	kindHold
 	kindHintsThenRefuse
+	kindToolCall
+	kindAnswerOrCallTool
 )
 
 // lastMode says how a GOAWAY behaviour picks its last-stream-id.
@@ -124,7 +126,8 @@ type Behavior struct {
 	body         string
 	chunks       int
 	cut          CutMode
-	closeAfter   bool // AnswerThenClose: Connection: close on HTTP/1.1
+	closeAfter   bool      // AnswerThenClose: Connection: close on HTTP/1.1
+	tool         *ToolCall // AnswerToolCall
 }
 
 // String returns the Behavior's name as recorded in [Record.Behavior], for

@@ -222,6 +222,12 @@ func (c *h1conn) act(req Request, b Behavior, gone <-chan struct{}) bool {
 		return c.answer(req, defaultAnswer, false)
 	case kindAnswer:
 		return c.answer(req, b.text, b.closeAfter)
+	case kindToolCall, kindAnswerOrCallTool:
+		text, call := b.reply(req)
+		if call != nil {
+			return c.answerTool(req, call)
+		}
+		return c.answer(req, text, false)
 	case kindStatus:
 		return c.respond(b.status, b.header, []byte(b.body), false) == nil
 	case kindEmptyBody:
