@@ -24,9 +24,9 @@ import (
 
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/examples/agent"
-	"github.com/durallm/durallm/step"
 	demonstration "github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/internal/syncbuf"
+	"github.com/durallm/durallm/step"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
 
