@@ -8,6 +8,10 @@
 //     canceled), in virtual time, without a worker or a model. What runs is
 //     the real LLMAction with scripted attempts, so the results have
 //     exactly the real shapes.
+//   - runbook: the five recovery runbook cases (GOAWAY above and at the
+//     boundary, 421, a bare close, REFUSED_STREAM) run through a path of
+//     your own (a proxy between the worker and the provider), saying what
+//     the path preserved and what it hid; durallm check-path runs it.
 //   - providertest: a fault-injecting HTTP/2 and HTTP/1.1 provider over
 //     real frames on loopback (GOAWAY with an exact last-stream id,
 //     REFUSED_STREAM, 421, cut streams, ...), which records what it

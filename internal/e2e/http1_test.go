@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,8 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/durallm/durallm/internal/nginx"
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
@@ -79,12 +78,11 @@ func TestE2EHTTP1RouteAtPlainNetHTTPServer(t *testing.T) {
 // chooses http/1.1), proxying to the provider's HTTP/1.1 listener: the
 // auto route follows ALPN and the provider executes each action once.
 func TestE2EHTTP1RouteAtNginxOverTLS(t *testing.T) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
+	if _, err := exec.LookPath("nginx"); err != nil {
 		t.Skip("nginx not installed (apt-get install nginx-light)")
 	}
 	s := newStack(t)
-	addr := startNginx(t, bin, s.p)
+	addr := startNginx(t, s.p)
 	s.startWorker(withRoute("https://"+addr+"/v1", ""))
 	res, err := s.run("h1-nginx", actionInput(false))
 	if err != nil {
@@ -117,11 +115,10 @@ func TestE2EHTTP1RouteAtNginxOverTLS(t *testing.T) {
 	}
 }
 
-// startNginx runs nginx in the foreground (one process, no user switch)
-// with an HTTP/1.1 TLS listener on a free loopback port that proxies to
-// the provider's HTTP/1.1 listener, using the provider's certificate. It
-// is stopped when the test ends.
-func startNginx(t *testing.T, bin string, p *providertest.Provider) string {
+// startNginx runs nginx with an HTTP/1.1 TLS listener on a free loopback
+// port that proxies to the provider's HTTP/1.1 listener, using the
+// provider's certificate. It is stopped when the test ends.
+func startNginx(t *testing.T, p *providertest.Provider) string {
 	t.Helper()
 	dir := t.TempDir()
 	certPEM, keyPEM, err := p.CertificatePEM()
@@ -133,25 +130,12 @@ func startNginx(t *testing.T, bin string, p *providertest.Provider) string {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := nginx.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	upstream := strings.TrimPrefix(p.HTTP1URL(), "http://")
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
+	n, err := nginx.Start(context.Background(), dir, addr, fmt.Sprintf(`
   upstream provider { server %[2]s; keepalive 4; }
   server {
     listen %[3]s ssl;
@@ -164,46 +148,12 @@ http {
       proxy_set_header Connection "";
       proxy_buffering off;
     }
-  }
-}
-`, dir, upstream, addr)
-	cfg := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+  }`, dir, upstream, addr))
+	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", cfg)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		select {
-		case <-done:
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx exited: %s", log)
-		case <-ctx.Done():
-			t.Fatalf("nginx did not listen on %s", addr)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	t.Cleanup(n.Stop)
+	return addr
 }
 
 // A worker that probes its routes at start warns about a route whose
