@@ -31,7 +31,9 @@
 //     server; it is not a request and is not recorded.
 //
 // Every path is accepted and recorded; responses have the shape of
-// POST /v1/chat/completions.
+// POST /v1/chat/completions, with text ([Answer]) or a tool call
+// ([AnswerToolCall], and [AnswerOrCallTool], a model that calls a declared
+// tool once and then answers, which durallm dev's demo provider uses).
 //
 // # Scripting
 //
