@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durallm/durallm/internal/haproxy"
 	"github.com/durallm/durallm/internal/nginx"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
@@ -23,7 +24,7 @@ func providerFlags(t *testing.T) (flags []string, h2TLS, h1 string) {
 	t.Helper()
 	var addrs []string
 	for range 4 {
-		a, err := nginx.FreeAddr()
+		a, err := haproxy.FreeAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestCheckPathThroughNginxNamesWhatItHid(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr, err := nginx.FreeAddr()
+	addr, err := haproxy.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/durallm/durallm/internal/haproxy"
 	"github.com/durallm/durallm/internal/nginx"
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/providers"
@@ -130,7 +131,7 @@ func startNginx(t *testing.T, p *providertest.Provider) string {
 			t.Fatal(err)
 		}
 	}
-	addr, err := nginx.FreeAddr()
+	addr, err := haproxy.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,21 +27,11 @@ type Proxy struct {
 	Addr string
 }
 
-// FreeAddr picks a free loopback host:port.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("nginx: pick a port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // Start runs nginx in the foreground, as one process that needs no user
 // switch, with its pid, logs and temporary files in dir and http as the
 // body of its http block (upstreams and servers; access logs off), and
 // returns once addr, which a server in http must listen on, accepts
-// connections.
+// connections (haproxy.FreeAddr picks a free one).
 func Start(ctx context.Context, dir, addr, http string) (*Proxy, error) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {

@@ -31,23 +31,19 @@ func call(t *testing.T, p *providertest.Provider, base string, req providers.Req
 
 var weather = json.RawMessage(`{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"},"metric":{"type":"boolean"}},"required":["city","days"]}}}`)
 
-func toolCalls(t *testing.T, r providers.Response) []struct {
+// toolCall is one of a response's tool_calls, in OpenAI's shape.
+type toolCall struct {
 	ID       string `json:"id"`
 	Type     string `json:"type"`
 	Function struct {
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	} `json:"function"`
-} {
+}
+
+func toolCalls(t *testing.T, r providers.Response) []toolCall {
 	t.Helper()
-	var calls []struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
+	var calls []toolCall
 	if err := json.Unmarshal(r.ToolCalls, &calls); err != nil {
 		t.Fatalf("tool_calls %s: %v", r.ToolCalls, err)
 	}

@@ -153,21 +153,15 @@ type Report struct {
 }
 
 // Held counts the cases that held.
-func (r Report) Held() int {
-	n := 0
-	for _, res := range r.Results {
-		if res.Held {
-			n++
-		}
-	}
-	return n
-}
+func (r Report) Held() int { return r.count(func(res Result) bool { return res.Held }) }
 
 // Unsafe counts the cases in which the path made durallm unsafe.
-func (r Report) Unsafe() int {
+func (r Report) Unsafe() int { return r.count(func(res Result) bool { return res.Unsafe }) }
+
+func (r Report) count(f func(Result) bool) int {
 	n := 0
 	for _, res := range r.Results {
-		if res.Unsafe {
+		if f(res) {
 			n++
 		}
 	}
