@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,4 +238,69 @@ func diff(a, b any) string {
 	walk("", a, b)
 	sort.Strings(out)
 	return strings.Join(out, "\n")
+}
+
+// recorder is a testing.TB that keeps the errors actiontest reports.
+type recorder struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *recorder) Error(args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprint(args...))
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// An attempt past its call's script fails the test, naming the call, and
+// the attempt fails as an activity (the action then awaits a verdict).
+func TestAnUnscriptedAttemptFailsTheTest(t *testing.T) {
+	rec := &recorder{TB: t}
+	env := newEnv(t)
+	actiontest.Register(rec, env).On("ask", actiontest.Refused())
+	in := workflows.ActionInput{Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}}, Routes: []string{"a"}, ReconcileTimeout: time.Minute}
+	c := execute(t, env, in)
+	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], `attempt 2 of call "ask"`) {
+		t.Fatalf("errors %q", rec.errs)
+	}
+	if c.Action == nil || c.Action.State != workflows.StateIndeterminate || c.Result.Attempts[1].Evidence.Activity != recovery.ActivityFailed {
+		t.Fatalf("call %+v", c)
+	}
+}
+
+// Reconcile delivers a verdict from the test, on the awaiting attempt.
+func TestReconcileFromACallback(t *testing.T) {
+	env := newEnv(t)
+	actions := actiontest.Register(t, env)
+	actions.On("ask", actiontest.Ambiguous())
+	env.RegisterDelayedCallback(func() {
+		actions.Reconcile("ask", workflows.ReconcileRequest{Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "from the provider's log"}})
+	}, time.Hour)
+	in := workflows.ActionInput{Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}}, Routes: []string{"a"}}
+	c := execute(t, env, in)
+	if c.Err || c.Result.State != workflows.StateReconciled || c.Result.Response.Text != "from the provider's log" || c.Result.Attempts[0].VerdictBy != "person" {
+		t.Fatalf("call %+v", c)
+	}
+}
+
+// A declared route is what DescribeRoutes answers: one that lacks what
+// the request needs is skipped, as on a real worker.
+func TestDeclaredRoutesAreDescribed(t *testing.T) {
+	env := newEnv(t)
+	actions := actiontest.Register(t, env)
+	actions.Route(attempt.RouteInfo{Name: "small", Kind: "openai", Model: "small-model"})
+	actions.On("ask", actiontest.Answer("from big"))
+	in := workflows.ActionInput{Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}, Tools: []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f"}}`)}},
+		Routes: []string{"small", "big"}}
+	c := execute(t, env, in)
+	if c.Err || c.Result.Attempts[0].Route != "big" || !strings.Contains(fmt.Sprint(c.Result.Notes), "route small skipped: lacks tools") {
+		t.Fatalf("call %+v", c)
+	}
 }
