@@ -161,7 +161,8 @@ func StartCall(ctx workflow.Context, name string, in workflows.ActionInput, opts
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID: id,
 		TaskQueue:  o.taskQueue,
-		// The parent learns how the action ended, canceled or not.
+		// The parent learns how the action ended, canceled or not (the Go
+		// SDK waits for a child's close either way; this says so).
 		WaitForCancellation: true,
 		ParentClosePolicy:   policy,
 		// One id, one action, once: never a second execution under the

@@ -354,3 +354,20 @@ func TestTaskQueueOption(t *testing.T) {
 		t.Fatalf("outcome %+v on queue %q", out[0], queue)
 	}
 }
+
+// A parent canceled while its call awaits a verdict, with its patience
+// not yet spent: the action is canceled (parent_canceled) and Get returns
+// that end, not an early return.
+func TestACanceledParentWhileAwaitingGetsTheCancellation(t *testing.T) {
+	env, actions := newEnv(t)
+	actions.On("ask", actiontest.Ambiguous())
+	env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Minute)
+	out := run(t, env, func(ctx workflow.Context) ([]outcome, error) {
+		start := workflow.Now(ctx)
+		res, err := step.Call(ctx, "ask", ask("hi"), step.ReturnIfAwaiting(time.Hour))
+		return []outcome{describe(ctx, start, "ask", res, err)}, nil
+	})
+	if o := out[0]; o.Awaiting || !o.Action || o.State != workflows.StateCanceled || o.Origin != workflows.OriginParentCanceled || o.At < 10*time.Minute || o.At > 11*time.Minute {
+		t.Fatalf("outcome %+v", o)
+	}
+}
