@@ -103,6 +103,32 @@ func (e *ActionError) Error() string {
 	return s
 }
 
+// ErrAwaitingReconciliation matches (errors.Is) the error of a wait that
+// gave up while the action awaits a reconciliation verdict: the action
+// goes on, and stays resolvable by the reconcile Update or signal
+// (Client.Reconcile, durallm reconcile, the temporal CLI, the UI). The
+// error is an *AwaitingError naming the action and the attempt.
+var ErrAwaitingReconciliation = errors.New("durallm: action awaiting reconciliation")
+
+// AwaitingError is ErrAwaitingReconciliation for one action. Use
+// errors.As to read it.
+type AwaitingError struct {
+	ActionRef string
+	// Attempt is the attempt a verdict must name
+	// (ReconcileRequest.Attempt).
+	Attempt int
+	// Since is when the action began to await the verdict (workflow time
+	// of the caller's workflow when it learned of it).
+	Since time.Time
+}
+
+func (e *AwaitingError) Error() string {
+	return fmt.Sprintf("durallm: action %s awaits a reconciliation verdict on attempt %d", e.ActionRef, e.Attempt)
+}
+
+// Is reports that an AwaitingError is ErrAwaitingReconciliation.
+func (e *AwaitingError) Is(target error) bool { return target == ErrAwaitingReconciliation }
+
 // Action is a handle on one started action.
 type Action struct {
 	c     *Client
@@ -153,20 +179,33 @@ func (a *Action) Result(ctx context.Context) (workflows.ActionResult, error) {
 	var res workflows.ActionResult
 	err := a.c.tc.GetWorkflow(ctx, a.ID, a.RunID).Get(ctx, &res)
 	if err != nil {
-		var app *temporal.ApplicationError
-		if errors.As(err, &app) && app.Type() == workflows.InvalidInputType {
-			return res, &workflows.InputError{Problems: []error{errors.New(app.Message())}}
-		}
-		return res, mapNotFound(a.ID, err)
+		return res, mapNotFound(a.ID, ResultError(res, err))
 	}
 	if err := a.c.resolve(ctx, &res); err != nil {
 		return res, err
 	}
+	return res, ResultError(res, nil)
+}
+
+// ResultError is the error for what an LLMAction execution returned, its
+// result or the error it failed with, as Action.Result and step.Call
+// report it: nil for a result that is completed, completed_partial or
+// reconciled; an *ActionError for the other terminal states; an error
+// matching ErrInvalidInput for an execution the workflow failed as
+// invalid input; otherwise err itself.
+func ResultError(res workflows.ActionResult, err error) error {
+	if err != nil {
+		var app *temporal.ApplicationError
+		if errors.As(err, &app) && app.Type() == workflows.InvalidInputType {
+			return &workflows.InputError{Problems: []error{errors.New(app.Message())}}
+		}
+		return err
+	}
 	switch res.State {
 	case workflows.StateCompleted, workflows.StateCompletedPartial, workflows.StateReconciled:
-		return res, nil
+		return nil
 	}
-	return res, &ActionError{ActionRef: a.ID, State: res.State, Outcome: res.Outcome, Reason: res.Reason, Origin: res.Origin, Result: res}
+	return &ActionError{ActionRef: res.ActionRef, State: res.State, Outcome: res.Outcome, Reason: res.Reason, Origin: res.Origin, Result: res}
 }
 
 // resolve fetches a response stored by reference. A reference the store

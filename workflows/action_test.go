@@ -31,7 +31,7 @@ import (
 
 // These tests run LLMAction in virtual time with CallModel scripted per
 // attempt. The script's outcomes are built from evidence and classified by
-// the real recovery.Classify, so each row is the workflow's view of the
+// the real evidence.Classify, so each row is the workflow's view of the
 // contract's row.
 
 var testRoutes = map[string]routes.Route{

@@ -13,7 +13,7 @@ import (
 
 // The rules of docs/contract.md section 4 (and the verdicts of 5.2), one
 // row each, through the one function that decides what follows an
-// attempt. Each attempt is classified by the real recovery.Classify from
+// attempt. Each attempt is classified by the real evidence.Classify from
 // its evidence.
 func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 	routes := []attempt.RouteInfo{

@@ -59,6 +59,12 @@ type ActionInput struct {
 	// GOAWAY and 421 retries do not count here (they do count against
 	// MaxAttempts).
 	RetriesPerRoute int `json:"retries_per_route,omitempty"`
+	// NotifyParent makes an action started as a child workflow signal its
+	// parent (ParentSignalName) each time it enters or leaves
+	// awaiting_reconciliation, so the parent can stop waiting for a
+	// verdict (package step sets it for step.ReturnIfAwaiting). Default
+	// false: no signal.
+	NotifyParent bool `json:"notify_parent,omitempty"`
 }
 
 // ReplayPolicy says what may happen to an ambiguous attempt without a
@@ -101,6 +107,26 @@ func (s State) Terminal() bool {
 		return true
 	}
 	return false
+}
+
+// ParentSignalPrefix begins the name of the signal an action started with
+// NotifyParent sends its parent workflow.
+const ParentSignalPrefix = "durallm-awaiting:"
+
+// ParentSignalName is the name of the signal the action actionRef sends
+// its parent, ParentSignalPrefix + actionRef: one name per action, so
+// each call a parent makes reads a channel of its own.
+func ParentSignalName(actionRef string) string { return ParentSignalPrefix + actionRef }
+
+// AwaitingNotice is the payload of that signal.
+type AwaitingNotice struct {
+	ActionRef string `json:"action_ref"`
+	// Awaiting is true when the action entered awaiting_reconciliation,
+	// false when a verdict moved it on to another attempt. (Its end is
+	// the child workflow's completion, not a notice.)
+	Awaiting bool `json:"awaiting"`
+	// Attempt is the attempt a verdict must name, while awaiting.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // CancelOrigin says who or what ended an action's scope.

@@ -34,7 +34,9 @@ var SearchAttributes = map[string]enumspb.IndexedValueType{
 // setState moves the state and keeps the search attributes and current
 // details in step.
 func (w *action) setState(s State, outcome, route string) {
+	prev := w.status.State
 	w.status.State = s
+	w.tellParent(prev, s)
 	updates := []temporal.SearchAttributeUpdate{AttrState.ValueSet(string(s))}
 	if outcome != "" {
 		updates = append(updates, AttrOutcome.ValueSet(outcome))

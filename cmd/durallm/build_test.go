@@ -20,7 +20,9 @@ func TestProductionBuildLinksNoDevTooling(t *testing.T) {
 			p == "github.com/temporalio/ui-server/v2" || strings.HasPrefix(p, "github.com/temporalio/ui-server/v2/"),
 			p == "github.com/durallm/durallm/internal/chaos",
 			p == "github.com/durallm/durallm/internal/devserver",
-			p == "github.com/durallm/durallm/testsuite/providertest":
+			p == "github.com/durallm/durallm/testsuite/providertest",
+			p == "github.com/durallm/durallm/testsuite/runbook",
+			p == "github.com/durallm/durallm/testsuite/actiontest":
 			found = append(found, p)
 		}
 	}

@@ -40,6 +40,8 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer p.Close()
+	// A request that declares tools gets one tool call, then an answer.
+	p.SetDefault(providertest.AnswerOrCallTool("ok"))
 	var n atomic.Int64
 	p.Script(func(providertest.Request) (providertest.Behavior, bool) {
 		i := n.Add(1)

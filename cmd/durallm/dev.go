@@ -164,6 +164,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 			return exitError
 		}
 		defer demo.Close()
+		// A request that declares tools gets one tool call, then an answer,
+		// so an agent runs against the demo (examples/agent).
+		demo.SetDefault(providertest.AnswerOrCallTool("ok"))
 		opts.Config = demoRoutes(demo.URL())
 		opts.TLS = demo.ClientTLSConfig()
 		say("  · demo provider (fault-injecting HTTP/2 over loopback TLS) at %s: routes demo-primary, demo-fallback", demo.URL())

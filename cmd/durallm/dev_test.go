@@ -3,9 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,10 +19,14 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/codec"
+	"github.com/durallm/durallm/examples/agent"
 	demonstration "github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/internal/syncbuf"
+	"github.com/durallm/durallm/step"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
 
@@ -227,6 +233,68 @@ func TestDevEncryptsPayloads(t *testing.T) {
 	var st, errOut bytes.Buffer
 	if code := dispatch([]string{"status", "--address", addr, "--id", happy, "--encryption-key", "file:" + keyFile}, &st, &errOut); code != exitOK || !strings.Contains(st.String(), "completed") {
 		t.Fatalf("status with the key exited %d: %s %s", code, st.String(), errOut.String())
+	}
+	d.finish()
+}
+
+// TestDevRunsTheAgentExample runs examples/agent against 'durallm dev'
+// and its demo provider, as its README says: the agent's own worker in
+// this process, the starter's steps (subscribe to the final answer's
+// stream by its action id, start the agent, wait) here too. The demo
+// provider calls the agent's tool once, then answers.
+func TestDevRunsTheAgentExample(t *testing.T) {
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", t.TempDir(), "--no-demo", "--metrics-addr", "", "--stream-addr", "127.0.0.1:0")
+	addr := d.await(`server ready at (\S+)`)[1]
+	streams := d.await(`streamed text at (http://\S+)/v1/streams/`)[1]
+	d.await(`worker polling`)
+	tc, err := client.Dial(client.Options{HostPort: addr, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	w := sdkworker.New(tc, agent.TaskQueue, sdkworker.Options{})
+	w.RegisterWorkflow(agent.Agent)
+	w.RegisterActivity(&agent.Activities{})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	resp, err := http.Get(streams + "/v1/streams/" + step.ActionID("agent-dev", agent.CallAnswer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	deltas := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				deltas <- data
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "agent-dev", TaskQueue: agent.TaskQueue}, agent.Agent, agent.Input{Question: "Where is my order?", Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out agent.Output
+	if err := run.Get(ctx, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Tool != "lookup_order" || out.ToolResult != "order demo: packed, leaving the warehouse today" || out.Answer != "ok" {
+		t.Fatalf("output %+v", out)
+	}
+	// The answer's one delta was published before the result.
+	select {
+	case data := <-deltas:
+		if !strings.Contains(data, `"delta":"ok"`) {
+			t.Fatalf("stream: %q", data)
+		}
+	case <-ctx.Done():
+		t.Fatal("no delta on the answer's stream")
 	}
 	d.finish()
 }

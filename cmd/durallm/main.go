@@ -5,11 +5,12 @@
 //	durallm run|start                start an action (run waits for its result)
 //	durallm status|cancel|reconcile  steer one action
 //	durallm list                     list actions by state
+//	durallm check-path --via URL     the recovery runbook through a proxy path
 //
 // Every subcommand has --help. See docs/cli.md.
 //
 // Built with -tags nodev (the production build, as in the Dockerfile) it
-// leaves out dev, chaos and demo-provider, and with them the embedded
+// leaves out dev, chaos, demo-provider and check-path, and with them the embedded
 // Temporal server: see devtools.go and nodev.go.
 package main
 
@@ -53,8 +54,9 @@ var commands = map[string]command{
 	"codec-server": {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
 }
 
-// The development tools (dev, chaos, demo-provider) link the embedded
-// Temporal server, the chaos harness and the fault-injecting provider. A
+// The development tools (dev, chaos, demo-provider, check-path) link the
+// embedded Temporal server, the chaos harness and the fault-injecting
+// provider. A
 // production build leaves them out with -tags nodev (the Dockerfile
 // does); devtools.go adds them otherwise, so `go run ./cmd/durallm dev`
 // stays the newcomer's one command.
@@ -62,6 +64,7 @@ var devTools = map[string]string{
 	"dev":           "run the embedded Temporal server and UI, a worker and the demonstration",
 	"chaos":         "run actions through haproxy while reloading it, and check the invariants",
 	"demo-provider": "serve the fault-injecting demo provider on its own (for docker-compose)",
+	"check-path":    "run the recovery runbook through a proxy path to the fault-injecting provider: what it preserved, what it hid",
 }
 
 func main() {

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +16,9 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/internal/haproxy"
+	"github.com/durallm/durallm/internal/nginx"
 	"github.com/durallm/durallm/internal/syncbuf"
-	"github.com/durallm/durallm/internal/testproc"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/recovery"
@@ -79,12 +81,11 @@ func TestE2EHTTP1RouteAtPlainNetHTTPServer(t *testing.T) {
 // chooses http/1.1), proxying to the provider's HTTP/1.1 listener: the
 // auto route follows ALPN and the provider executes each action once.
 func TestE2EHTTP1RouteAtNginxOverTLS(t *testing.T) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
+	if _, err := exec.LookPath("nginx"); err != nil {
 		t.Skip("nginx not installed (apt-get install nginx-light)")
 	}
 	s := newStack(t)
-	addr := startNginx(t, bin, s.p)
+	addr := startNginx(t, s.p)
 	s.startWorker(withRoute("https://"+addr+"/v1", ""))
 	res, err := s.run("h1-nginx", actionInput(false))
 	if err != nil {
@@ -117,11 +118,10 @@ func TestE2EHTTP1RouteAtNginxOverTLS(t *testing.T) {
 	}
 }
 
-// startNginx runs nginx in the foreground (one process, no user switch)
-// with an HTTP/1.1 TLS listener on a free loopback port that proxies to
-// the provider's HTTP/1.1 listener, using the provider's certificate. It
-// is stopped when the test ends.
-func startNginx(t *testing.T, bin string, p *providertest.Provider) string {
+// startNginx runs nginx with an HTTP/1.1 TLS listener on a free loopback
+// port that proxies to the provider's HTTP/1.1 listener, using the
+// provider's certificate. It is stopped when the test ends.
+func startNginx(t *testing.T, p *providertest.Provider) string {
 	t.Helper()
 	dir := t.TempDir()
 	certPEM, keyPEM, err := p.CertificatePEM()
@@ -133,20 +133,12 @@ func startNginx(t *testing.T, bin string, p *providertest.Provider) string {
 			t.Fatal(err)
 		}
 	}
-	addr := testproc.FreeAddr(t)
+	addr, err := haproxy.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	upstream := strings.TrimPrefix(p.HTTP1URL(), "http://")
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log stderr warn;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
+	n, err := nginx.Start(context.Background(), dir, addr, fmt.Sprintf(`
   upstream provider { server %[2]s; keepalive 4; }
   server {
     listen %[3]s ssl;
@@ -159,14 +151,11 @@ http {
       proxy_set_header Connection "";
       proxy_buffering off;
     }
-  }
-}
-`, dir, upstream, addr)
-	cfg := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+  }`, dir, upstream, addr))
+	if err != nil {
 		t.Fatal(err)
 	}
-	testproc.Start(t, exec.Command(bin, "-p", dir, "-c", cfg), addr)
+	t.Cleanup(n.Stop)
 	return addr
 }
 

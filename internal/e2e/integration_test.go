@@ -159,6 +159,12 @@ func classes(res workflows.ActionResult) []evidence.Class {
 // saveHistory writes the action's history for the replay test when
 // -update-histories is set.
 func (s *stack) saveHistory(id, name string) {
+	s.saveHistoryAt(id, filepath.Join("..", "..", "workflows", "testdata", name+".json"))
+}
+
+// saveHistoryAt writes workflow id's history to path when
+// -update-histories is set.
+func (s *stack) saveHistoryAt(id, path string) {
 	if !*updateHistories {
 		return
 	}
@@ -177,7 +183,6 @@ func (s *stack) saveHistory(id, name string) {
 		events = append(events, b)
 	}
 	b, _ := json.MarshalIndent(map[string]any{"events": events}, "", " ")
-	path := filepath.Join("..", "..", "workflows", "testdata", name+".json")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		s.t.Fatal(err)
 	}

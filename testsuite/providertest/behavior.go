@@ -27,6 +27,8 @@ const (
 	kindBodyCut
 	kindHold
 	kindHintsThenRefuse
+	kindToolCall
+	kindAnswerOrCallTool
 )
 
 // lastMode says how a GOAWAY behaviour picks its last-stream-id.
@@ -124,8 +126,9 @@ type Behavior struct {
 	body         string
 	chunks       int
 	cut          CutMode
-	closeAfter   bool // AnswerThenClose: Connection: close on HTTP/1.1
-	keepOpen     bool // AnswerThenKeepOpen: the stream's body never ends
+	closeAfter   bool      // AnswerThenClose: Connection: close on HTTP/1.1
+	keepOpen     bool      // AnswerThenKeepOpen: the stream's body never ends
+	tool         *ToolCall // AnswerToolCall
 }
 
 // String returns the Behavior's name as recorded in [Record.Behavior], for

@@ -32,7 +32,10 @@
 //     server; it is not a request and is not recorded.
 //
 // Every path is accepted and recorded; responses have the shape of
-// POST /v1/chat/completions. [WithStrictIdleStreams] makes the HTTP/2 side
+// POST /v1/chat/completions, with text ([Answer]) or a tool call
+// ([AnswerToolCall], and [AnswerOrCallTool], a model that calls a declared
+// tool once and then answers, which durallm dev's demo provider uses).
+// [WithStrictIdleStreams] makes the HTTP/2 side
 // as strict as Go's HTTP/2 server before Go 1.20 (and so Caddy 2.6 as
 // Debian builds it): an RST_STREAM or WINDOW_UPDATE for a stream above its
 // GOAWAY's last-stream id closes the connection.

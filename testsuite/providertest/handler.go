@@ -42,6 +42,12 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 		c.answer(st, req, Answer(defaultAnswer))
 	case kindAnswer:
 		c.answer(st, req, b)
+	case kindToolCall, kindAnswerOrCallTool:
+		if text, call := b.reply(req); call != nil {
+			c.answerTool(st, req, call)
+		} else {
+			c.answer(st, req, Answer(text))
+		}
 	case kindGoAway:
 		c.goAwayBehavior(st, b)
 	case kindRefuse, kindReset:
@@ -374,8 +380,9 @@ type choice struct {
 }
 
 type message struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type usage struct {

@@ -222,6 +222,12 @@ func (c *h1conn) act(req Request, b Behavior, gone <-chan struct{}) bool {
 		return c.answer(req, Answer(defaultAnswer), gone)
 	case kindAnswer:
 		return c.answer(req, b, gone)
+	case kindToolCall, kindAnswerOrCallTool:
+		text, call := b.reply(req)
+		if call != nil {
+			return c.answerTool(req, call)
+		}
+		return c.answer(req, Answer(text), gone)
 	case kindStatus:
 		return c.respond(b.status, b.header, []byte(b.body), false) == nil
 	case kindEmptyBody:

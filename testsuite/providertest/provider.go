@@ -159,6 +159,7 @@ type Provider struct {
 	closing chan struct{} // closed by Close
 	wg      sync.WaitGroup
 	respSeq atomic.Uint64 // numbers response ids
+	callSeq atomic.Uint64 // numbers tool call ids
 
 	mu            sync.Mutex
 	closed        bool

@@ -1,0 +1,531 @@
+// Package actiontest scripts durallm's LLM actions inside the Temporal
+// SDK's test environment, so a unit test of a workflow that calls
+// step.Call can say what each call does ("this one completes with this
+// text", "this one ends awaiting a verdict, then not_executed arrives",
+// "this one is canceled through Temporal") in virtual time, with no
+// worker, no provider and no model.
+//
+//	var s testsuite.WorkflowTestSuite
+//	env := s.NewTestWorkflowEnvironment()
+//	actions := actiontest.Register(t, env)
+//	actions.On("ask", actiontest.Answer("It is sunny."))
+//	actions.On("check", actiontest.Ambiguous().ThenVerdict(attempt.VerdictNotExecuted, time.Minute), actiontest.Answer("checked"))
+//	env.ExecuteWorkflow(MyWorkflow, in)
+//
+// What runs is the real LLMAction workflow; only its activities are
+// scripted, each attempt's outcome built from evidence and classified by
+// the recovery engine's own Classify. So a scripted call returns exactly
+// what a real one does in the same case: the same states, outcomes,
+// reasons, decisions and timeline, and the same errors from step.Call
+// (TestScriptedActionsReturnWhatTheRealOnesReturn checks this against
+// the real activities over the fault-injecting provider).
+//
+// Attempts are scripted per call name (the name given to step.Call) or
+// per action id, one value per attempt in order. An attempt nobody
+// scripted fails the test and ends as an activity failure.
+package actiontest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/step"
+	"github.com/durallm/durallm/workflows"
+)
+
+// Actions holds the scripts of one test environment. Its methods are safe
+// for concurrent use.
+type Actions struct {
+	t   testing.TB
+	env *testsuite.TestWorkflowEnvironment
+
+	mu      sync.Mutex
+	calls   map[string]string // action id → the name it was called under
+	scripts map[string][]Attempt
+	routes  map[string]attempt.RouteInfo
+	// The one scripted provider connection, as the engine's pool keeps
+	// it: its number (0: none), the next stream id, how many were dialed.
+	conn, nextStream, conns int
+}
+
+// Register registers LLMAction (the real workflow, under its name
+// workflows.WorkflowName) in env together with scripted activities, and
+// returns the scripts, empty. Register once per environment, before
+// ExecuteWorkflow.
+func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
+	a := &Actions{t: t, env: env, calls: map[string]string{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{}}
+	// A method, not a closure: the SDK tells workflow functions apart by
+	// the last element of their name, and a test's own closures are
+	// "func1" too.
+	env.RegisterWorkflowWithOptions(a.llmAction, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	env.RegisterActivityWithOptions(a.describeRoutes, activity.RegisterOptions{Name: attempt.DescribeRoutes})
+	env.RegisterActivityWithOptions(a.unscripted, activity.RegisterOptions{Name: attempt.CallModel})
+	env.OnActivity(attempt.CallModel, mock.Anything, mock.MatchedBy(func(in attempt.Input) bool {
+		_, ok := a.scripted(in)
+		return !ok
+	})).Return(a.unscripted).Maybe()
+	return a
+}
+
+// llm is LLMAction with its attempt events discarded (they would go to
+// slog.Default, the test's output).
+var llm = workflows.New(workflows.Options{Events: slog.New(slog.DiscardHandler)})
+
+// llmAction is LLMAction, after noting the call name it runs under.
+func (a *Actions) llmAction(ctx workflow.Context, in workflows.ActionInput) (workflows.ActionResult, error) {
+	a.bind(workflow.GetInfo(ctx))
+	return llm(ctx, in)
+}
+
+// bind records the call name an action was started under: its id less
+// its parent's id and "-" (step.ActionID), or the id itself.
+func (a *Actions) bind(info *workflow.Info) {
+	id := info.WorkflowExecution.ID
+	name := id
+	if p := info.ParentWorkflowExecution; p != nil {
+		name = strings.TrimPrefix(id, step.ActionID(p.ID, ""))
+	}
+	a.mu.Lock()
+	a.calls[id] = name
+	a.mu.Unlock()
+}
+
+// scripted finds the script for an attempt: by the action's id, else by
+// its call name.
+func (a *Actions) scripted(in attempt.Input) (Attempt, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.scripts[in.ActionRef]
+	if !ok {
+		s, ok = a.scripts[a.calls[in.ActionRef]]
+	}
+	if !ok || in.Attempt < 1 || in.Attempt > len(s) {
+		return Attempt{}, false
+	}
+	return s[in.Attempt-1], true
+}
+
+// On scripts the attempts of the call named name (or of the action with
+// that id), one Attempt per attempt in order. A call whose attempts run
+// past its script fails the test. Script each name once.
+func (a *Actions) On(name string, attempts ...Attempt) {
+	a.mu.Lock()
+	if _, dup := a.scripts[name]; dup {
+		a.mu.Unlock()
+		a.t.Fatalf("actiontest: %q is scripted twice", name)
+		return
+	}
+	a.scripts[name] = attempts
+	a.mu.Unlock()
+	for i, at := range attempts {
+		n := i + 1
+		var started attempt.Input // the matched attempt, kept for AfterFn
+		var startedMu sync.Mutex
+		c := a.env.OnActivity(attempt.CallModel, mock.Anything, mock.MatchedBy(func(in attempt.Input) bool {
+			if in.Attempt != n || !a.named(in.ActionRef, name) {
+				return false
+			}
+			startedMu.Lock()
+			started = in
+			startedMu.Unlock()
+			return true
+		})).Return(func(ctx context.Context, in attempt.Input) (attempt.Outcome, error) {
+			return a.run(ctx, at, in)
+		}).Once()
+		c.AfterFn(func() time.Duration {
+			startedMu.Lock()
+			in := started
+			startedMu.Unlock()
+			return a.start(at, in)
+		})
+	}
+}
+
+// named reports whether the action id is name, or was called under it.
+func (a *Actions) named(id, name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return id == name || a.calls[id] == name
+}
+
+// Route declares what DescribeRoutes answers for a route (its kind,
+// model, capabilities). A route not declared is an "openai" route whose
+// model is its name and which declares tools, structured output,
+// streaming and vision, so no action skips it.
+func (a *Actions) Route(r attempt.RouteInfo) {
+	a.mu.Lock()
+	a.routes[r.Name] = r
+	a.mu.Unlock()
+}
+
+func (a *Actions) route(name string) attempt.RouteInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r, ok := a.routes[name]; ok {
+		return r
+	}
+	return attempt.RouteInfo{Name: name, Kind: "openai", Model: name,
+		Capabilities: providers.Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true}}
+}
+
+// describeRoutes is DescribeRoutes for the scripted routes: no reconciler
+// (a verdict comes from the script or the test), no search attributes.
+func (a *Actions) describeRoutes(_ context.Context, in attempt.PlanInput) (attempt.Plan, error) {
+	p := attempt.Plan{StateUpserts: attempt.CurrentStateUpserts, DeadlineTimer: attempt.CurrentDeadlineTimer}
+	for _, name := range in.Routes {
+		p.Routes = append(p.Routes, a.route(name))
+	}
+	return p, nil
+}
+
+// unscripted answers an attempt nobody scripted: the test fails, and the
+// attempt fails as an activity.
+func (a *Actions) unscripted(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
+	a.mu.Lock()
+	name := a.calls[in.ActionRef]
+	a.mu.Unlock()
+	err := fmt.Errorf("actiontest: attempt %d of call %q (action %s) is not scripted", in.Attempt, name, in.ActionRef)
+	a.t.Error(err)
+	return attempt.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), "Unscripted", nil)
+}
+
+// Reconcile delivers a verdict to the action of call name (or id) through
+// the reconcile Update, as Client.Reconcile does; call it from a
+// callback (env.RegisterDelayedCallback) while the action awaits one. A
+// rejected verdict fails the test. An attempt of 0 means the attempt
+// awaiting the verdict.
+func (a *Actions) Reconcile(name string, r workflows.ReconcileRequest) {
+	a.mu.Lock()
+	id := name
+	for ref, n := range a.calls {
+		if n == name {
+			id = ref
+		}
+	}
+	a.mu.Unlock()
+	a.reconcile(id, r)
+}
+
+func (a *Actions) reconcile(id string, r workflows.ReconcileRequest) {
+	if r.Attempt == 0 {
+		v, err := a.env.QueryWorkflowByID(id, workflows.QueryStatus)
+		var st workflows.Status
+		if err == nil {
+			err = v.Get(&st)
+		}
+		if err != nil {
+			a.t.Errorf("actiontest: status of %s: %v", id, err)
+			return
+		}
+		r.Attempt = st.AwaitingAttempt
+	}
+	if r.By == "" {
+		r.By = "actiontest"
+	}
+	err := a.env.UpdateWorkflowByID(id, workflows.UpdateReconcile, "actiontest-"+id+"-"+strconv.Itoa(r.Attempt), &testsuite.TestUpdateCallback{
+		OnReject: func(err error) { a.t.Errorf("actiontest: the %s verdict for %s was rejected: %v", r.Verdict, id, err) },
+		OnAccept: func() {},
+		OnComplete: func(_ any, err error) {
+			if err != nil {
+				a.t.Errorf("actiontest: the %s verdict for %s failed: %v", r.Verdict, id, err)
+			}
+		},
+	}, r)
+	if err != nil {
+		a.t.Errorf("actiontest: reconcile %s: %v", id, err)
+	}
+}
+
+// Attempt is what one scripted attempt does. Build one with Answer,
+// Respond, Partial, Refused, Misdirected, Throttled, ServerError,
+// Rejected, Ambiguous or Hold, and adjust it with its methods, which
+// return a copy.
+type Attempt struct {
+	kind     kind
+	response providers.Response
+	status   int
+	retry    time.Duration
+	taking   time.Duration
+
+	verdict      *workflows.ReconcileRequest
+	verdictAfter time.Duration
+	cancelAfter  time.Duration
+}
+
+type kind int
+
+const (
+	kindAnswer kind = iota
+	kindPartial
+	kindRefused
+	kindMisdirected
+	kindStatus
+	kindAmbiguous
+	kindHold
+)
+
+// Answer completes the attempt with text: the action ends completed with
+// a response whose Text it is.
+func Answer(text string) Attempt {
+	return Respond(providers.Response{Text: text, FinishReason: "stop"})
+}
+
+// Respond completes the attempt with r, for a response with tool calls
+// (r.ToolCalls, the OpenAI "tool_calls" array) or a refusal.
+func Respond(r providers.Response) Attempt { return Attempt{kind: kindAnswer, response: r} }
+
+// Partial delivers text and then loses the stream (a reset): the attempt
+// is committed_partial and the action ends completed_partial with the
+// text and Incomplete "reset".
+func Partial(text string) Attempt {
+	return Attempt{kind: kindPartial, response: providers.Response{Text: text, Partial: true, Incomplete: providers.IncompleteReset}}
+}
+
+// Refused is a GOAWAY NO_ERROR above the attempt's stream: provably not
+// processed, so the action retries at once on a fresh connection (a
+// transport retry).
+func Refused() Attempt { return Attempt{kind: kindRefused} }
+
+// Misdirected is a 421: the action retries once on a fresh connection; a
+// second one ends it failed (misdirected_repeated).
+func Misdirected() Attempt { return Attempt{kind: kindMisdirected} }
+
+// Throttled is a 429 with the given Retry-After (zero: none): the action
+// backs off, then retries or falls back.
+func Throttled(retryAfter time.Duration) Attempt {
+	return Attempt{kind: kindStatus, status: 429, retry: retryAfter}
+}
+
+// ServerError is a 5xx other than 503 and 504 before any content
+// (upstream_error): the action backs off, then retries or falls back.
+func ServerError(status int) Attempt { return Attempt{kind: kindStatus, status: status} }
+
+// Rejected is a 4xx other than 408, 421 and 429: the request is wrong,
+// and the action ends rejected.
+func Rejected(status int) Attempt { return Attempt{kind: kindStatus, status: status} }
+
+// Ambiguous is a connection closed after the request left, with no
+// GOAWAY: the provider may have executed it, so the action awaits a
+// reconciliation verdict (ThenVerdict, Actions.Reconcile) until its
+// reconcile_timeout.
+func Ambiguous() Attempt { return Attempt{kind: kindAmbiguous} }
+
+// Hold is an attempt the provider keeps generating, until the action is
+// canceled (CanceledAfter, or a cancel of the calling workflow) or the
+// attempt's timeout: canceled, it ends canceled with no move of health;
+// timed out, ambiguous. A mocked attempt cannot end early in the test
+// environment, so a canceled Hold ends, in virtual time, when its hold
+// would have: CanceledAfter ends it a second after the cancel, as the
+// real attempt's heartbeat does.
+func Hold() Attempt { return Attempt{kind: kindHold} }
+
+// Taking makes the attempt last d of virtual time before it ends.
+func (at Attempt) Taking(d time.Duration) Attempt {
+	at.taking = d
+	return at
+}
+
+// ThenVerdict delivers verdict v (not_executed, allow_replay or abandon)
+// through the reconcile Update after the attempt has been awaiting it for
+// after (zero means a second), as a person or program would. For a
+// completed verdict use ThenReconciled.
+func (at Attempt) ThenVerdict(v attempt.Verdict, after time.Duration) Attempt {
+	at.verdict, at.verdictAfter = &workflows.ReconcileRequest{Verdict: v}, after
+	return at
+}
+
+// ThenReconciled delivers a completed verdict with r after the attempt
+// has been awaiting it for after (zero means a second): the action ends
+// reconciled with r.
+func (at Attempt) ThenReconciled(r providers.Response, after time.Duration) Attempt {
+	at.verdict, at.verdictAfter = &workflows.ReconcileRequest{Verdict: attempt.VerdictCompleted, Response: &r}, after
+	return at
+}
+
+// CanceledAfter cancels the action through Temporal d after this attempt
+// started, as a canceled parent does (origin parent_canceled); meant for
+// a Hold.
+func (at Attempt) CanceledAfter(d time.Duration) Attempt {
+	at.cancelAfter = d
+	return at
+}
+
+// defaultHold is how long a Hold lasts when nothing cancels it and the
+// attempt has no timeout of its own (the workflow always sets one).
+const defaultHold = 60 * time.Second
+
+// start runs when the attempt starts (virtual time) and says how long it
+// lasts.
+func (a *Actions) start(at Attempt, in attempt.Input) time.Duration {
+	d := at.taking
+	if at.kind == kindHold && d == 0 {
+		d = in.Timeout
+		if d <= 0 {
+			d = defaultHold
+		}
+	}
+	if at.cancelAfter > 0 {
+		id := in.ActionRef
+		a.env.RegisterDelayedCallback(func() { a.env.CancelWorkflowByID(id, "") }, at.cancelAfter)
+		// The cancel reaches the attempt with its next heartbeat.
+		d = min(d, at.cancelAfter+time.Second)
+	}
+	return d
+}
+
+// run ends the attempt as scripted: its outcome, from evidence the real
+// engine would have recorded, classified by evidence.Classify.
+func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attempt.Outcome, error) {
+	route := a.route(in.Route)
+	conn, stream, fresh := a.connFor(in)
+	body, _ := json.Marshal(in.Request)
+	ev := evidence.Evidence{
+		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
+		Provider: route.Kind, Model: route.Model, Authority: "provider.actiontest.invalid:443", HTTPVersion: "HTTP/2.0",
+		ConnRef: conn, ConnFresh: fresh, AfterMisdirected: in.AfterMisdirected,
+		RequestSent: true, StreamID: stream, RequestBytes: int64(len(body)),
+	}
+	defer func() {
+		if ev.ConnClosed || ev.GoAway != nil || ev.Status == 421 {
+			a.dropConn(conn)
+		}
+	}()
+	var resp *providers.Response
+	switch at.kind {
+	case kindAnswer, kindPartial:
+		r := a.response(at, in, route)
+		ev.ResponseHeaders, ev.Status, ev.ContentStarted, ev.ResponseBytes = true, 200, true, int64(len(r.Raw))
+		ev.FirstByte = max(at.taking, time.Millisecond)
+		if in.Request.Stream || at.kind == kindPartial {
+			ev.ResponseBytes = int64(len(r.Text)) + 100
+		}
+		resp = &r
+		if at.kind == kindPartial {
+			ev.RSTStream = code(evidence.CodeInternalError)
+			ev.BodyFailed, ev.Signal = true, evidence.SignalStreamIncomplete
+		}
+	case kindRefused:
+		// As a provider draining its connection answers the first stream.
+		ev.GoAway = &evidence.GoAway{LastStreamID: max(stream, 2) - 2, Code: evidence.CodeNoError, DebugLen: len("actiontest")}
+		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
+	case kindMisdirected:
+		ev.ResponseHeaders, ev.Status, ev.ResponseBytes = true, 421, int64(len(errorBody))
+	case kindStatus:
+		ev.ResponseHeaders, ev.Status, ev.RetryAfter, ev.ResponseBytes = true, at.status, at.retry, int64(len(errorBody))
+	case kindAmbiguous:
+		// The activity finds no usable body where the connection ended.
+		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
+	case kindHold:
+		ev.Elapsed = max(at.taking, time.Millisecond)
+		if ctx.Err() == nil {
+			ev.TimedOut = true
+			break
+		}
+		ev.Canceled, ev.Stop = true, evidence.StopScope
+		out := attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
+		// As the real activity does: a cancellation carrying the outcome.
+		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
+	}
+	ev.Elapsed = max(ev.Elapsed, at.taking, time.Millisecond)
+	out := attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
+	if c := out.Classification.Class; c == evidence.Completed || c == evidence.CommittedPartial {
+		out.Response = resp
+	}
+	if at.verdict != nil {
+		v := *at.verdict
+		v.Attempt = in.Attempt
+		after := at.verdictAfter
+		if after <= 0 {
+			after = time.Second
+		}
+		id := in.ActionRef
+		a.env.RegisterDelayedCallback(func() { a.reconcile(id, v) }, after)
+	}
+	return out, nil
+}
+
+func code(c evidence.ErrCode) *evidence.ErrCode { return &c }
+
+// connFor picks the attempt's connection as the engine's pool would: the
+// one in use, unless the attempt must avoid it or asks for a fresh one.
+func (a *Actions) connFor(in attempt.Input) (ref string, stream uint32, fresh bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ref = "actiontest-c" + strconv.Itoa(a.conn)
+	if a.conn == 0 || in.FreshConnection || slices.Contains(in.Avoid, ref) {
+		a.conns++
+		a.conn, a.nextStream, fresh = a.conns, 1, true
+		ref = "actiontest-c" + strconv.Itoa(a.conn)
+	}
+	stream = uint32(a.nextStream)
+	a.nextStream += 2
+	return ref, stream, fresh
+}
+
+// dropConn retires a connection that saw a GOAWAY, a 421 or its end.
+func (a *Actions) dropConn(ref string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ref == "actiontest-c"+strconv.Itoa(a.conn) {
+		a.conn = 0
+	}
+}
+
+// errorBody is the body of a scripted error status.
+const errorBody = `{"error":{"type":"invalid_request_error","message":"scripted by actiontest"}}`
+
+// response is the scripted response as the provider layer would have read
+// it: the provider's id, model and token counts, and for a response that
+// was not streamed its whole body (Raw).
+func (a *Actions) response(at Attempt, in attempt.Input, route attempt.RouteInfo) providers.Response {
+	r := at.response
+	a.mu.Lock()
+	n := a.conns
+	a.mu.Unlock()
+	if r.ID == "" {
+		r.ID = "chatcmpl-actiontest-" + strconv.Itoa(n)
+	}
+	if r.Model == "" {
+		r.Model = route.Model
+	}
+	if r.FinishReason == "" && !r.Partial {
+		r.FinishReason = "stop"
+		if len(r.ToolCalls) > 0 {
+			r.FinishReason = "tool_calls"
+		}
+	}
+	if r.Usage == (providers.Usage{}) && !r.Partial {
+		body, _ := json.Marshal(in.Request)
+		r.Usage = providers.Usage{PromptTokens: len(body) / 4, CompletionTokens: len(strings.Fields(r.Text)) + 1}
+		r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
+	}
+	if r.Raw == nil && !in.Request.Stream && !r.Partial {
+		msg := map[string]any{"role": "assistant", "content": r.Text}
+		if len(r.ToolCalls) > 0 {
+			msg["tool_calls"] = r.ToolCalls
+		}
+		r.Raw, _ = json.Marshal(map[string]any{
+			"id": r.ID, "object": "chat.completion", "created": time.Now().Unix(), "model": r.Model,
+			"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": r.FinishReason}},
+			"usage":   map[string]int{"prompt_tokens": r.Usage.PromptTokens, "completion_tokens": r.Usage.CompletionTokens, "total_tokens": r.Usage.TotalTokens},
+		})
+	}
+	return r
+}
