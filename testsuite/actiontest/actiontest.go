@@ -426,9 +426,10 @@ func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attemp
 		ev.GoAway = &evidence.GoAway{LastStreamID: max(stream, 2) - 2, Code: evidence.CodeNoError, DebugLen: len("actiontest")}
 		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
 	case kindMisdirected:
-		ev.ResponseHeaders, ev.Status, ev.ResponseBytes = true, 421, int64(len(errorBody))
+		// The body is the provider's own error object, as a provider sends.
+		ev.ResponseHeaders, ev.Status, ev.ResponseBytes, ev.ProviderError = true, 421, int64(len(errorBody)), true
 	case kindStatus:
-		ev.ResponseHeaders, ev.Status, ev.RetryAfter, ev.ResponseBytes = true, at.status, at.retry, int64(len(errorBody))
+		ev.ResponseHeaders, ev.Status, ev.RetryAfter, ev.ResponseBytes, ev.ProviderError = true, at.status, at.retry, int64(len(errorBody)), true
 	case kindAmbiguous:
 		// The activity finds no usable body where the connection ended.
 		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
