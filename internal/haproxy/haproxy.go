@@ -9,13 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
-	"time"
+
+	"github.com/durallm/durallm/internal/proc"
 )
 
 // ErrUnavailable is returned (wrapped) when the haproxy binary is missing.
@@ -23,20 +22,13 @@ var ErrUnavailable = errors.New("haproxy: binary not found (Debian: apt-get inst
 
 // Proxy is a running haproxy.
 type Proxy struct {
-	cmd *exec.Cmd
+	p *proc.Proc
 	// Addr is the host:port its one frontend listens on.
 	Addr string
 }
 
 // FreeAddr picks a free loopback host:port for a frontend.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("haproxy: pick a port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func FreeAddr() (string, error) { return proc.FreeAddr() }
 
 // Start writes conf to dir/name.cfg and runs haproxy on it, returning once
 // addr (the frontend conf binds) accepts connections. conf must bind addr.
@@ -48,45 +40,21 @@ func Start(ctx context.Context, bin, dir, name, addr, conf string) (*Proxy, erro
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		return nil, fmt.Errorf("haproxy: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, bin, "-W", "-f", cfg)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	// A harness killed without its clean-up must not leave haproxy behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("haproxy: start: %w", err)
+	p, err := proc.Start(ctx, exec.CommandContext(ctx, bin, "-W", "-f", cfg), addr)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy: %w", err)
 	}
-	p := &Proxy{cmd: cmd, Addr: addr}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			p.Stop()
-			return nil, fmt.Errorf("haproxy: did not listen on %s within 10s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &Proxy{p: p, Addr: addr}, nil
 }
 
 // Reload asks the master for a graceful reload.
-func (p *Proxy) Reload() error { return p.cmd.Process.Signal(syscall.SIGUSR2) }
+func (p *Proxy) Reload() error { return p.p.Signal(syscall.SIGUSR2) }
 
 // Stop stops haproxy (SIGTERM, then SIGKILL after 5s) and reaps it. It is
 // safe to call more than once.
 func (p *Proxy) Stop() {
-	if p == nil || p.cmd.ProcessState != nil {
+	if p == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
+	p.p.Stop(syscall.SIGTERM)
 }
