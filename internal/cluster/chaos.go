@@ -38,6 +38,14 @@ type ChaosOptions struct {
 	KillDown time.Duration
 	// Timeout bounds the whole run. Default 10m.
 	Timeout time.Duration
+	// Faults is the fraction of requests (0 to 1) the provider behind
+	// haproxy answers with a fault instead of an answer: the single-node
+	// run's mix (chaos.FaultScript). Default 0: no faults.
+	Faults float64
+	// Stream makes every action a streamed one; with Faults, the stream
+	// faults join the mix. The routes keep deploy/routes.yaml's timeouts,
+	// so a stalled stream ends after its 30s idle timeout.
+	Stream bool
 	// Progress receives a line per phase.
 	Progress io.Writer
 }
@@ -70,6 +78,14 @@ func (o ChaosOptions) withDefaults() ChaosOptions {
 	return o
 }
 
+// Validate rejects options no run can honour.
+func (o ChaosOptions) Validate() error {
+	if o.Faults < 0 || o.Faults > 1 {
+		return fmt.Errorf("cluster: chaos: --faults must be between 0 and 1, got %g", o.Faults)
+	}
+	return nil
+}
+
 // Fault is one fault the run injected and what it did.
 type Fault struct {
 	Name string
@@ -89,8 +105,8 @@ type Fault struct {
 }
 
 // ChaosReport is what a chaos run on the cluster found: the chaos
-// invariants' report (package report) plus the faults and the two counts
-// the cluster adds.
+// invariants' report (package report, executed twice included) plus the
+// faults and the counts the cluster adds.
 type ChaosReport struct {
 	*report.Report
 	Faults []*Fault
@@ -101,9 +117,6 @@ type ChaosReport struct {
 	// state or awaiting_reconciliation (or whose result could not be
 	// read): none may be.
 	Lost []string
-	// Twice lists actions the provider executed more than once: with no
-	// provider faults, none may be.
-	Twice []string
 	// Baseline is the p99 attempt duration outside every fault.
 	Baseline time.Duration
 	// ShardMoves counts history shards acquired by a node during the run
@@ -113,11 +126,14 @@ type ChaosReport struct {
 
 // Chaos runs actions on c while it reloads the provider's haproxy, restarts
 // each server node in turn (SIGTERM, then start), SIGKILLs one node and
-// SIGKILLs one worker, then checks the chaos invariants on every action
-// and that none was lost or executed twice. c must have been started
-// without DirectProvider.
+// SIGKILLs one worker, with the provider injecting faults when o.Faults is
+// set, then checks the chaos invariants on every action and that none was
+// lost or executed twice. c must have been started without DirectProvider.
 func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error) {
 	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	if c.o.DirectProvider {
 		return nil, fmt.Errorf("cluster: chaos needs the provider behind haproxy (not DirectProvider)")
 	}
@@ -126,6 +142,10 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	say := func(format string, a ...any) { fmt.Fprintf(o.Progress, "· "+format+"\n", a...) }
 	start := time.Now()
 	c.Provider.SetDefault(providertest.Answer("ok").After(o.Generation))
+	faults := o.Faults > 0
+	if faults {
+		c.Provider.Script(chaos.FaultScript(o.Faults, o.Stream))
+	}
 	dc, tc, err := c.Client(ctx)
 	if err != nil {
 		return nil, err
@@ -142,7 +162,14 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	var next atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	say("running actions at concurrency %d (at most %d), reloading the provider's haproxy every %s", o.Concurrency, o.MaxActions, o.ReloadEvery)
+	kind := "actions"
+	if o.Stream {
+		kind = "streamed actions"
+	}
+	say("running %s at concurrency %d (at most %d), reloading the provider's haproxy every %s", kind, o.Concurrency, o.MaxActions, o.ReloadEvery)
+	if faults {
+		say("the provider behind haproxy answers %.0f%% of requests with a fault", o.Faults*100)
+	}
 	for range o.Concurrency {
 		wg.Add(1)
 		go func() {
@@ -152,7 +179,7 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 				if i >= o.MaxActions {
 					return
 				}
-				results[i], errs[i] = chaos.RunAction(ctx, dc, chaos.ActionID(i), chaos.Input(i, false, routeNames...))
+				results[i], errs[i] = chaos.RunAction(ctx, dc, chaos.ActionID(i), chaos.Input(i, o.Stream, routeNames...))
 			}
 		}()
 	}
@@ -179,15 +206,13 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	rep.Restarts = rep.RollingRestarts + rep.ServerKills
 	for i := range n {
 		id := chaos.ActionID(i)
-		rep.Add(c.Provider, c.Journal, id, results[i], errs[i], false)
+		rep.Add(c.Provider, c.Journal, id, results[i], errs[i], faults)
 		if errs[i] != nil || !(results[i].State.Terminal() || results[i].State == workflows.StateAwaitingReconciliation) {
 			rep.Lost = append(rep.Lost, id)
 		}
-		if c.Provider.ExecutedCount(id) > 1 {
-			rep.Twice = append(rep.Twice, id)
-		}
 	}
 	rep.ProviderRun = len(c.Provider.Processed())
+	rep.AddFaults(c.Provider, chaos.DefaultBehavior)
 	shards1, err := c.ShardAcquisitions(ctx)
 	if err != nil {
 		return nil, err
@@ -344,7 +369,7 @@ func percentile(d []time.Duration, q float64) time.Duration {
 // Failed reports whether an invariant broke: a chaos violation, an
 // action lost or one executed twice.
 func (r *ChaosReport) Failed() bool {
-	return len(r.Violations) > 0 || len(r.Lost) > 0 || len(r.Twice) > 0
+	return r.Report.Failed() || len(r.Lost) > 0
 }
 
 // Print writes the per-fault table, the cluster's counts and the chaos
@@ -369,9 +394,6 @@ func (r *ChaosReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nrolling restarts %d, server SIGKILLs %d, worker SIGKILLs %d, history shards acquired by a node %d, lost %d, executed twice %d\n", r.RollingRestarts, r.ServerKills, r.WorkerKills, r.ShardMoves, len(r.Lost), len(r.Twice))
 	for _, id := range r.Lost {
 		fmt.Fprintf(w, "  LOST %s\n", id)
-	}
-	for _, id := range r.Twice {
-		fmt.Fprintf(w, "  EXECUTED TWICE %s\n", id)
 	}
 	r.Report.Print(w)
 }
