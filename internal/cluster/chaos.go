@@ -94,7 +94,8 @@ type Fault struct {
 	// Detail says how it went (a graceful stop's time, a SIGKILL).
 	Detail string
 	// InFlight counts the attempts running at some moment of the fault
-	// (their span overlaps [Start, End]).
+	// (their span overlaps [Start, End]), but for those the provider
+	// answered with a fault of its own.
 	InFlight int
 	// Delayed counts those that took longer than twice the run's p99 of
 	// attempts no fault touched: their completion waited for the fault.
@@ -218,7 +219,16 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 		return nil, err
 	}
 	rep.ShardMoves = shards1 - shards0
-	rep.analyseFaults(results[:n])
+	// An attempt the provider answered with a fault of its own is the
+	// report's to count (what the provider did, how it was classified),
+	// not the node faults' it happened to overlap.
+	faulted := map[string]bool{}
+	for _, rec := range c.Provider.Received() {
+		if rec.Behavior != "" && rec.Behavior != chaos.DefaultBehavior {
+			faulted[rec.AttemptID] = true
+		}
+	}
+	rep.analyseFaults(results[:n], faulted)
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
@@ -301,8 +311,9 @@ func (c *Cluster) injectFaults(ctx context.Context, o ChaosOptions, rep *ChaosRe
 	return pause()
 }
 
-// analyseFaults attributes attempts to the faults whose span they overlap.
-func (r *ChaosReport) analyseFaults(results []workflows.ActionResult) {
+// analyseFaults attributes attempts to the faults whose span they overlap,
+// leaving out those the provider answered with a fault (by attempt id).
+func (r *ChaosReport) analyseFaults(results []workflows.ActionResult, providerFaulted map[string]bool) {
 	type span struct {
 		from, to time.Time
 		a        workflows.AttemptRecord
@@ -312,6 +323,9 @@ func (r *ChaosReport) analyseFaults(results []workflows.ActionResult) {
 	var calm []time.Duration
 	for i := range results {
 		for _, a := range results[i].Attempts {
+			if providerFaulted[a.Evidence.AttemptID] {
+				continue
+			}
 			s := span{from: a.Scheduled, to: a.Scheduled.Add(a.Duration), a: a, res: &results[i]}
 			spans = append(spans, s)
 			touched := false
@@ -375,7 +389,11 @@ func (r *ChaosReport) Failed() bool {
 // Print writes the per-fault table, the cluster's counts and the chaos
 // report's tables.
 func (r *ChaosReport) Print(w io.Writer) {
-	fmt.Fprintf(w, "\nfaults (p99 attempt outside every fault: %s; delayed = more than twice that)\n\n", r.Baseline.Round(time.Millisecond))
+	also := ""
+	if len(r.Report.Faults) > 0 {
+		also = "; attempts the provider answered with a fault are in the tables below, not here"
+	}
+	fmt.Fprintf(w, "\nfaults (p99 attempt outside every fault: %s; delayed = more than twice that%s)\n\n", r.Baseline.Round(time.Millisecond), also)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tattempts in flight\tcompletions delayed\tawaiting a verdict\thow it went")
 	for _, f := range r.Faults {
