@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -118,11 +119,39 @@ type ChaosReport struct {
 	// state or awaiting_reconciliation (or whose result could not be
 	// read): none may be.
 	Lost []string
+	// Slowest is the action that took longest from its start to its
+	// result: what the run's end waited for.
+	Slowest Slowest
 	// Baseline is the p99 attempt duration outside every fault.
 	Baseline time.Duration
 	// ShardMoves counts history shards acquired by a node during the run
 	// (range id bumps in the shards table): shards moving between nodes.
 	ShardMoves int64
+}
+
+// Slowest is an action and how long its caller waited for it.
+type Slowest struct {
+	ID     string
+	Took   time.Duration
+	Result workflows.ActionResult
+}
+
+// String says how long the action took, how it ended and what each of
+// its attempts was.
+func (s Slowest) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, %s, %s", s.ID, s.Took.Round(100*time.Millisecond), s.Result.State)
+	for _, a := range s.Result.Attempts {
+		fmt.Fprintf(&b, "; attempt %d on %s %s", a.N, a.Route, a.Classification.Class)
+		if a.Classification.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", a.Classification.Reason)
+		}
+		fmt.Fprintf(&b, " after %s", a.Duration.Round(100*time.Millisecond))
+		if a.VerdictBy != "" {
+			fmt.Fprintf(&b, ", verdict %s by %s", a.Verdict, a.VerdictBy)
+		}
+	}
+	return b.String()
 }
 
 // Chaos runs actions on c while it reloads the provider's haproxy, restarts
@@ -160,6 +189,7 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	}
 	results := make([]workflows.ActionResult, o.MaxActions)
 	errs := make([]error, o.MaxActions)
+	took := make([]time.Duration, o.MaxActions)
 	var next atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -180,7 +210,9 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 				if i >= o.MaxActions {
 					return
 				}
+				t := time.Now()
 				results[i], errs[i] = chaos.RunAction(ctx, dc, chaos.ActionID(i), chaos.Input(i, o.Stream, routeNames...))
+				took[i] = time.Since(t)
 			}
 		}()
 	}
@@ -213,6 +245,11 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 		}
 	}
 	rep.ProviderRun = len(c.Provider.Processed())
+	for i := range n {
+		if took[i] > rep.Slowest.Took {
+			rep.Slowest = Slowest{ID: chaos.ActionID(i), Took: took[i], Result: results[i]}
+		}
+	}
 	rep.AddFaults(c.Provider, chaos.DefaultBehavior)
 	shards1, err := c.ShardAcquisitions(ctx)
 	if err != nil {
@@ -412,6 +449,9 @@ func (r *ChaosReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nrolling restarts %d, server SIGKILLs %d, worker SIGKILLs %d, history shards acquired by a node %d, lost %d, executed twice %d\n", r.RollingRestarts, r.ServerKills, r.WorkerKills, r.ShardMoves, len(r.Lost), len(r.Twice))
 	for _, id := range r.Lost {
 		fmt.Fprintf(w, "  LOST %s\n", id)
+	}
+	if r.Slowest.ID != "" {
+		fmt.Fprintf(w, "slowest action: %s\n", r.Slowest)
 	}
 	r.Report.Print(w)
 }
