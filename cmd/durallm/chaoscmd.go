@@ -40,7 +40,7 @@ func runChaos(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	rep.Print(stdout)
-	if len(rep.Violations) > 0 {
+	if rep.Failed() {
 		return exitFailed
 	}
 	return exitOK

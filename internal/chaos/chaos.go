@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for i, res := range results {
 		rep.Add(r.p, r.journal, actionID(i), res, errs[i], o.Faults > 0)
 	}
-	rep.AddFaults(r.p, defaultBehavior)
+	rep.AddFaults(r.p, DefaultBehavior)
 	st := r.w.Engine().Stats()
 	rep.GoAways, rep.Conns = st.GoAways, st.ConnsOpened
 	if n := st.TransportReplays; n > 0 {
@@ -200,13 +200,7 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 	}
 	r.p.SetDefault(providertest.Answer("ok").After(gen))
 	if o.Faults > 0 {
-		mix := faultMix
-		if o.Stream {
-			mix = append(append([]providertest.Behavior(nil), faultMix...), streamFaults...)
-		}
-		r.p.Script(func(req providertest.Request) (providertest.Behavior, bool) {
-			return faultFor(req.AttemptID, o.Faults, mix)
-		})
+		r.p.Script(FaultScript(o.Faults, o.Stream))
 	}
 
 	r.say("· starting haproxy (HTTP/2 both sides) in front of the provider")
@@ -434,8 +428,23 @@ func startOnce(ctx context.Context, c *durallm.Client, id string, in workflows.A
 	}
 }
 
-// defaultBehavior is the name the provider records for its default answer.
-var defaultBehavior = providertest.Answer("ok").String()
+// DefaultBehavior is the name the provider records for a run's default
+// answer ("ok", after the run's generation time).
+var DefaultBehavior = providertest.Answer("ok").String()
+
+// FaultScript is the provider script of a run with faults: it answers the
+// fraction rate of requests with one of faultMix (and, for streamed
+// actions, streamFaults), chosen by a hash of the attempt id, and leaves
+// the rest to the provider's default. internal/cluster injects the same.
+func FaultScript(rate float64, stream bool) func(providertest.Request) (providertest.Behavior, bool) {
+	mix := faultMix
+	if stream {
+		mix = append(append([]providertest.Behavior(nil), faultMix...), streamFaults...)
+	}
+	return func(req providertest.Request) (providertest.Behavior, bool) {
+		return faultFor(req.AttemptID, rate, mix)
+	}
+}
 
 // faultMix is what a faulty provider does instead of answering, each as
 // likely as the others. Each is a row of the classification table seen

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -38,6 +39,14 @@ type ChaosOptions struct {
 	KillDown time.Duration
 	// Timeout bounds the whole run. Default 10m.
 	Timeout time.Duration
+	// Faults is the fraction of requests (0 to 1) the provider behind
+	// haproxy answers with a fault instead of an answer: the single-node
+	// run's mix (chaos.FaultScript). Default 0: no faults.
+	Faults float64
+	// Stream makes every action a streamed one; with Faults, the stream
+	// faults join the mix. The routes keep deploy/routes.yaml's timeouts,
+	// so a stalled stream ends after its 30s idle timeout.
+	Stream bool
 	// Progress receives a line per phase.
 	Progress io.Writer
 }
@@ -70,6 +79,14 @@ func (o ChaosOptions) withDefaults() ChaosOptions {
 	return o
 }
 
+// Validate rejects options no run can honour.
+func (o ChaosOptions) Validate() error {
+	if o.Faults < 0 || o.Faults > 1 {
+		return fmt.Errorf("cluster: chaos: --faults must be between 0 and 1, got %g", o.Faults)
+	}
+	return nil
+}
+
 // Fault is one fault the run injected and what it did.
 type Fault struct {
 	Name string
@@ -78,7 +95,8 @@ type Fault struct {
 	// Detail says how it went (a graceful stop's time, a SIGKILL).
 	Detail string
 	// InFlight counts the attempts running at some moment of the fault
-	// (their span overlaps [Start, End]).
+	// (their span overlaps [Start, End]), but for those the provider
+	// answered with a fault of its own.
 	InFlight int
 	// Delayed counts those that took longer than twice the run's p99 of
 	// attempts no fault touched: their completion waited for the fault.
@@ -89,8 +107,8 @@ type Fault struct {
 }
 
 // ChaosReport is what a chaos run on the cluster found: the chaos
-// invariants' report (package report) plus the faults and the two counts
-// the cluster adds.
+// invariants' report (package report, executed twice included) plus the
+// faults and the counts the cluster adds.
 type ChaosReport struct {
 	*report.Report
 	Faults []*Fault
@@ -101,9 +119,9 @@ type ChaosReport struct {
 	// state or awaiting_reconciliation (or whose result could not be
 	// read): none may be.
 	Lost []string
-	// Twice lists actions the provider executed more than once: with no
-	// provider faults, none may be.
-	Twice []string
+	// Slowest is the action that took longest from its start to its
+	// result: what the run's end waited for.
+	Slowest Slowest
 	// Baseline is the p99 attempt duration outside every fault.
 	Baseline time.Duration
 	// ShardMoves counts history shards acquired by a node during the run
@@ -111,13 +129,41 @@ type ChaosReport struct {
 	ShardMoves int64
 }
 
+// Slowest is an action and how long its caller waited for it.
+type Slowest struct {
+	ID     string
+	Took   time.Duration
+	Result workflows.ActionResult
+}
+
+// String says how long the action took, how it ended and what each of
+// its attempts was.
+func (s Slowest) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, %s, %s", s.ID, s.Took.Round(100*time.Millisecond), s.Result.State)
+	for _, a := range s.Result.Attempts {
+		fmt.Fprintf(&b, "; attempt %d on %s %s", a.N, a.Route, a.Classification.Class)
+		if a.Classification.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", a.Classification.Reason)
+		}
+		fmt.Fprintf(&b, " after %s", a.Duration.Round(100*time.Millisecond))
+		if a.VerdictBy != "" {
+			fmt.Fprintf(&b, ", verdict %s by %s", a.Verdict, a.VerdictBy)
+		}
+	}
+	return b.String()
+}
+
 // Chaos runs actions on c while it reloads the provider's haproxy, restarts
 // each server node in turn (SIGTERM, then start), SIGKILLs one node and
-// SIGKILLs one worker, then checks the chaos invariants on every action
-// and that none was lost or executed twice. c must have been started
-// without DirectProvider.
+// SIGKILLs one worker, with the provider injecting faults when o.Faults is
+// set, then checks the chaos invariants on every action and that none was
+// lost or executed twice. c must have been started without DirectProvider.
 func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error) {
 	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	if c.o.DirectProvider {
 		return nil, fmt.Errorf("cluster: chaos needs the provider behind haproxy (not DirectProvider)")
 	}
@@ -126,6 +172,10 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	say := func(format string, a ...any) { fmt.Fprintf(o.Progress, "· "+format+"\n", a...) }
 	start := time.Now()
 	c.Provider.SetDefault(providertest.Answer("ok").After(o.Generation))
+	faults := o.Faults > 0
+	if faults {
+		c.Provider.Script(chaos.FaultScript(o.Faults, o.Stream))
+	}
 	dc, tc, err := c.Client(ctx)
 	if err != nil {
 		return nil, err
@@ -139,10 +189,18 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	}
 	results := make([]workflows.ActionResult, o.MaxActions)
 	errs := make([]error, o.MaxActions)
+	took := make([]time.Duration, o.MaxActions)
 	var next atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	say("running actions at concurrency %d (at most %d), reloading the provider's haproxy every %s", o.Concurrency, o.MaxActions, o.ReloadEvery)
+	kind := "actions"
+	if o.Stream {
+		kind = "streamed actions"
+	}
+	say("running %s at concurrency %d (at most %d), reloading the provider's haproxy every %s", kind, o.Concurrency, o.MaxActions, o.ReloadEvery)
+	if faults {
+		say("the provider behind haproxy answers %.0f%% of requests with a fault", o.Faults*100)
+	}
 	for range o.Concurrency {
 		wg.Add(1)
 		go func() {
@@ -152,7 +210,9 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 				if i >= o.MaxActions {
 					return
 				}
-				results[i], errs[i] = chaos.RunAction(ctx, dc, chaos.ActionID(i), chaos.Input(i, false, routeNames...))
+				t := time.Now()
+				results[i], errs[i] = chaos.RunAction(ctx, dc, chaos.ActionID(i), chaos.Input(i, o.Stream, routeNames...))
+				took[i] = time.Since(t)
 			}
 		}()
 	}
@@ -179,21 +239,33 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	rep.Restarts = rep.RollingRestarts + rep.ServerKills
 	for i := range n {
 		id := chaos.ActionID(i)
-		rep.Add(c.Provider, c.Journal, id, results[i], errs[i], false)
+		rep.Add(c.Provider, c.Journal, id, results[i], errs[i], faults)
 		if errs[i] != nil || !(results[i].State.Terminal() || results[i].State == workflows.StateAwaitingReconciliation) {
 			rep.Lost = append(rep.Lost, id)
 		}
-		if c.Provider.ExecutedCount(id) > 1 {
-			rep.Twice = append(rep.Twice, id)
-		}
 	}
 	rep.ProviderRun = len(c.Provider.Processed())
+	for i := range n {
+		if took[i] > rep.Slowest.Took {
+			rep.Slowest = Slowest{ID: chaos.ActionID(i), Took: took[i], Result: results[i]}
+		}
+	}
+	rep.AddFaults(c.Provider, chaos.DefaultBehavior)
 	shards1, err := c.ShardAcquisitions(ctx)
 	if err != nil {
 		return nil, err
 	}
 	rep.ShardMoves = shards1 - shards0
-	rep.analyseFaults(results[:n])
+	// An attempt the provider answered with a fault of its own is the
+	// report's to count (what the provider did, how it was classified),
+	// not the node faults' it happened to overlap.
+	faulted := map[string]bool{}
+	for _, rec := range c.Provider.Received() {
+		if rec.Behavior != "" && rec.Behavior != chaos.DefaultBehavior {
+			faulted[rec.AttemptID] = true
+		}
+	}
+	rep.analyseFaults(results[:n], faulted)
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
@@ -276,8 +348,9 @@ func (c *Cluster) injectFaults(ctx context.Context, o ChaosOptions, rep *ChaosRe
 	return pause()
 }
 
-// analyseFaults attributes attempts to the faults whose span they overlap.
-func (r *ChaosReport) analyseFaults(results []workflows.ActionResult) {
+// analyseFaults attributes attempts to the faults whose span they overlap,
+// leaving out those the provider answered with a fault (by attempt id).
+func (r *ChaosReport) analyseFaults(results []workflows.ActionResult, providerFaulted map[string]bool) {
 	type span struct {
 		from, to time.Time
 		a        workflows.AttemptRecord
@@ -287,6 +360,9 @@ func (r *ChaosReport) analyseFaults(results []workflows.ActionResult) {
 	var calm []time.Duration
 	for i := range results {
 		for _, a := range results[i].Attempts {
+			if providerFaulted[a.Evidence.AttemptID] {
+				continue
+			}
 			s := span{from: a.Scheduled, to: a.Scheduled.Add(a.Duration), a: a, res: &results[i]}
 			spans = append(spans, s)
 			touched := false
@@ -344,13 +420,17 @@ func percentile(d []time.Duration, q float64) time.Duration {
 // Failed reports whether an invariant broke: a chaos violation, an
 // action lost or one executed twice.
 func (r *ChaosReport) Failed() bool {
-	return len(r.Violations) > 0 || len(r.Lost) > 0 || len(r.Twice) > 0
+	return r.Report.Failed() || len(r.Lost) > 0
 }
 
 // Print writes the per-fault table, the cluster's counts and the chaos
 // report's tables.
 func (r *ChaosReport) Print(w io.Writer) {
-	fmt.Fprintf(w, "\nfaults (p99 attempt outside every fault: %s; delayed = more than twice that)\n\n", r.Baseline.Round(time.Millisecond))
+	also := ""
+	if len(r.Report.Faults) > 0 {
+		also = "; attempts the provider answered with a fault are in the tables below, not here"
+	}
+	fmt.Fprintf(w, "\nfaults (p99 attempt outside every fault: %s; delayed = more than twice that%s)\n\n", r.Baseline.Round(time.Millisecond), also)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tattempts in flight\tcompletions delayed\tawaiting a verdict\thow it went")
 	for _, f := range r.Faults {
@@ -370,8 +450,8 @@ func (r *ChaosReport) Print(w io.Writer) {
 	for _, id := range r.Lost {
 		fmt.Fprintf(w, "  LOST %s\n", id)
 	}
-	for _, id := range r.Twice {
-		fmt.Fprintf(w, "  EXECUTED TWICE %s\n", id)
+	if r.Slowest.ID != "" {
+		fmt.Fprintf(w, "slowest action: %s\n", r.Slowest)
 	}
 	r.Report.Print(w)
 }

@@ -46,6 +46,9 @@ type Report struct {
 	// 502). The contract allows each (upstream_error and empty_response
 	// may be retried); it is reported, not a violation.
 	ExtraExecutions int
+	// Twice lists the actions the provider executed more than once where
+	// nothing let it (ExecutedTwice), each with its attempts: none may be.
+	Twice []string
 	// Journal counts what the attempt journal decided for every attempt
 	// that ended ambiguous (or committed on a lost worker): reconciled
 	// from a response a worker received, proven not processed (the action
@@ -81,6 +84,9 @@ func (r *Report) Add(p *providertest.Provider, j journal.Journal, id string, res
 	r.Violations = append(r.Violations, r.checkJournal(p, j, id, res)...)
 	if res.State == workflows.StateCompleted {
 		r.ExtraExecutions += p.ExecutedCount(id) - 1
+	}
+	if ExecutedTwice(p, id, res, faults) {
+		r.Twice = append(r.Twice, id+" ("+executions(p, id, res)+")")
 	}
 	for _, a := range res.Attempts {
 		r.Attempts++
@@ -183,7 +189,7 @@ func Check(p *providertest.Provider, id string, res workflows.ActionResult, faul
 				v = append(v, fmt.Sprintf("%s attempt %d classified %s (%s) but the provider executed it %d time(s) (%s)", id, a.N, cl.Class, cl.Reason, n, BehaviorOf(p, ev.AttemptID)))
 			}
 		case evidence.Ambiguous:
-			if !last && a.Verdict != attempt.VerdictNotExecuted && a.Verdict != attempt.VerdictAllowReplay {
+			if !last && !verdictLetsAnotherFollow(a) {
 				v = append(v, fmt.Sprintf("%s attempt %d was ambiguous and another attempt followed without a verdict", id, a.N))
 			}
 		}
@@ -217,6 +223,76 @@ func Check(p *providertest.Provider, id string, res workflows.ActionResult, faul
 	return v
 }
 
+// verdictLetsAnotherFollow reports whether a's verdict let another
+// attempt follow an ambiguous one: not_executed (a person's, or the
+// journal's not processed) or allow_replay.
+func verdictLetsAnotherFollow(a workflows.AttemptRecord) bool {
+	return a.Verdict == attempt.VerdictNotExecuted || a.Verdict == attempt.VerdictAllowReplay
+}
+
+// ExecutedTwice reports whether the provider executed action id more
+// than once where nothing let it. Without provider faults, any second
+// execution is that. With them, an attempt the provider executed may be
+// followed by another only when its outcome let one follow (contract
+// section 4): upstream_error (retried by policy), empty_response (executed,
+// unusable: falls back), or ambiguous under a verdict that allowed
+// another attempt. One attempt executed twice, or an execution under an
+// attempt the action never recorded, always counts.
+func ExecutedTwice(p *providertest.Provider, id string, res workflows.ActionResult, faults bool) bool {
+	n := p.ExecutedCount(id)
+	if n <= 1 {
+		return false
+	}
+	if !faults {
+		return true
+	}
+	recorded := 0
+	for i, a := range res.Attempts {
+		e := p.AttemptExecutions(a.Evidence.AttemptID)
+		if e == 0 {
+			continue
+		}
+		recorded += e
+		if e > 1 {
+			return true
+		}
+		if i == len(res.Attempts)-1 {
+			continue
+		}
+		switch a.Classification.Class {
+		case evidence.UpstreamError, evidence.EmptyResponse:
+		case evidence.Ambiguous:
+			if !verdictLetsAnotherFollow(a) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return recorded != n
+}
+
+// executions says how often the provider ran the action and each attempt,
+// with its class and what the provider did.
+func executions(p *providertest.Provider, id string, res workflows.ActionResult) string {
+	parts := []string{fmt.Sprintf("%d executions", p.ExecutedCount(id))}
+	for _, a := range res.Attempts {
+		parts = append(parts, fmt.Sprintf("attempt %d %s%s ran %d (%s)", a.N, a.Classification.Class, verdictNote(a), p.AttemptExecutions(a.Evidence.AttemptID), BehaviorOf(p, a.Evidence.AttemptID)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func verdictNote(a workflows.AttemptRecord) string {
+	if a.Verdict == attempt.VerdictNone {
+		return ""
+	}
+	return ", verdict " + string(a.Verdict) + " by " + a.VerdictBy
+}
+
+// Failed reports whether an invariant broke: a violation, or an action
+// executed twice.
+func (r *Report) Failed() bool { return len(r.Violations) > 0 || len(r.Twice) > 0 }
+
 // BehaviorOf names what the provider did with an attempt's request(s).
 func BehaviorOf(p *providertest.Provider, attemptID string) string {
 	var names []string
@@ -240,6 +316,7 @@ func (r *Report) Print(w io.Writer) {
 	if r.Conns > 0 {
 		fmt.Fprintf(tw, "connections opened (in-process worker)\t%d\n", r.Conns)
 	}
+	fmt.Fprintf(tw, "executed twice where nothing let it\t%d\n", len(r.Twice))
 	fmt.Fprintf(tw, "elapsed\t%s\n", r.Elapsed.Round(time.Millisecond))
 	for _, k := range sortedKeys(r.GoAways) {
 		fmt.Fprintf(tw, "GOAWAY %s received\t%d\n", k, r.GoAways[k])
@@ -275,6 +352,12 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	if len(r.Twice) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, id := range r.Twice {
+		fmt.Fprintf(w, "EXECUTED TWICE %s\n", id)
+	}
 	if len(r.Violations) == 0 {
 		fmt.Fprintln(w, "\ninvariants: all held")
 		return

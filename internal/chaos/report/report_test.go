@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -165,5 +166,74 @@ func TestAnAmbiguousAttemptFollowedUnderAVerdictIsNoViolation(t *testing.T) {
 		if len(r.Violations) != 0 {
 			t.Errorf("%s: violations %v", v, r.Violations)
 		}
+	}
+}
+
+// An action the provider executed more than once is "executed twice"
+// unless every execution but the last came from an attempt whose outcome
+// let another follow: upstream_error (retried by policy), empty_response
+// (falls back), or an ambiguous attempt under a verdict. Without provider
+// faults nothing excuses a second execution.
+func TestExecutedTwiceOnlyWhereAnOutcomeLetAnotherAttemptFollow(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	withVerdict := func(r workflows.AttemptRecord, v attempt.Verdict, by string) workflows.AttemptRecord {
+		r.Verdict, r.VerdictBy = v, by
+		return r
+	}
+	tests := []struct {
+		name     string
+		executed []string // attempt ids the provider runs, in order
+		attempts []workflows.AttemptRecord
+		faults   bool
+		twice    bool
+	}{
+		{"once", []string{"1"}, []workflows.AttemptRecord{record(1, "1", evidence.Completed)}, true, false},
+		{"a 500 after executing, retried by policy", []string{"1", "2"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.UpstreamError), record(2, "2", evidence.Completed)}, true, false},
+		{"an empty 2xx, fallen back", []string{"1", "2"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.EmptyResponse), record(2, "2", evidence.Completed)}, true, false},
+		{"a throttled attempt never ran", []string{"2"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.Throttled), record(2, "2", evidence.Completed)}, true, false},
+		{"an ambiguous attempt that ran, left to a person", []string{"1"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.Ambiguous)}, true, false},
+		{"an ambiguous attempt that ran, then another without a verdict", []string{"1", "2"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.Ambiguous), record(2, "2", evidence.Completed)}, true, true},
+		{"an ambiguous attempt that ran, then another under allow_replay", []string{"1", "2"},
+			[]workflows.AttemptRecord{withVerdict(record(1, "1", evidence.Ambiguous), attempt.VerdictAllowReplay, "person"), record(2, "2", evidence.Completed)}, true, false},
+		{"the journal's not processed let another follow", []string{"1", "2"},
+			[]workflows.AttemptRecord{withVerdict(record(1, "1", evidence.Ambiguous), attempt.VerdictNotExecuted, attempt.ByJournal), record(2, "2", evidence.Completed)}, true, false},
+		{"a refused attempt that ran", []string{"1", "2"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.Refused), record(2, "2", evidence.Completed)}, true, true},
+		{"one attempt run twice", []string{"1", "1"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.Completed)}, true, true},
+		{"a run under an attempt the action never recorded", []string{"0", "1"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.Completed)}, true, true},
+		{"without faults, a 500 retried still ran twice", []string{"1", "2"},
+			[]workflows.AttemptRecord{record(1, "1", evidence.UpstreamError), record(2, "2", evidence.Completed)}, false, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "action-" + strconv.Itoa(i)
+			res := workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted}, Response: &providers.Response{Text: "ok"}}
+			for _, a := range tt.attempts {
+				a.Evidence.AttemptID = id + "-" + a.Evidence.AttemptID
+				res.Attempts = append(res.Attempts, a)
+			}
+			for _, a := range tt.executed {
+				send(t, p, id, id+"-"+a)
+			}
+			if got := ExecutedTwice(p, id, res, tt.faults); got != tt.twice {
+				t.Fatalf("ExecutedTwice = %v, want %v", got, tt.twice)
+			}
+			r := New(1)
+			r.Add(p, nil, id, res, nil, tt.faults)
+			if got := len(r.Twice) == 1; got != tt.twice || r.Failed() != (tt.twice || len(r.Violations) > 0) {
+				t.Fatalf("Report.Twice %v, Failed %v, violations %v", r.Twice, r.Failed(), r.Violations)
+			}
+		})
 	}
 }

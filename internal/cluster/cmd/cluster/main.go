@@ -2,7 +2,7 @@
 // internal/cluster): scripts/cluster is its wrapper.
 //
 //	cluster up      bring it up, print where everything is, tear it down on Ctrl-C or SIGTERM
-//	cluster chaos   bring it up, run a bounded chaos run, tear it down; exit 1 when an invariant broke
+//	cluster chaos   bring it up, run a bounded chaos run (--faults, --stream), tear it down; exit 1 when an invariant broke
 //	cluster bench   actions/s and p50/p99 on the cluster and on the embedded server, same run
 //
 // docs/deploy.md explains what each runs.
@@ -100,7 +100,14 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&co.Pause, "pause", 5*time.Second, "load-only time before, between and after the faults")
 	fs.DurationVar(&co.KillDown, "kill-down", 5*time.Second, "how long the SIGKILLed server node stays down")
 	fs.DurationVar(&co.Timeout, "timeout", 10*time.Minute, "bound on the chaos run (the cluster's start and stop come on top)")
+	fs.Float64Var(&co.Faults, "faults", 0, "fraction of requests (0 to 1) the provider behind haproxy answers with a fault (the mix of 'durallm chaos --faults')")
+	fs.BoolVar(&co.Stream, "stream", false, "stream every action (server-sent events); with --faults, stream stalls and cuts join the mix")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	// Before the cluster's start, which takes minutes.
+	if err := co.Validate(); err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	co.Progress = stderr
