@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/workflows"
@@ -31,7 +32,7 @@ import (
 
 // DefaultTaskQueue is the task queue durallm's worker polls unless told
 // otherwise.
-const DefaultTaskQueue = "durallm"
+const DefaultTaskQueue = attempt.DefaultTaskQueue
 
 // Client starts and steers actions. It is safe for concurrent use.
 type Client struct {

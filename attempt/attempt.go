@@ -13,6 +13,15 @@ import (
 	"github.com/durallm/durallm/providers"
 )
 
+// DefaultTaskQueue is the task queue durallm's workflow and activities
+// run on unless a worker is told otherwise. Every default of the project
+// (the worker's, the client's, the cluster harness's) is this one.
+const DefaultTaskQueue = "durallm"
+
+// DefaultAttemptTimeout is an attempt's timeout when neither the action
+// nor its route sets one (docs/contract.md section 4.4).
+const DefaultAttemptTimeout = 60 * time.Second
+
 // The activities' registered names, as history records them.
 const (
 	// CallModel makes one attempt: Input in, Outcome out.

@@ -8,13 +8,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers/routes"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/providers/routes"
 
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -163,7 +165,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		return nil, fmt.Errorf("durallm worker: invalid routes config:\n%w", err)
 	}
 	if o.TaskQueue == "" {
-		o.TaskQueue = "durallm"
+		o.TaskQueue = attempt.DefaultTaskQueue
 	}
 	if o.MaxConcurrentAttempts <= 0 {
 		o.MaxConcurrentAttempts = 256

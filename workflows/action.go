@@ -31,7 +31,6 @@ const (
 	defaultMaxAttempts      = 4
 	maxMaxAttempts          = 50
 	defaultDeadline         = 5 * time.Minute
-	defaultAttemptTimeout   = 60 * time.Second
 	defaultQueueTimeout     = 30 * time.Second
 	defaultReconcileTimeout = 24 * time.Hour
 	defaultRetriesPerRoute  = 1

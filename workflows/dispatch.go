@@ -24,7 +24,7 @@ func (w *action) attemptTimeout(route attempt.RouteInfo, remaining time.Duration
 		timeout = route.AttemptTimeout
 	}
 	if timeout <= 0 {
-		timeout = defaultAttemptTimeout
+		timeout = attempt.DefaultAttemptTimeout
 	}
 	return min(timeout, remaining)
 }

@@ -52,6 +52,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/internal/chaos"
 	"github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/internal/devserver"
@@ -84,7 +85,7 @@ const retention = 72 * time.Hour
 
 // TaskQueue is the task queue both workers poll: the durallm default, as
 // in the compose stack.
-const TaskQueue = "durallm"
+const TaskQueue = attempt.DefaultTaskQueue
 
 // JournalDatabase is the database of durallm's own state: the attempt
 // journal and the result store the workers keep in PostgreSQL.

@@ -3,12 +3,14 @@ package routes
 import (
 	"errors"
 	"fmt"
-	"github.com/durallm/durallm/providers"
 	"net"
 	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/providers"
 )
 
 // Route kinds: the API dialect a route speaks. CallRoute picks the adapter
@@ -27,7 +29,7 @@ const (
 // Timeout defaults, applied to a zero Route field by LoadConfig and by
 // the adapters.
 const (
-	DefaultAttemptTimeout   = 60 * time.Second
+	DefaultAttemptTimeout   = attempt.DefaultAttemptTimeout
 	DefaultFirstByteTimeout = 20 * time.Second
 	DefaultIdleTimeout      = 30 * time.Second
 )
