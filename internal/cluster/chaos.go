@@ -154,6 +154,46 @@ func (s Slowest) String() string {
 	return b.String()
 }
 
+// tally checks the run's n actions (their results, errors and durations)
+// into rep: the chaos invariants, lost, twice, the slowest, the faults'
+// effects and the shard moves since shards0.
+func (c *Cluster) tally(ctx context.Context, rep *ChaosReport, results []workflows.ActionResult, errs []error, took []time.Duration, faults bool, shards0 int64) error {
+	n := len(results)
+	rep.Actions = n
+	rep.Kills = rep.WorkerKills
+	rep.Restarts = rep.RollingRestarts + rep.ServerKills
+	for i := range n {
+		id := chaos.ActionID(i)
+		rep.Add(c.Provider, c.Journal, id, results[i], errs[i], faults)
+		if errs[i] != nil || !(results[i].State.Terminal() || results[i].State == workflows.StateAwaitingReconciliation) {
+			rep.Lost = append(rep.Lost, id)
+		}
+	}
+	rep.ProviderRun = len(c.Provider.Processed())
+	for i := range n {
+		if took[i] > rep.Slowest.Took {
+			rep.Slowest = Slowest{ID: chaos.ActionID(i), Took: took[i], Result: results[i]}
+		}
+	}
+	rep.AddFaults(c.Provider, chaos.DefaultBehavior)
+	shards1, err := c.ShardAcquisitions(ctx)
+	if err != nil {
+		return err
+	}
+	rep.ShardMoves = shards1 - shards0
+	// An attempt the provider answered with a fault of its own is the
+	// report's to count (what the provider did, how it was classified),
+	// not the node faults' it happened to overlap.
+	faulted := map[string]bool{}
+	for _, rec := range c.Provider.Received() {
+		if rec.Behavior != "" && rec.Behavior != chaos.DefaultBehavior {
+			faulted[rec.AttemptID] = true
+		}
+	}
+	rep.analyseFaults(results, faulted)
+	return nil
+}
+
 // Chaos runs actions on c while it reloads the provider's haproxy, restarts
 // each server node in turn (SIGTERM, then start), SIGKILLs one node and
 // SIGKILLs one worker, with the provider injecting faults when o.Faults is
@@ -233,39 +273,10 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 	}
 
 	n := min(int(next.Load()), o.MaxActions)
-	rep.Actions = n
 	rep.Reloads = int(reloads.Load())
-	rep.Kills = rep.WorkerKills
-	rep.Restarts = rep.RollingRestarts + rep.ServerKills
-	for i := range n {
-		id := chaos.ActionID(i)
-		rep.Add(c.Provider, c.Journal, id, results[i], errs[i], faults)
-		if errs[i] != nil || !(results[i].State.Terminal() || results[i].State == workflows.StateAwaitingReconciliation) {
-			rep.Lost = append(rep.Lost, id)
-		}
-	}
-	rep.ProviderRun = len(c.Provider.Processed())
-	for i := range n {
-		if took[i] > rep.Slowest.Took {
-			rep.Slowest = Slowest{ID: chaos.ActionID(i), Took: took[i], Result: results[i]}
-		}
-	}
-	rep.AddFaults(c.Provider, chaos.DefaultBehavior)
-	shards1, err := c.ShardAcquisitions(ctx)
-	if err != nil {
+	if err := c.tally(ctx, rep, results[:n], errs[:n], took[:n], faults, shards0); err != nil {
 		return nil, err
 	}
-	rep.ShardMoves = shards1 - shards0
-	// An attempt the provider answered with a fault of its own is the
-	// report's to count (what the provider did, how it was classified),
-	// not the node faults' it happened to overlap.
-	faulted := map[string]bool{}
-	for _, rec := range c.Provider.Received() {
-		if rec.Behavior != "" && rec.Behavior != chaos.DefaultBehavior {
-			faulted[rec.AttemptID] = true
-		}
-	}
-	rep.analyseFaults(results[:n], faulted)
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }

@@ -24,45 +24,32 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	uiserver "github.com/temporalio/ui-server/v2/server"
-	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/internal/chaos"
 	"github.com/durallm/durallm/internal/demo"
-	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/internal/haproxy"
 	"github.com/durallm/durallm/internal/pgserver"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
-	"github.com/durallm/durallm/workflows"
 )
 
 // The files the harness shares with docker-compose.yml, relative to the
@@ -239,6 +226,17 @@ func findRoot() (string, error) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
+	for _, phase := range []func(context.Context) error{c.prepare, c.startDatabase, c.startServers, c.startFrontends, c.startProvider, c.startWorkers} {
+		if err := phase(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare makes the run's directory, reads the server's environment file
+// and builds the binaries.
+func (c *Cluster) prepare(ctx context.Context) error {
 	o := c.o
 	if o.Dir == "" {
 		dir, err := os.MkdirTemp("", "durallm-cluster-")
@@ -257,14 +255,18 @@ func (c *Cluster) start(ctx context.Context) error {
 	c.shEnv = env
 
 	c.say("building the Temporal server, its schema tool and durallm (cached in %s)", o.CacheDir)
-	if c.bins, err = build(ctx, o.Root, o.CacheDir); err != nil {
-		return err
-	}
+	c.bins, err = build(ctx, o.Root, o.CacheDir)
+	return err
+}
 
+// startDatabase starts PostgreSQL with Temporal's schema and durallm's
+// database.
+func (c *Cluster) startDatabase(ctx context.Context) error {
 	c.say("starting PostgreSQL")
 	// In the system's temporary directory, not the run's: when root, the
 	// server runs as the postgres user, who cannot enter a private
 	// directory of root's (MkdirTemp makes them 0700).
+	var err error
 	if c.PG, err = pgserver.Start(ctx, pgserver.Options{Settings: []string{"max_connections=400"}}); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
@@ -274,11 +276,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.setupSchema(ctx); err != nil {
 		return err
 	}
-	if err := c.createJournalDatabase(ctx); err != nil {
-		return err
-	}
+	return c.createJournalDatabase(ctx)
+}
 
-	for i := range o.Nodes {
+// startServers starts the Temporal server nodes and waits until all their
+// services share one membership ring.
+func (c *Cluster) startServers(ctx context.Context) error {
+	for i := range c.o.Nodes {
 		n, err := c.newNode(i + 1)
 		if err != nil {
 			return err
@@ -290,7 +294,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	// cluster metadata, and a second one racing it fails ("duplicate key
 	// value violates unique constraint cluster_metadata_info_pkey").
 	for _, n := range c.Nodes {
-		c.say("starting Temporal server node %d (frontend %s, %d history shards over %d nodes)", n.N, n.Frontend, c.shards(), o.Nodes)
+		c.say("starting Temporal server node %d (frontend %s, %d history shards over %d nodes)", n.N, n.Frontend, c.shards(), c.o.Nodes)
 		if err := n.Start(); err != nil {
 			return err
 		}
@@ -300,43 +304,52 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	// Every node's services join one ring through the membership table.
 	want := int64(4 * len(c.Nodes))
-	if err := poll(ctx, fmt.Sprintf("%d services in the membership table", want), func(ctx context.Context) error {
+	return poll(ctx, fmt.Sprintf("%d services in the membership table", want), func(ctx context.Context) error {
 		n, err := c.MembershipHosts(ctx)
 		if err == nil && n < want {
 			err = fmt.Errorf("%d of %d services heartbeating", n, want)
 		}
 		return err
-	}); err != nil {
-		return err
-	}
+	})
+}
+
+// startFrontends puts haproxy in front of the frontends, registers the
+// namespace and starts the UI.
+func (c *Cluster) startFrontends(ctx context.Context) error {
 	if err := c.startFrontendLB(ctx); err != nil {
 		return err
 	}
-
-	c.say("registering namespace %q and durallm's search attributes", o.Namespace)
+	c.say("registering namespace %q and durallm's search attributes", c.o.Namespace)
 	if err := c.registerNamespace(ctx); err != nil {
 		return err
 	}
-
-	if o.UIPort >= 0 {
-		if err := c.startUI(ctx); err != nil {
-			return err
-		}
+	if c.o.UIPort >= 0 {
+		return c.startUI(ctx)
 	}
+	return nil
+}
 
+// startProvider starts the fault-injecting provider behind its haproxy.
+func (c *Cluster) startProvider(ctx context.Context) error {
+	var err error
 	if c.Provider, err = providertest.NewProvider(); err != nil {
 		return fmt.Errorf("cluster: provider: %w", err)
 	}
 	c.undo = append(c.undo, func() { c.Provider.Close() })
 	c.Provider.SetDefault(providertest.Answer("ok"))
-	if o.Provider != nil {
-		o.Provider(c.Provider)
+	if c.o.Provider != nil {
+		c.o.Provider(c.Provider)
 	}
-	if c.ProviderProxy, err = chaos.StartProviderProxy(ctx, o.HAProxy, c.o.Dir, strings.TrimPrefix(c.Provider.H2CURL(), "http://")); err != nil {
+	if c.ProviderProxy, err = chaos.StartProviderProxy(ctx, c.o.HAProxy, c.o.Dir, strings.TrimPrefix(c.Provider.H2CURL(), "http://")); err != nil {
 		return err
 	}
 	c.undo = append(c.undo, c.ProviderProxy.Stop)
+	return nil
+}
 
+// startWorkers opens the workers' journal and starts the worker
+// processes.
+func (c *Cluster) startWorkers(ctx context.Context) error {
 	// The chaos report reads the workers' journal to check its
 	// invariants; opening it also creates its schema before the workers.
 	pj, err := journal.OpenPostgres(ctx, c.JournalDSN)
@@ -345,14 +358,14 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	c.undo = append(c.undo, pj.Close)
 	c.Journal = pj
-	for i := range o.Workers {
+	for i := range c.o.Workers {
 		w, err := c.newWorker(i + 1)
 		if err != nil {
 			return err
 		}
 		c.Workers = append(c.Workers, w)
 		c.undo = append(c.undo, func() { w.Stop() })
-		if o.WorkersViaLB {
+		if c.o.WorkersViaLB {
 			c.say("starting durallm worker %d on task queue %q, dialling the load-balanced frontend %s", w.N, TaskQueue, w.Address)
 		} else {
 			c.say("starting durallm worker %d on task queue %q, dialling node %d's frontend %s", w.N, TaskQueue, (i%len(c.Nodes))+1, w.Address)
@@ -404,411 +417,6 @@ func (c *Cluster) Namespace() string { return c.o.Namespace }
 
 // Dir is the run's directory (logs, the journal).
 func (c *Cluster) Dir() string { return c.o.Dir }
-
-// binaries are the executables a cluster runs.
-type binaries struct {
-	server, sqlTool, durallm string
-	schemaDir                string // the module's schema/postgresql/v12
-	version                  string // the server module's version
-}
-
-// serverModuleInfo is the Temporal server module's directory and version
-// in go.mod's build list, read in the repository at root.
-func serverModuleInfo(ctx context.Context, root string) (dir, version string, err error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}\t{{.Version}}", serverModule)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return "", "", fmt.Errorf("cluster: locating %s: %w", serverModule, err)
-	}
-	dir, version, _ = strings.Cut(strings.TrimSpace(string(out)), "\t")
-	return dir, version, nil
-}
-
-// build builds the Temporal server and temporal-sql-tool once per server
-// version into cacheDir (a cold build takes minutes; go.mod's tool
-// directives pin them to the module version the project builds with), and
-// durallm every time (the Go build cache makes that quick).
-func build(ctx context.Context, root, cacheDir string) (binaries, error) {
-	modDir, version, err := serverModuleInfo(ctx, root)
-	if err != nil {
-		return binaries{}, err
-	}
-	bin := filepath.Join(cacheDir, "temporal-"+version, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return binaries{}, fmt.Errorf("cluster: %w", err)
-	}
-	b := binaries{
-		server:  filepath.Join(bin, "temporal-server"),
-		sqlTool: filepath.Join(bin, "temporal-sql-tool"),
-		durallm: filepath.Join(cacheDir, "durallm"),
-	}
-	goBuild := func(out, pkg string, always bool) error {
-		if _, err := os.Stat(out); err == nil && !always {
-			return nil
-		}
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out+".tmp", pkg)
-		cmd.Dir = root
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("cluster: go build %s: %w\n%s", pkg, err, msg)
-		}
-		return os.Rename(out+".tmp", out)
-	}
-	if err := goBuild(b.server, serverModule+"/cmd/server", false); err != nil {
-		return b, err
-	}
-	if err := goBuild(b.sqlTool, serverModule+"/cmd/tools/sql", false); err != nil {
-		return b, err
-	}
-	if err := goBuild(b.durallm, "./cmd/durallm", true); err != nil {
-		return b, err
-	}
-	b.schemaDir = filepath.Join(modDir, "schema", "postgresql", "v12")
-	b.version = version
-	return b, nil
-}
-
-// ReadEnvFile reads KEY=VALUE lines (comments and blank lines skipped),
-// the format docker compose's env_file takes.
-func ReadEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("cluster: %s:%d: not KEY=VALUE: %q", path, n, line)
-		}
-		env[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cluster: %s: %w", path, err)
-	}
-	return env, nil
-}
-
-// setupSchema runs the compose stack's schema job with the schema tool
-// built from the server module and the module's own schema files.
-func (c *Cluster) setupSchema(ctx context.Context) error {
-	logPath := filepath.Join(c.o.Dir, "schema.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	defer logf.Close()
-	cmd := exec.CommandContext(ctx, "sh", filepath.Join(c.o.Root, SchemaScript))
-	cmd.Env = []string{
-		"PATH=" + filepath.Dir(c.bins.sqlTool) + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"SQL_PLUGIN=" + c.shEnv["DB"],
-		"SQL_HOST=" + c.PG.Host,
-		"SQL_PORT=" + strconv.Itoa(c.PG.Port),
-		"SQL_USER=" + c.PG.User,
-		// Trusted on loopback: the server asks for no password, and the
-		// script requires one to be set.
-		"SQL_PASSWORD=trust",
-		"DB_NAME=" + c.shEnv["DBNAME"],
-		"VISIBILITY_DB_NAME=" + c.shEnv["VISIBILITY_DBNAME"],
-		"SCHEMA_DIR=" + c.bins.schemaDir,
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("cluster: %s failed (log: %s): %w", SchemaScript, logPath, err)
-	}
-	return nil
-}
-
-func (c *Cluster) createJournalDatabase(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, c.PG.DSN("postgres"))
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+JournalDatabase); err != nil {
-		return fmt.Errorf("cluster: create database %s: %w", JournalDatabase, err)
-	}
-	c.JournalDSN = c.PG.DSN(JournalDatabase)
-	return nil
-}
-
-func (c *Cluster) startFrontendLB(ctx context.Context) error {
-	addr := "127.0.0.1:" + strconv.Itoa(c.o.FrontendPort)
-	if c.o.FrontendPort == 0 {
-		var err error
-		if addr, err = haproxy.FreeAddr(); err != nil {
-			return err
-		}
-	}
-	var servers strings.Builder
-	for _, n := range c.Nodes {
-		// A node is out after one failed check and back after one good
-		// one; a connection refused by a stopped node is redispatched.
-		fmt.Fprintf(&servers, "  server node%d %s check inter 1s fall 1 rise 1\n", n.N, n.Frontend)
-	}
-	conf := fmt.Sprintf(`global
-  hard-stop-after 30s
-defaults
-  mode tcp
-  retries 3
-  option redispatch
-  timeout connect 2s
-  # Longer than a long poll (70s) and a workflow Update's wait.
-  timeout client 10m
-  timeout server 10m
-frontend temporal
-  bind %s
-  default_backend frontends
-backend frontends
-  balance roundrobin
-%s`, addr, servers.String())
-	c.say("starting haproxy (TCP) in front of the frontends on %s", addr)
-	lb, err := haproxy.Start(ctx, c.o.HAProxy, c.o.Dir, "frontends", addr, conf)
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	c.frontendLB, c.Frontend = lb, addr
-	c.undo = append(c.undo, lb.Stop)
-	return nil
-}
-
-// registerNamespace creates the namespace (an existing one is kept),
-// registers durallm's search attributes (workflows.SearchAttributes, the
-// list deploy/scripts/register-search-attributes.sh also registers) and
-// waits until every node's frontend accepts queries on them.
-func (c *Cluster) registerNamespace(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	tc, err := c.Dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	_, err = tc.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
-		Namespace: c.o.Namespace, WorkflowExecutionRetentionPeriod: durationpb.New(retention),
-	})
-	var exists *serviceerror.NamespaceAlreadyExists
-	if err != nil && !errors.As(err, &exists) {
-		return fmt.Errorf("cluster: register namespace %q: %w", c.o.Namespace, err)
-	}
-	for _, n := range c.Nodes {
-		if err := n.waitNamespace(ctx, c.o.Namespace); err != nil {
-			return err
-		}
-	}
-	if err := devserver.RegisterSearchAttributes(ctx, tc, c.o.Namespace, workflows.SearchAttributes); err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	for _, n := range c.Nodes {
-		if err := n.waitSearchAttributes(ctx, c.o.Namespace); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (c *Cluster) startUI(ctx context.Context) error {
-	port := c.o.UIPort
-	if port == 0 {
-		addr, err := haproxy.FreeAddr()
-		if err != nil {
-			return err
-		}
-		_, p, _ := net.SplitHostPort(addr)
-		port, _ = strconv.Atoi(p)
-	}
-	c.UIURL = "http://127.0.0.1:" + strconv.Itoa(port)
-	c.say("starting the Temporal Web UI on %s (through the load-balanced frontend)", c.UIURL)
-	c.ui = uiserver.NewServer(uiserveroptions.WithConfigProvider(devserver.UIConfig("127.0.0.1", port, c.Frontend, c.o.Namespace, "")))
-	c.uiDone = make(chan error, 1)
-	ui := c.ui
-	go func() { c.uiDone <- ui.Start() }()
-	c.undo = append(c.undo, func() { ui.Stop(); <-c.uiDone })
-	return waitHTTP(ctx, c.UIURL+"/healthz", time.Minute, nil)
-}
-
-// waitHTTP polls url until it answers 200 or the wait ends; p, when not
-// nil, is the process that serves it, and its exit ends the wait.
-func waitHTTP(ctx context.Context, url string, wait time.Duration, p *proc) error {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	var last error
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		last = err
-		if p != nil && !p.running() {
-			return fmt.Errorf("cluster: %s exited before %s answered (log %s)", p.name, url, p.logPath)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: %s did not answer 200 within %s: %w", url, wait, last)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// maxMembershipPort bounds the ports the harness picks: the server keeps
-// each membership port in cluster_membership.rpc_port, a PostgreSQL
-// smallint, and refuses to start on one above 32767 ("value out of range
-// for type smallint"), which is where Linux hands out ephemeral ports
-// (32768-60999). Every port is picked below it, so nothing the kernel
-// picks for a client connection takes it either.
-const maxMembershipPort = 32767
-
-// nextPort is where the search for a free port goes on.
-var (
-	portMu   sync.Mutex
-	nextPort = 20000 + os.Getpid()%10000
-)
-
-// freePorts picks n free loopback ports in [20000, 32767].
-func freePorts(n int) ([]int, error) {
-	portMu.Lock()
-	defer portMu.Unlock()
-	var ports []int
-	for tries := 0; len(ports) < n && tries < 12768; tries++ {
-		p := nextPort
-		if nextPort++; nextPort > maxMembershipPort {
-			nextPort = 20000
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		ports = append(ports, p)
-	}
-	if len(ports) < n {
-		return nil, fmt.Errorf("cluster: no %d free ports in 20000-%d", n, maxMembershipPort)
-	}
-	return ports, nil
-}
-
-// proc is a child process that can be stopped, killed and started again
-// with the same command line and environment.
-type proc struct {
-	name    string
-	path    string
-	args    []string
-	env     []string
-	logPath string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(p.path, p.args...)
-	cmd.Env = p.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// A harness that dies without its clean-up takes its children along.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("cluster: start %s: %w", p.name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	p.cmd, p.done = cmd, done
-	return nil
-}
-
-// running reports whether the process was started and has not exited.
-func (p *proc) running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Pid is the running process's id (0 when none).
-func (p *proc) Pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-// stop sends SIGTERM and waits up to grace, then SIGKILLs; it reports
-// whether the process ended within grace.
-func (p *proc) stop(grace time.Duration) bool {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	default:
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-		return true
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
-		return false
-	}
-}
-
-// kill sends SIGKILL and reaps the process.
-func (p *proc) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-done
-}
-
-// tail is the last n bytes of the process's log.
-func (p *proc) tail(n int) string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(bytes.TrimSpace(b))
-}
 
 // PrintSummary writes where everything is and how to point durallm and
 // the temporal CLI at it.
@@ -868,32 +476,4 @@ func RunDemo(ctx context.Context, c *Cluster, out io.Writer) error {
 	}
 	defer tc.Close()
 	return demo.Run(ctx, out, dc, c.Provider, demo.Options{Routes: routeNames, Frontend: c.Frontend, WorkflowURL: c.WorkflowURL})
-}
-
-// ShardAcquisitions is the sum of the history shards' range ids: each
-// time a node acquires a shard (at start, or taking it over from another
-// node) it bumps the shard's range id, so the growth of this sum over a
-// run counts the shard movements.
-func (c *Cluster) ShardAcquisitions(ctx context.Context) (int64, error) {
-	return c.queryInt(ctx, c.shEnv["DBNAME"], "SELECT COALESCE(SUM(range_id), 0) FROM shards")
-}
-
-// MembershipHosts counts the services heartbeating in the cluster's
-// membership table in the last 30 s: 4 per node (frontend, history,
-// matching, worker) when every node has joined the one cluster.
-func (c *Cluster) MembershipHosts(ctx context.Context) (int64, error) {
-	return c.queryInt(ctx, c.shEnv["DBNAME"], "SELECT COUNT(*) FROM cluster_membership WHERE last_heartbeat > NOW() - INTERVAL '30 seconds'")
-}
-
-func (c *Cluster) queryInt(ctx context.Context, db, q string) (int64, error) {
-	conn, err := pgx.Connect(ctx, c.PG.DSN(db))
-	if err != nil {
-		return 0, fmt.Errorf("cluster: %w", err)
-	}
-	defer conn.Close(ctx)
-	var n int64
-	if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
-		return 0, fmt.Errorf("cluster: %s: %w", q, err)
-	}
-	return n, nil
 }
