@@ -1,14 +1,18 @@
 package telemetry
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 
 	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 )
 
 // TemporalLogger is the logger to give the Temporal SDK
 // (client.Options.Logger, which its workers use too): l, with every value
-// the SDK logs under its "Result" key withheld. The SDK logs an
+// the SDK logs under its "Result" key withheld, and its lines about a
+// canceled activity a level lower (see Warn). The SDK logs an
 // activity's whole encoded result when the activity returns after its
 // deadline ("Activity complete after timeout."), and without a payload
 // codec that is generated text, which is never written to a log
@@ -29,8 +33,41 @@ type sdkLogger struct{ next sdklog.Logger }
 
 func (s sdkLogger) Debug(msg string, keyvals ...any) { s.next.Debug(msg, withhold(keyvals)...) }
 func (s sdkLogger) Info(msg string, keyvals ...any)  { s.next.Info(msg, withhold(keyvals)...) }
-func (s sdkLogger) Warn(msg string, keyvals ...any)  { s.next.Warn(msg, withhold(keyvals)...) }
-func (s sdkLogger) Error(msg string, keyvals ...any) { s.next.Error(msg, withhold(keyvals)...) }
+
+// Warn and Error log a line about a canceled activity (its "Error" a
+// cancellation) one step lower, at Debug and Info: the workflow canceled
+// it because its action's scope ended (a user's cancel, say), an outcome
+// durallm expects, not a fault to act on. Every other warning and error
+// keeps its level.
+func (s sdkLogger) Warn(msg string, keyvals ...any) {
+	if canceled(keyvals) {
+		s.next.Debug(msg, withhold(keyvals)...)
+		return
+	}
+	s.next.Warn(msg, withhold(keyvals)...)
+}
+
+func (s sdkLogger) Error(msg string, keyvals ...any) {
+	if canceled(keyvals) {
+		s.next.Info(msg, withhold(keyvals)...)
+		return
+	}
+	s.next.Error(msg, withhold(keyvals)...)
+}
+
+// sdkErrorKey is the key the SDK logs errors under.
+const sdkErrorKey = "Error"
+
+// canceled reports whether the line's error is a cancellation.
+func canceled(keyvals []any) bool {
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		if k, ok := keyvals[i].(string); ok && k == sdkErrorKey {
+			err, _ := keyvals[i+1].(error)
+			return err != nil && (errors.Is(err, context.Canceled) || temporal.IsCanceledError(err))
+		}
+	}
+	return false
+}
 
 // With implements sdklog.WithLogger.
 func (s sdkLogger) With(keyvals ...any) sdklog.Logger {

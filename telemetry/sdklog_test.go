@@ -2,11 +2,15 @@ package telemetry
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 
 	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 )
 
 // The line the Temporal SDK logs for an activity that returned after its
@@ -36,5 +40,39 @@ func TestTheSDKsLateActivityLineNeverLogsTheResult(t *testing.T) {
 	TemporalLogger(slog.New(slog.NewJSONHandler(&src, &slog.HandlerOptions{AddSource: true}))).Info("x")
 	if !strings.Contains(src.String(), "sdklog_test.go") {
 		t.Fatalf("source: %s", src.String())
+	}
+}
+
+// An activity the workflow canceled is an outcome durallm expects (a
+// user's cancel): the SDK's lines about it are not warnings or errors,
+// while a real activity error still is one.
+func TestTheSDKsLinesAboutACanceledActivityAreNotWarningsOrErrors(t *testing.T) {
+	canceled := fmt.Errorf("durallm: attempt 1 of act-1 canceled: %w (%w)", context.Canceled, temporal.NewCanceledError("details"))
+	for _, tt := range []struct {
+		name  string
+		log   func(sdklog.Logger)
+		level string
+	}{
+		{"the activity returned its cancellation", func(l sdklog.Logger) {
+			l.Error("Activity error.", "ActivityType", "CallModel", "Error", canceled)
+		}, "INFO"},
+		{"a heartbeat found the activity canceled", func(l sdklog.Logger) {
+			l.Warn("RecordActivityHeartbeat with error", "ActivityType", "CallModel", "Error", context.Canceled)
+		}, "DEBUG"},
+		{"a heartbeat found it canceled, through a derived logger", func(l sdklog.Logger) {
+			sdklog.With(l, "Namespace", "default").Warn("RecordActivityHeartbeat with error", "Error", temporal.NewCanceledError())
+		}, "DEBUG"},
+		{"a real activity error", func(l sdklog.Logger) {
+			l.Error("Activity error.", "ActivityType", "CallModel", "Error", errors.New("boom"))
+		}, "ERROR"},
+		{"a real heartbeat error", func(l sdklog.Logger) {
+			l.Warn("RecordActivityHeartbeat with error", "Error", errors.New("unavailable"))
+		}, "WARN"},
+	} {
+		var buf bytes.Buffer
+		tt.log(TemporalLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		if !strings.Contains(buf.String(), "level="+tt.level+" ") {
+			t.Errorf("%s: logged %q, want level %s", tt.name, buf.String(), tt.level)
+		}
 	}
 }

@@ -192,14 +192,14 @@ func (c *connFlags) dialWith(ctx context.Context, tel *telemetry.Telemetry) (cli
 	if c.namespace != "" {
 		opts.Namespace = c.namespace
 	}
-	opts.Logger = quietLogger()
-	uncompressedOnLoopback(&opts)
-	if err := instrument(&opts, tel); err != nil {
-		return nil, err
-	}
 	stderr := c.stderr
 	if stderr == nil {
 		stderr = os.Stderr
+	}
+	opts.Logger = quietLogger(stderr)
+	uncompressedOnLoopback(&opts)
+	if err := instrument(&opts, tel); err != nil {
+		return nil, err
 	}
 	if t := opts.ConnectionOptions.TLS; t != nil && t.InsecureSkipVerify {
 		// Only an explicit TEMPORAL_TLS_DISABLE_HOST_VERIFICATION (or the

@@ -123,7 +123,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}
 	defer tel.Shutdown(context.Background())
 	copts := srv.ClientOptions() // no gzip on loopback
-	copts.Logger = quietLogger()
+	copts.Logger = quietLogger(stderr)
 	if err := instrument(&copts, tel); err != nil {
 		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
 		return exitError

@@ -140,6 +140,12 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 		}
 	}
 	d.finish()
+	// Every outcome of the demonstration is one durallm expects (a user's
+	// cancel, an action awaiting a verdict): none is logged as a warning
+	// or an error, so a real one stands out.
+	if logs := d.err.String(); strings.Contains(logs, "level=ERROR") || strings.Contains(logs, "level=WARN") {
+		t.Errorf("the demonstration logged warnings or errors:\n%s", logs)
+	}
 
 	// Restart over the same data directory: the waiting action is still
 	// there, and a verdict finishes it.
@@ -180,7 +186,7 @@ func TestDevEncryptsPayloads(t *testing.T) {
 	d.await(`awaits your verdict`)
 
 	// Without the key: the raw history.
-	tc, err := client.Dial(client.Options{HostPort: addr, Logger: quietLogger()})
+	tc, err := client.Dial(client.Options{HostPort: addr, Logger: quietLogger(os.Stderr)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,10 +28,12 @@ import (
 	"github.com/durallm/durallm/worker"
 )
 
-// quietLogger keeps the Temporal SDK's own chatter to warnings and errors,
-// and withholds any result it logs (telemetry.TemporalLogger).
-func quietLogger() sdklog.Logger {
-	return telemetry.TemporalLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+// quietLogger keeps the Temporal SDK's own chatter, written to w, to
+// warnings and errors, and withholds any result it logs
+// (telemetry.TemporalLogger, which also logs a canceled activity, an
+// expected outcome, below warnings).
+func quietLogger(w io.Writer) sdklog.Logger {
+	return telemetry.TemporalLogger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
 // workerContext is the context 'worker' runs under until a signal; tests
