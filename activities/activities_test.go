@@ -404,9 +404,9 @@ func heartbeatsOf(t *testing.T, a *Activities, in attempt.Input) (attempt.Outcom
 	return out, int(beats.Load())
 }
 
-// Issue 15: every attempt recorded a heartbeat the moment it started. The
+// A heartbeat recorded the moment an attempt starts would cost: the
 // SDK sends a first heartbeat at once, as a synchronous call that the
-// server persists, and the attempt's end waited for it: ~3 ms of an
+// server persists, and the attempt's end would wait for it: ~3 ms of an
 // action's critical path and ~3–4 ms of the server's CPU, for details
 // (no content yet, no connection) that are the defaults anyway. An answer
 // that comes before the first interval needs no heartbeat; a longer one

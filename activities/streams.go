@@ -1,8 +1,9 @@
 package activities
 
 import (
-	"github.com/durallm/durallm/providers/exchange"
 	"sync"
+
+	"github.com/durallm/durallm/providers/exchange"
 )
 
 // StreamEvent is one event of an action's stream as a subscriber sees it.
