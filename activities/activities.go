@@ -161,6 +161,9 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	stop()
 	stopSent() // before the end is journaled: nothing may write Sent after it
 	ev, class := att.FinishWith(facts(ctx, res, err))
+	if a.Streams != nil {
+		a.Streams.attemptEnded(in.ActionRef, class.Class)
+	}
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
 	case recovery.Completed, recovery.CommittedPartial:
