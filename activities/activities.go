@@ -169,6 +169,24 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	case recovery.Completed, recovery.CommittedPartial:
 		r := res.Response
 		out.Response = &r
+	case recovery.Rejected, recovery.ContentFiltered:
+		// The provider's error object is the caller's answer (a gateway
+		// passes it back); its message may quote the prompt, so it stays
+		// in the response it belongs to (docs/contract.md section 7).
+		if res.Response.Error != nil {
+			out.Response = &providers.Response{Error: res.Response.Error}
+		}
+	case recovery.Canceled:
+		// Canceled after the commit: the text already delivered stays
+		// with the result (docs/contract.md section 6.4).
+		if ev.ContentStarted {
+			r := res.Response
+			r.Partial, r.Raw = true, nil
+			if r.Incomplete == "" {
+				r.Incomplete = providers.IncompleteCanceled
+			}
+			out.Response = &r
+		}
 	}
 	return a.finish(ctx, in, route, out, res.Response.Usage)
 }
@@ -347,7 +365,7 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt,
 		Class: out.Classification.Class, Reason: out.Classification.Reason, At: time.Now()}
 	switch {
-	case out.Response != nil:
+	case out.Response != nil && out.Response.Error == nil:
 		e.State, e.Response = journal.Received, out.Response
 	case out.Classification.Class == recovery.Unsent, out.Classification.Class == recovery.Refused:
 		// The engine's proof that the provider did not process it: if
