@@ -62,6 +62,7 @@ type gwStack struct {
 	g    *gateway.Gateway
 	srv  *httptest.Server
 	logs *syncbuf.Buffer
+	tk   *gateway.Tokens
 	// requests counts what reached the gateway's handler.
 	requests atomic.Int64
 	tq       string
@@ -135,6 +136,7 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 		}
 		tokens = gateway.NewTokens(cs)
 	}
+	s.tk = tokens
 	s.g, err = gateway.New(gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
 		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond})
 	if err != nil {
@@ -147,6 +149,8 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	t.Cleanup(s.srv.Close)
 	return s
 }
+
+func (s *gwStack) tokens() *gateway.Tokens { return s.tk }
 
 // client is openai-go pointed at the gateway (or at base), with the
 // SDK's default retries unless opts say otherwise.
@@ -251,10 +255,19 @@ func errType(t *testing.T, body []byte) (typ, code string) {
 // (both ways) once cut() says so, without an answer: a connection error
 // to the client after the request was forwarded.
 type cutProxy struct {
-	ln   net.Listener
-	cut  func() bool
-	once sync.Once
-	wg   sync.WaitGroup
+	ln    net.Listener
+	cut   func() bool
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// track keeps c to close at the end, so idle keep-alive connections do
+// not outlive the test.
+func (p *cutProxy) track(c ...net.Conn) {
+	p.mu.Lock()
+	p.conns = append(p.conns, c...)
+	p.mu.Unlock()
 }
 
 func newCutProxy(t *testing.T, target string, cut func() bool) *cutProxy {
@@ -263,7 +276,15 @@ func newCutProxy(t *testing.T, target string, cut func() bool) *cutProxy {
 		t.Fatal(err)
 	}
 	p := &cutProxy{ln: ln, cut: cut}
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
 	go func() {
 		first := true
 		for {
@@ -276,6 +297,7 @@ func newCutProxy(t *testing.T, target string, cut func() bool) *cutProxy {
 				c.Close()
 				continue
 			}
+			p.track(c, up)
 			p.wg.Add(2)
 			cutThis := first
 			first = false
