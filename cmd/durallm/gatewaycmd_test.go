@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/durallm/durallm/internal/devserver"
+	"github.com/durallm/durallm/internal/syncbuf"
+	"github.com/durallm/durallm/testsuite/providertest"
+	"github.com/durallm/durallm/workflows"
+)
+
+func writeTemp(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func tokensFileFor(t *testing.T, token string) string {
+	s := sha256.Sum256([]byte(token))
+	return writeTemp(t, "tokens.yaml", "tokens:\n  - id: app\n    sha256: "+hex.EncodeToString(s[:])+"\n")
+}
+
+// What 'gateway' refuses before it connects anywhere: each a usage error
+// (exit 2) that says what to do.
+func TestGatewayCommandRefusals(t *testing.T) {
+	t.Setenv("DURALLM_ROUTES", "")
+	t.Setenv("DURALLM_GATEWAY_CONFIG", "")
+	t.Setenv("DURALLM_GATEWAY_TOKENS", "")
+	routes := routesFile(t)
+	models := writeTemp(t, "models.yaml", "models:\n  - name: m\n    routes: [p]\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a worker needs routes", nil, "--routes"},
+		{"no worker needs a config", []string{"--worker=false"}, "--worker=false needs --config"},
+		{"beyond loopback without tokens", []string{"--routes", routes, "--addr", "0.0.0.0:9093"}, "not a loopback address"},
+		{"a broken tokens file", []string{"--routes", routes, "--tokens", writeTemp(t, "t.yaml", "tokens:\n  - id: a\n    sha256: nothex\n")}, "sha256"},
+		{"a broken config", []string{"--routes", routes, "--config", writeTemp(t, "c.yaml", "models:\n  - name: m\n")}, "routes: empty"},
+		{"a short secret", []string{"--worker=false", "--config", models, "--secret-file", writeTemp(t, "s", "short\n")}, "at least 32 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := runGateway(tc.args, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q: want 2 and %q", code, stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// 'durallm gateway' with a worker in its process, against an embedded
+// server and the providertest provider: it prints its URL, answers with
+// a token, and refuses without one.
+func TestGatewayCommandServes(t *testing.T) {
+	dir := t.TempDir()
+	port := freeLoopbackPort(t)
+	srv, err := devserver.Start(context.Background(), devserver.Options{
+		DataDir: filepath.Join(dir, "temporal"), FrontendPort: port, DisableUI: true,
+		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetDefault(providertest.Answer("from the command"))
+	routes := writeTemp(t, "routes.yaml", "routes:\n  - name: local\n    kind: openai\n    base_url: "+p.HTTP1URL()+"/v1\n    model: m\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gatewayContext = func() context.Context { return ctx }
+	t.Cleanup(func() { gatewayContext = context.Background })
+	var stdout, stderr syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- dispatch([]string{"gateway", "--address", "127.0.0.1:" + strconv.Itoa(port), "--routes", routes, "--addr", "127.0.0.1:0",
+			"--tokens", tokensFileFor(t, "app-token"), "--secret-file", filepath.Join(dir, "secret"), "--metrics-addr", "",
+			"--journal-dir", filepath.Join(dir, "journal"), "--result-dir", filepath.Join(dir, "results")}, &stdout, &stderr)
+	}()
+	var base string
+	eventually(t, "the gateway's URL", func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("gateway exited %d: %s", code, stderr.String())
+		default:
+		}
+		m := regexp.MustCompile(`OpenAI-compatible API at (http://\S+/v1) \(models: local\)`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	})
+	if !strings.Contains(stdout.String(), "made a new fingerprint secret") {
+		t.Errorf("it did not say it made the secret: %s", stdout.String())
+	}
+	post := func(token string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/chat/completions", strings.NewReader(`{"model":"local","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	if resp, body := post("app-token"); resp.StatusCode != 200 || !strings.Contains(body, "from the command") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if resp, _ := post("wrong"); resp.StatusCode != 401 {
+		t.Fatalf("a wrong token: %d", resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("gateway exited %d: %s", code, stderr.String())
+	}
+}
