@@ -84,6 +84,7 @@ func TestGatewayCommandServes(t *testing.T) {
 	}
 	defer p.Close()
 	p.SetDefault(providertest.Answer("from the command"))
+	metrics := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
 	routes := writeTemp(t, "routes.yaml", "routes:\n  - name: local\n    kind: openai\n    base_url: "+p.HTTP1URL()+"/v1\n    model: m\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -93,7 +94,7 @@ func TestGatewayCommandServes(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- dispatch([]string{"gateway", "--address", "127.0.0.1:" + strconv.Itoa(port), "--routes", routes, "--addr", "127.0.0.1:0",
-			"--tokens", tokensFileFor(t, "app-token"), "--secret-file", filepath.Join(dir, "secret"), "--metrics-addr", "",
+			"--tokens", tokensFileFor(t, "app-token"), "--secret-file", filepath.Join(dir, "secret"), "--metrics-addr", metrics,
 			"--journal-dir", filepath.Join(dir, "journal"), "--result-dir", filepath.Join(dir, "results")}, &stdout, &stderr)
 	}()
 	var base string
@@ -128,6 +129,16 @@ func TestGatewayCommandServes(t *testing.T) {
 	}
 	if resp, _ := post("wrong"); resp.StatusCode != 401 {
 		t.Fatalf("a wrong token: %d", resp.StatusCode)
+	}
+	body, err := providertest.Scrape("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := providertest.MetricSum(body, "durallm_gateway_requests_total", `endpoint="/v1/chat/completions"`); got != 2 {
+		t.Errorf("durallm_gateway_requests_total = %v, want 2", got)
+	}
+	if got := providertest.MetricSum(body, "durallm_attempts_total"); got != 1 {
+		t.Errorf("the in-process worker's durallm_attempts_total = %v, want 1", got)
 	}
 	cancel()
 	if code := <-done; code != exitOK {
