@@ -64,6 +64,11 @@ type Activities struct {
 	// Streams receives streamed deltas while an attempt runs. Nil means
 	// deltas are not forwarded (the final response still carries them).
 	Streams *Streams
+	// StreamURL, when set, is where other processes reach this worker's
+	// stream endpoint (http://host:port, no path). A streamed attempt's
+	// heartbeats carry it (attempt.Progress.StreamURL), the first one at
+	// once. Empty means none is advertised.
+	StreamURL string
 	// HeartbeatEvery is how often an attempt heartbeats. Zero means 250ms,
 	// so a cancellation reaches the HTTP request within about a second
 	// (together with the worker's heartbeat throttle).
@@ -143,7 +148,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	// has lost the attempt, while the exchange may run on, and with it
 	// the journal's sent record. The worker's own stop ends the exchange
 	// after StopGrace either way, lost or not.
-	stop := a.heartbeat(ctx, att)
+	stop := a.heartbeat(ctx, att, in.Request.Stream)
 	ctx, detach := a.outliveLostAttempt(ctx, in)
 	defer detach()
 	ctx, release := a.endOnWorkerStop(ctx)
@@ -425,10 +430,19 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 // until stop is called or until ends (nil: never). stop waits for a call
 // in progress, so fn never runs after stop returns.
 func onEachTick(every time.Duration, until <-chan struct{}, fn func()) (stop func()) {
+	return onEachTickFrom(false, every, until, fn)
+}
+
+// onEachTickFrom is onEachTick, calling fn once at the start too when now
+// is set (on its own goroutine, so the caller does not wait for it).
+func onEachTickFrom(now bool, every time.Duration, until <-chan struct{}, fn func()) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
+		if now {
+			fn()
+		}
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -486,7 +500,12 @@ func (a *Activities) logger() *slog.Logger {
 // critical path (stop waits for it) while saying nothing the defaults do
 // not (no content, no connection yet). An answer within the interval
 // needs none (issue 15, docs/performance.md).
-func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop func()) {
+//
+// A streamed attempt of a worker that advertises its stream endpoint
+// (StreamURL) heartbeats at once, off the exchange's path: the heartbeat
+// carries the URL, and a caller in another process waits for it to find
+// the stream.
+func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, stream bool) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
 	}
@@ -494,13 +513,17 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 	if every <= 0 {
 		every = 250 * time.Millisecond
 	}
-	return onEachTick(every, ctx.Done(), func() {
+	var url string
+	if stream {
+		url = a.StreamURL
+	}
+	return onEachTickFrom(url != "", every, ctx.Done(), func() {
 		ev := att.Evidence()
 		stage := "sending"
 		if ev.ContentStarted {
 			stage = "streaming"
 		}
-		activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
+		activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes, StreamURL: url})
 	})
 }
 

@@ -66,6 +66,12 @@ type Progress struct {
 	ConnRef        string `json:"conn_ref,omitempty"`
 	ContentStarted bool   `json:"content_started,omitempty"`
 	ResponseBytes  int64  `json:"response_bytes,omitempty"`
+	// StreamURL is where the worker running the attempt serves its
+	// stream (activities.Streams' handler: GET StreamURL/v1/streams/{id}),
+	// when it advertises one: how a caller in another process finds the
+	// stream (docs/gateway.md). A streamed attempt's first heartbeat goes
+	// out at once to carry it.
+	StreamURL string `json:"stream_url,omitempty"`
 }
 
 // RouteInfo is what the workflow may know of a route: no URL, no key.

@@ -166,6 +166,11 @@ type chunker struct {
 	usage         *providers.Usage
 }
 
+// streamed reports whether any content was rendered.
+func (c *chunker) streamed() bool {
+	return c.text.Len() > 0 || c.refusal.Len() > 0 || c.toolCalls > 0
+}
+
 // chunk renders ev, or reports false for an event that is no chunk
 // (stream_incomplete and end end the stream; usage when it was not asked
 // for).

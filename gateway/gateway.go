@@ -42,9 +42,13 @@ type Options struct {
 	// (the command refuses otherwise).
 	Tokens *Tokens
 	// Streams is the hub of a worker in this process, whose attempts
-	// stream through it. Nil means none: a streamed answer then arrives
-	// whole when the action ends.
+	// stream through it. Nil means none.
 	Streams *activities.Streams
+	// Remote reads the stream of an attempt that runs on a worker in
+	// another process (found through its heartbeat). Nil means only
+	// Streams is read; with neither, a streamed answer arrives whole when
+	// the action ends.
+	Remote *RemoteStreams
 	// Logger receives one line per request at Debug (method, path,
 	// status, action id, model, caller id) and problems at Warn and
 	// Error; never a prompt, an answer, a token or a key. Nil means

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/durallm/durallm/activities"
@@ -24,6 +25,9 @@ type streamOptions struct {
 // still reads the events that were published before it: in this process
 // they are all in the hub already, and the end event follows at once.
 const drainBound = 5 * time.Second
+
+// drainNothing bounds that wait when nothing has streamed yet.
+const drainNothing = 500 * time.Millisecond
 
 // sseWriter writes one stream's events.
 type sseWriter struct {
@@ -78,32 +82,45 @@ func (s *sseWriter) flush() error {
 }
 
 // follow returns the action's events after sequence number after, from
-// the hub of this process; the channel closes after the end event, or
-// when ctx ends. Nil without a hub: nothing streams, and the answer comes
-// whole from the result.
+// this process's hub and, with Remote, from the worker running the
+// attempt elsewhere (whichever streams content first); the channel closes
+// once every source ended, or when ctx ends. Nil without either: nothing
+// streams, and the answer comes whole from the result.
 func (g *Gateway) follow(ctx context.Context, id string, after uint64) <-chan activities.StreamEvent {
-	if g.o.Streams == nil {
+	if g.o.Streams == nil && g.o.Remote == nil {
 		return nil
 	}
-	c := g.o.Streams.Follow(id, after)
 	out := make(chan activities.StreamEvent, 64)
-	go func() {
-		defer close(out)
-		defer c.Close()
-		for {
-			ev, err := c.Next(ctx)
-			if err != nil {
-				return
+	m := &merger{out: out}
+	var wg sync.WaitGroup
+	if g.o.Streams != nil {
+		c := g.o.Streams.Follow(id, after)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			for {
+				ev, err := c.Next(ctx)
+				if err != nil || !m.emit(ctx, fromLocal, ev) || ev.Kind == activities.EventEnd {
+					return
+				}
 			}
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-			if ev.Kind == activities.EventEnd {
-				return
-			}
+		}()
+	}
+	if g.o.Remote != nil {
+		delay := time.Duration(0)
+		if g.o.Streams != nil {
+			delay = remoteDelay
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.followRemote(ctx, id, after, m, delay)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(out)
 	}()
 	return out
 }
@@ -222,7 +239,13 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	// The events published before the result: all in this process's hub
 	// already, which the end closes.
 	g.endLocal(s.who.ID, res.State)
-	drain := time.NewTimer(drainBound)
+	bound := drainBound
+	if !ch.streamed() {
+		// Nothing came before the result: a worker elsewhere that cannot
+		// be read, or no stream at all. The result has the answer.
+		bound = drainNothing
+	}
+	drain := time.NewTimer(bound)
 	defer drain.Stop()
 	for events != nil {
 		select {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,14 @@ type Options struct {
 	StreamAddr string
 	// StreamToken, when set, is the bearer token /v1/streams/ requires.
 	StreamToken string
+	// StreamURL is where other processes reach StreamAddr
+	// ("http://host:port"), which streamed attempts advertise in their
+	// heartbeats (attempt.Progress.StreamURL) so a gateway in another
+	// process finds their streams. Empty means http:// and StreamAddr's
+	// address once listening, unless its host is unspecified (0.0.0.0,
+	// ::), which is advertised only through an explicit StreamURL; "-"
+	// means advertise nothing.
+	StreamURL string
 	// Journal is the attempt journal: each attempt's end is written to it
 	// before it is reported, and the built-in reconciler reads it first
 	// for every ambiguous attempt (package journal). Every worker of the
@@ -135,6 +144,7 @@ type Worker struct {
 	streamAddr  string
 	streamHTTP  *http.Server
 	streamToken string
+	streamURL   string
 	names       []string // the configured routes, for the start log
 	routes      routes.Config
 	probe       bool
@@ -214,7 +224,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		DisableEagerActivities:           o.DisableEagerActivities,
 	})
 	Register(tw, acts)
-	w := &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
+	w := &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, streamURL: o.StreamURL, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
 	if ex, ok := o.Journal.(journal.Expirable); ok && o.JournalRetention >= 0 {
 		w.sweeper = &journal.Sweeper{Journal: ex, Actions: TemporalActions(c), Retention: o.JournalRetention, Logger: o.Logger}
 		w.sweepEvery = o.JournalSweepEvery
@@ -241,6 +251,27 @@ func (w *Worker) MetricsAddr() string { return w.addr }
 // StreamAddr is where /v1/streams/ is served ("" when not), with the port
 // resolved once started.
 func (w *Worker) StreamAddr() string { return w.streamAddr }
+
+// advertisedStreamURL is the stream URL attempts advertise
+// (Options.StreamURL): the explicit one, or http:// and the listening
+// address when its host is a specific one.
+func advertisedStreamURL(explicit string, addr net.Addr) string {
+	switch explicit {
+	case "-":
+		return ""
+	case "":
+		tcp, ok := addr.(*net.TCPAddr)
+		if !ok || tcp.IP.IsUnspecified() {
+			return ""
+		}
+		return "http://" + tcp.String()
+	}
+	return strings.TrimSuffix(explicit, "/")
+}
+
+// StreamURL is the stream URL this worker's attempts advertise ("" when
+// none), once started.
+func (w *Worker) StreamURL() string { return w.acts.StreamURL }
 
 // checkStreamAddr refuses a stream endpoint that would serve generated
 // text beyond loopback without a token.
@@ -320,7 +351,8 @@ func (w *Worker) Start() error {
 		mux := http.NewServeMux()
 		mux.Handle("/v1/streams/", w.acts.Streams.StreamHandler(activities.StreamHandlerOptions{AuthToken: w.streamToken}))
 		w.streamHTTP = w.serve(ln, mux, "stream endpoint")
-		w.log.Info("serving /v1/streams/", "addr", w.streamAddr, "token", w.streamToken != "")
+		w.acts.StreamURL = advertisedStreamURL(w.streamURL, ln.Addr())
+		w.log.Info("serving /v1/streams/", "addr", w.streamAddr, "token", w.streamToken != "", "advertised", w.acts.StreamURL)
 	}
 	if w.probe {
 		w.probeRoutes()

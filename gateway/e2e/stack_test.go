@@ -63,6 +63,7 @@ type gwStack struct {
 	srv  *httptest.Server
 	logs *syncbuf.Buffer
 	tk   *gateway.Tokens
+	w    *worker.Worker
 	// requests counts what reached the gateway's handler.
 	requests atomic.Int64
 	tq       string
@@ -74,6 +75,10 @@ type stackOptions struct {
 	tokensFile   string
 	apiKeyEnv    string
 	workerLogger *slog.Logger
+	// remote puts the worker apart from the gateway: its own Temporal
+	// client, no shared hub, its stream endpoint on loopback; the gateway
+	// reads streams through it (gateway.RemoteStreams).
+	remote bool
 }
 
 func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
@@ -113,7 +118,13 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	if wl == nil {
 		wl = logger
 	}
-	w, err := worker.New(tc, worker.Options{TaskQueue: s.tq, Config: cfg, TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: wl, Streams: s.hub})
+	wo := worker.Options{TaskQueue: s.tq, Config: cfg, TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: wl, Streams: s.hub}
+	wtc := tc
+	if so.remote {
+		wtc = ts.NewClientWithOptions(client.Options{Logger: sdklog.NewStructuredLogger(logger)})
+		wo.Streams, wo.StreamAddr, s.hub = nil, "127.0.0.1:0", nil
+	}
+	w, err := worker.New(wtc, wo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +132,11 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	s.c = durallm.NewClient(tc, s.tq).WithEagerStart()
+	s.w = w
+	s.c = durallm.NewClient(tc, s.tq)
+	if !so.remote {
+		s.c.WithEagerStart()
+	}
 	var tokens *gateway.Tokens
 	if so.tokensFile != "" {
 		tokens, err = gateway.LoadTokens(so.tokensFile, logger)
@@ -137,8 +152,12 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 		tokens = gateway.NewTokens(cs)
 	}
 	s.tk = tokens
-	s.g, err = gateway.New(gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
-		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond})
+	gopts := gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
+		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond}
+	if so.remote {
+		gopts.Remote = &gateway.RemoteStreams{}
+	}
+	s.g, err = gateway.New(gopts)
 	if err != nil {
 		t.Fatal(err)
 	}
