@@ -52,6 +52,8 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	tokensFile := fs.String("tokens", os.Getenv("DURALLM_GATEWAY_TOKENS"), "tokens YAML: one entry per caller (id, sha256 of the token, models, max_in_flight, role: operator); reloaded when it changes and on SIGHUP; without it no authentication, loopback only")
 	secretFile := fs.String("secret-file", envOr("DURALLM_GATEWAY_SECRET_FILE", "durallm-gateway-secret"), "the secret that keys request fingerprints (made, 32 random bytes, if missing); every gateway of a task queue must share it; $DURALLM_GATEWAY_SECRET holds it instead")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9094", "serve /metrics, /healthz and /readyz here (empty: off)")
+	streamAddr := fs.String("stream-addr", "", "the in-process worker serves its streams here for gateways in other processes (/v1/streams/{id}; empty: off; beyond loopback it needs $DURALLM_STREAM_TOKEN)")
+	streamURL := fs.String("stream-url", os.Getenv("DURALLM_STREAM_URL"), "where other processes reach --stream-addr (as durallm worker's --stream-url)")
 	journalDir := fs.String("journal-dir", envOr("DURALLM_JOURNAL_DIR", "durallm-journal"), "the in-process worker's attempt journal (every worker of the task queue must share it; empty: off)")
 	searchAttrs := fs.Bool("search-attributes", true, "the in-process worker writes DurallmState/DurallmOutcome/DurallmRoute (the namespace must have them registered)")
 	pollers := fs.Int("pollers", 0, "the in-process worker's workflow and activity task pollers each (0: the SDK's default, 2)")
@@ -128,6 +130,8 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		c.WithDataConverter(codec.DataConverter(keys))
 	}
 	var hub *activities.Streams
+	// Attempts that run on workers in other processes stream from there.
+	remote := &gateway.RemoteStreams{Token: os.Getenv("DURALLM_STREAM_TOKEN")}
 	if *runWorker {
 		bound := &journal.Bound{MaxBytes: defaultJournalMaxBytes}
 		jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir, keys, bound)
@@ -140,6 +144,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 			TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs, Logger: logger, Telemetry: tel,
 			MetricsAddr: *metricsAddr, Results: results, Journal: jr, AllowH2C: *allowH2C, ProbeRoutes: true, Streams: hub,
 			WorkflowPollers: *pollers, ActivityPollers: *pollers,
+			StreamAddr: *streamAddr, StreamURL: *streamURL, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 		})
 		if err != nil {
 			return fail(exitUsage, "%v", err)
@@ -151,6 +156,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		// The worker shares this process's Temporal client: the first
 		// workflow task, and the first attempt, come back here.
 		c.WithEagerStart()
+		remote.Self = w.StreamURL()
 	} else if *metricsAddr != "" {
 		srv, err := serveMetrics(*metricsAddr, tel, tc)
 		if err != nil {
@@ -158,7 +164,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		}
 		defer srv.Close()
 	}
-	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: secret, Streams: hub, Logger: logger, Meter: tel.Meter()})
+	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: secret, Streams: hub, Remote: remote, Logger: logger, Meter: tel.Meter()})
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
@@ -268,6 +274,7 @@ type gatewaySetup struct {
 	Tokens  *gateway.Tokens
 	Secret  []byte
 	Streams *activities.Streams
+	Remote  *gateway.RemoteStreams
 	Logger  *slog.Logger
 	Meter   metric.Meter
 }
@@ -280,7 +287,7 @@ type runningGateway struct {
 
 // startGateway listens on s.Addr and serves the gateway until Close.
 func startGateway(s gatewaySetup) (*runningGateway, error) {
-	g, err := gateway.New(gateway.Options{Client: s.Client, Models: s.Models, Secret: s.Secret, Tokens: s.Tokens, Streams: s.Streams, Logger: s.Logger, Meter: s.Meter})
+	g, err := gateway.New(gateway.Options{Client: s.Client, Models: s.Models, Secret: s.Secret, Tokens: s.Tokens, Streams: s.Streams, Remote: s.Remote, Logger: s.Logger, Meter: s.Meter})
 	if err != nil {
 		return nil, err
 	}

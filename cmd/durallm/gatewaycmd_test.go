@@ -145,3 +145,95 @@ func TestGatewayCommandServes(t *testing.T) {
 		t.Fatalf("gateway exited %d: %s", code, stderr.String())
 	}
 }
+
+// 'gateway --worker=false' with 'durallm worker' beside it (each with its
+// own Temporal client): the gateway holds no route and no key, and streams
+// the answer live from the worker's stream endpoint, which the attempt's
+// first heartbeat names.
+func TestGatewayCommandWithoutAWorkerStreamsFromTheWorker(t *testing.T) {
+	dir := t.TempDir()
+	port := freeLoopbackPort(t)
+	srv, err := devserver.Start(context.Background(), devserver.Options{
+		DataDir: filepath.Join(dir, "temporal"), FrontendPort: port, DisableUI: true,
+		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	gate := make(chan struct{})
+	p.Push(providertest.Answer("first and the rest").MidStreamWaitFor(gate))
+	// h2c: the provider holds a stream mid-way over HTTP/2 only.
+	routes := writeTemp(t, "routes.yaml", "routes:\n  - name: local\n    kind: openai\n    base_url: "+p.H2CURL()+"/v1\n    model: m\n    http_version: \"2\"\n    capabilities: {streaming: true}\n")
+	models := writeTemp(t, "models.yaml", "models:\n  - name: chat\n    routes: [local]\n")
+	address := "127.0.0.1:" + strconv.Itoa(port)
+
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	workerContext = func() context.Context { return wctx }
+	t.Cleanup(func() { workerContext = context.Background })
+	var wout, werr syncbuf.Buffer
+	wdone := make(chan int, 1)
+	go func() {
+		wdone <- dispatch([]string{"worker", "--address", address, "--routes", routes, "--metrics-addr", "", "--stream-addr", "127.0.0.1:0",
+			"--journal-dir", filepath.Join(dir, "journal"), "--result-dir", filepath.Join(dir, "results")}, &wout, &werr)
+	}()
+	gctx, gcancel := context.WithCancel(context.Background())
+	defer gcancel()
+	gatewayContext = func() context.Context { return gctx }
+	t.Cleanup(func() { gatewayContext = context.Background })
+	var gout, gerr syncbuf.Buffer
+	gdone := make(chan int, 1)
+	go func() {
+		gdone <- dispatch([]string{"gateway", "--worker=false", "--config", models, "--address", address, "--addr", "127.0.0.1:0",
+			"--secret-file", filepath.Join(dir, "secret"), "--metrics-addr", "", "--result-dir", filepath.Join(dir, "results")}, &gout, &gerr)
+	}()
+	var base string
+	eventually(t, "the gateway's URL and the worker", func() bool {
+		m := regexp.MustCompile(`API at (http://\S+/v1)`).FindStringSubmatch(gout.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil && strings.Contains(werr.String(), "durallm worker started")
+	})
+	req, _ := http.NewRequest(http.MethodPost, base+"/chat/completions", strings.NewReader(`{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	buf := make([]byte, 4096)
+	var got strings.Builder
+	for !strings.Contains(got.String(), `"content":"first"`) {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err != nil && !strings.Contains(got.String(), `"content":"first"`) {
+			t.Fatalf("the first chunk never came while the provider held the rest: %v\n%s\ngateway: %s", err, got.String(), gerr.String())
+		}
+	}
+	if strings.Contains(got.String(), " the") {
+		t.Fatalf("the rest came before the provider sent it:\n%s", got.String())
+	}
+	close(gate)
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), " the") || !strings.HasSuffix(strings.TrimSpace(string(rest)), "data: [DONE]") {
+		t.Fatalf("the rest of the stream:\n%s\nbefore:\n%s", rest, got.String())
+	}
+	gcancel()
+	wcancel()
+	if code := <-gdone; code != exitOK {
+		t.Fatalf("gateway exited %d: %s", code, gerr.String())
+	}
+	if code := <-wdone; code != exitOK {
+		t.Fatalf("worker exited %d: %s", code, werr.String())
+	}
+}
