@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -429,5 +430,50 @@ func TestALongAttemptStillHeartbeats(t *testing.T) {
 	// tells a dead worker and delivers a cancel.
 	if out.Classification.Class != recovery.Completed || beats == 0 {
 		t.Fatalf("class %s, %d heartbeats: want completed with at least one", out.Classification.Class, beats)
+	}
+}
+
+// A streamed attempt of a worker that advertises its stream endpoint
+// heartbeats at once, the heartbeat naming the endpoint: a caller in
+// another process finds the stream through it. Without an advertised
+// endpoint, or for a request that does not stream, the first heartbeat
+// still waits for its interval.
+func TestAStreamedAttemptHeartbeatsItsStreamURLAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		url       string
+		stream    bool
+		wantBeats bool
+	}{
+		{"streamed, advertised", "http://127.0.0.1:9092", true, true},
+		{"streamed, not advertised", "", true, false},
+		{"not streamed, advertised", "http://127.0.0.1:9092", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _ := newActs(t)
+			a.HeartbeatEvery, a.StreamURL = time.Minute, tc.url
+			req := hello()
+			req.Stream = tc.stream
+			var s sdktestsuite.WorkflowTestSuite
+			env := s.NewTestActivityEnvironment()
+			env.RegisterActivity(a)
+			var urls []string
+			var mu sync.Mutex
+			env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
+				var p attempt.Progress
+				_ = d.Get(&p)
+				mu.Lock()
+				urls = append(urls, p.StreamURL)
+				mu.Unlock()
+			})
+			if _, err := env.ExecuteActivity(a.CallModel, attemptOn("openai", req)); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if (len(urls) > 0) != tc.wantBeats || (tc.wantBeats && urls[0] != tc.url) {
+				t.Fatalf("heartbeats with stream URLs %q", urls)
+			}
+		})
 	}
 }
