@@ -179,69 +179,41 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo)
 	path := r.URL.EscapedPath()
 	switch {
 	case path == "/v1/chat/completions":
-		ri.endpoint = "/v1/chat/completions"
-		if !allow(w, r, http.MethodPost) {
-			return
+		if caller, ok := g.enter(w, r, ri, path, http.MethodPost); ok {
+			g.chat(w, r, caller, ri)
 		}
-		caller, ok := g.authenticate(w, r)
-		if !ok {
-			return
-		}
-		ri.caller = caller.ID
-		g.chat(w, r, caller, ri)
 	case path == "/v1/models":
-		ri.endpoint = "/v1/models"
-		if !allow(w, r, http.MethodGet) {
-			return
+		if caller, ok := g.enter(w, r, ri, path, http.MethodGet); ok {
+			g.models(w, caller)
 		}
-		caller, ok := g.authenticate(w, r)
-		if !ok {
-			return
-		}
-		ri.caller = caller.ID
-		g.models(w, caller)
 	case path == "/v1/actions":
-		ri.endpoint = "/v1/actions"
-		if !allow(w, r, http.MethodGet) {
-			return
+		if caller, ok := g.enter(w, r, ri, path, http.MethodGet); ok {
+			g.list(w, r, caller)
 		}
-		caller, ok := g.authenticate(w, r)
-		if !ok {
-			return
-		}
-		ri.caller = caller.ID
-		g.list(w, r, caller)
 	case strings.HasPrefix(path, "/v1/actions/"):
-		rest := strings.TrimPrefix(path, "/v1/actions/")
-		seg, verb, _ := strings.Cut(rest, "/")
+		seg, verb, _ := strings.Cut(strings.TrimPrefix(path, "/v1/actions/"), "/")
 		id, err := url.PathUnescape(seg)
 		if err != nil || id == "" || strings.Contains(verb, "/") {
+			ri.endpoint = "other"
 			notFound(w)
 			return
 		}
 		ri.actionID = id
-		caller, ok := g.authenticate(w, r)
-		if !ok {
-			return
-		}
-		ri.caller = caller.ID
 		switch verb {
 		case "":
-			ri.endpoint = "/v1/actions/{id}"
-			if allow(w, r, http.MethodGet) {
+			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}", http.MethodGet); ok {
 				g.getAction(w, r, caller, id)
 			}
 		case "cancel":
-			ri.endpoint = "/v1/actions/{id}/cancel"
-			if allow(w, r, http.MethodPost) {
+			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}/cancel", http.MethodPost); ok {
 				g.cancel(w, r, caller, id)
 			}
 		case "reconcile":
-			ri.endpoint = "/v1/actions/{id}/reconcile"
-			if allow(w, r, http.MethodPost) {
+			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}/reconcile", http.MethodPost); ok {
 				g.reconcile(w, r, caller, id)
 			}
 		default:
+			ri.endpoint = "other"
 			notFound(w)
 		}
 	default:
@@ -252,6 +224,17 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo)
 		}
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnsupportedEndpoint, Message: msg})
 	}
+}
+
+// enter checks a request for an endpoint: its method, then its caller.
+func (g *Gateway) enter(w http.ResponseWriter, r *http.Request, ri *requestInfo, endpoint, method string) (Caller, bool) {
+	ri.endpoint = endpoint
+	if !allow(w, r, method) {
+		return Caller{}, false
+	}
+	caller, ok := g.authenticate(w, r)
+	ri.caller = caller.ID
+	return caller, ok
 }
 
 func allow(w http.ResponseWriter, r *http.Request, method string) bool {

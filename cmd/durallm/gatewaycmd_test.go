@@ -69,20 +69,7 @@ func TestGatewayCommandRefusals(t *testing.T) {
 // a token, and refuses without one.
 func TestGatewayCommandServes(t *testing.T) {
 	dir := t.TempDir()
-	port := freeLoopbackPort(t)
-	srv, err := devserver.Start(context.Background(), devserver.Options{
-		DataDir: filepath.Join(dir, "temporal"), FrontendPort: port, DisableUI: true,
-		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	p, err := providertest.NewProvider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	port, p := serverAndProvider(t, dir)
 	p.SetDefault(providertest.Answer("from the command"))
 	metrics := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
 	routes := writeTemp(t, "routes.yaml", "routes:\n  - name: local\n    kind: openai\n    base_url: "+p.HTTP1URL()+"/v1\n    model: m\n")
@@ -152,20 +139,7 @@ func TestGatewayCommandServes(t *testing.T) {
 // first heartbeat names.
 func TestGatewayCommandWithoutAWorkerStreamsFromTheWorker(t *testing.T) {
 	dir := t.TempDir()
-	port := freeLoopbackPort(t)
-	srv, err := devserver.Start(context.Background(), devserver.Options{
-		DataDir: filepath.Join(dir, "temporal"), FrontendPort: port, DisableUI: true,
-		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	p, err := providertest.NewProvider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	port, p := serverAndProvider(t, dir)
 	gate := make(chan struct{})
 	p.Push(providertest.Answer("first and the rest").MidStreamWaitFor(gate))
 	// h2c: the provider holds a stream mid-way over HTTP/2 only.
@@ -236,4 +210,25 @@ func TestGatewayCommandWithoutAWorkerStreamsFromTheWorker(t *testing.T) {
 	if code := <-wdone; code != exitOK {
 		t.Fatalf("worker exited %d: %s", code, werr.String())
 	}
+}
+
+// serverAndProvider starts an embedded Temporal server (its frontend's
+// port) and the providertest provider, both stopped when the test ends.
+func serverAndProvider(t *testing.T, dir string) (int, *providertest.Provider) {
+	t.Helper()
+	port := freeLoopbackPort(t)
+	srv, err := devserver.Start(context.Background(), devserver.Options{
+		DataDir: filepath.Join(dir, "temporal"), FrontendPort: port, DisableUI: true,
+		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return port, p
 }
