@@ -261,3 +261,46 @@ func openStreamRaw(t *testing.T, s *gwStack, key string, header map[string]strin
 	}
 	return resp, func() { cancel(); resp.Body.Close(); tr.CloseIdleConnections() }, &lineReader{r: resp.Body}
 }
+
+// POST /v1/actions/{id}/cancel: the caller's own action ends canceled
+// (user_stop), and its waiting request gets 409 durallm_canceled; an
+// operator's cancel is operator_stop; another caller's is a 404.
+func TestGatewayCancelEndpoint(t *testing.T) {
+	s := newGateway(t)
+	s.p.SetDefault(providertest.Hold())
+	for i, tc := range []struct {
+		token  string
+		origin workflows.CancelOrigin
+	}{
+		{tokenA, workflows.OriginUserStop},
+		{tokenOps, workflows.OriginOperatorStop},
+	} {
+		key := "cancel-" + string(tc.origin)
+		type answer struct {
+			code int
+			body []byte
+		}
+		done := make(chan answer, 1)
+		go func() {
+			r, b := s.do(testCtx(t), http.MethodPost, "/v1/chat/completions", tokenA, chatBody, map[string]string{"Idempotency-Key": key})
+			done <- answer{r.StatusCode, b}
+		}()
+		if !eventually(func() bool { return len(s.p.Received()) == i+1 }) {
+			t.Fatal("the action never reached the provider")
+		}
+		id := s.p.Received()[i].IdempotencyKey
+		if r, _ := s.do(testCtx(t), http.MethodPost, "/v1/actions/"+id+"/cancel", tokenB, "", nil); r.StatusCode != 404 {
+			t.Fatalf("another caller canceled: %d", r.StatusCode)
+		}
+		if r, b := s.do(testCtx(t), http.MethodPost, "/v1/actions/"+id+"/cancel", tc.token, "", nil); r.StatusCode != 200 {
+			t.Fatalf("cancel: %d %s", r.StatusCode, b)
+		}
+		a := <-done
+		if typ, code := errType(t, a.body); a.code != 409 || typ != "durallm_canceled" || code != string(tc.origin) {
+			t.Fatalf("the waiting request got %d %s", a.code, a.body)
+		}
+		if res := s.result(id); res.State != workflows.StateCanceled || res.Origin != tc.origin {
+			t.Fatalf("ended %s by %s", res.State, res.Origin)
+		}
+	}
+}
