@@ -65,9 +65,9 @@ type Options struct {
 	KeepAlive time.Duration
 	// MaxBody bounds a request body. Zero means 8 MiB.
 	MaxBody int64
-	// StatePoll is how often a wait checks whether its action has gone to
-	// awaiting_reconciliation (which has no result to wait for). Zero
-	// means 250ms.
+	// StatePoll is how soon a wait first checks whether its action has
+	// gone to awaiting_reconciliation (which has no result to wait for);
+	// the interval doubles to 4s. Zero means 250ms.
 	StatePoll time.Duration
 	// StartTimeout bounds the start of an action (all its tries) before
 	// the answer is a 503. Zero means 10s.
@@ -420,6 +420,11 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 		case unavailable(err):
 			return nil, &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: codeTemporalUnreachable, Retry: true, RetryAfter: time.Second,
 				Message: "Temporal is not reachable; nothing was started"}
+		case errors.As(err, new(*serviceerror.InvalidArgument)):
+			// Most often a request larger than the server's payload
+			// limit (2 MiB by default).
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
+				Message: "Temporal refused the action's input, most likely as larger than its payload size limit; nothing was started"}
 		}
 		g.log.Error("gateway: start failed", "action_id", id, "error", err)
 		return nil, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "the action could not be started"}
@@ -607,6 +612,20 @@ type waiter struct {
 	s      *session
 	result chan waitDone
 	cancel context.CancelFunc
+	every  time.Duration
+}
+
+// maxStatePoll bounds the interval between a long wait's state checks.
+const maxStatePoll = 4 * time.Second
+
+// nextPoll is the wait before the next state check: StatePoll, doubling
+// to maxStatePoll, so a long wait costs a few queries, not hundreds.
+func (wt *waiter) nextPoll() time.Duration {
+	if wt.every == 0 {
+		wt.every = wt.g.o.StatePoll
+	}
+	wt.every = min(2*wt.every, max(maxStatePoll, wt.g.o.StatePoll))
+	return wt.every
 }
 
 type waitDone struct {
@@ -655,7 +674,7 @@ func (g *Gateway) serveJSON(w http.ResponseWriter, r *http.Request, s *session) 
 				writeError(w, awaitingError(s.who.ID, st.AwaitingAttempt))
 				return
 			}
-			poll.Reset(g.o.StatePoll)
+			poll.Reset(wt.nextPoll())
 		case <-limit.C:
 			w.Header().Set("X-Durallm-State", "running")
 			writeError(w, &apiError{Status: http.StatusConflict, Type: typeInProgress, Code: codeStillRunning,

@@ -211,11 +211,15 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 				return
 			}
 		case <-poll.C:
+			if ch.streamed() {
+				// Committed: the action cannot come to await a verdict.
+				continue
+			}
 			if st, awaiting := wt.poll(ctx); awaiting {
 				g.fail(sw, awaitingError(s.who.ID, st.AwaitingAttempt), string(st.State))
 				return
 			}
-			poll.Reset(g.o.StatePoll)
+			poll.Reset(wt.nextPoll())
 		case <-ctx.Done():
 			g.disconnected(s)
 			return

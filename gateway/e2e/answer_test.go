@@ -200,3 +200,17 @@ func TestGatewayModels(t *testing.T) {
 		t.Fatalf("models %v", names)
 	}
 }
+
+// A body under the gateway's bound but over Temporal's payload limit is a
+// 413 too, and nothing starts.
+func TestGatewayBodyOverTemporalsPayloadLimit(t *testing.T) {
+	s := newGateway(t)
+	big := strings.Repeat("x", 3<<20)
+	r, b := s.do(testCtx(t), http.MethodPost, "/v1/chat/completions", tokenA, `{"model":"demo","messages":[{"role":"user","content":"`+big+`"}]}`, nil)
+	if typ, code := errType(t, b); r.StatusCode != 413 || typ != "invalid_request_error" || code != "request_too_large" || r.Header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("%d %.300s", r.StatusCode, b)
+	}
+	if n := len(s.p.Received()); n != 0 {
+		t.Fatalf("the provider received %d requests", n)
+	}
+}
