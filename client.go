@@ -337,12 +337,25 @@ type Description struct {
 	// StartTime is when the action started; CloseTime when it closed
 	// (zero while it runs).
 	StartTime, CloseTime time.Time
-	// Attempts is the last heartbeat of each running attempt (none
-	// before an attempt's first heartbeat).
-	Attempts []attempt.Progress
+	// Attempts are the running attempts.
+	Attempts []RunningAttempt
 
 	memo *commonpb.Memo
 	dc   converter.DataConverter
+}
+
+// RunningAttempt is what Temporal knows of a running attempt.
+type RunningAttempt struct {
+	// ActivityID names the attempt's activity, unique within the action.
+	ActivityID string
+	// Started says a worker took it.
+	Started bool
+	// StreamURL is where the worker running it serves its stream, from
+	// the worker's identity (attempt.StreamIdentity) or the attempt's last
+	// heartbeat; "" when it advertises none.
+	StreamURL string
+	// Progress is the attempt's last heartbeat; zero before the first.
+	Progress attempt.Progress
 }
 
 // Memo decodes the memo field key into v. It reports false, with a nil
@@ -376,15 +389,20 @@ func (c *Client) Describe(ctx context.Context, id string) (Description, error) {
 		d.CloseTime = info.GetCloseTime().AsTime()
 	}
 	for _, pa := range resp.GetPendingActivities() {
-		if pa.GetActivityType().GetName() != attempt.CallModel || pa.GetHeartbeatDetails() == nil {
+		if pa.GetActivityType().GetName() != attempt.CallModel {
 			continue
 		}
-		var p attempt.Progress
-		// A heartbeat that does not decode (another encoding, another
-		// version) is no evidence: skip it.
-		if d.dc.FromPayloads(pa.GetHeartbeatDetails(), &p) == nil {
-			d.Attempts = append(d.Attempts, p)
+		a := RunningAttempt{ActivityID: pa.GetActivityId(), Started: pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED || pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED,
+			StreamURL: attempt.StreamURLOf(pa.GetLastWorkerIdentity())}
+		if pa.GetHeartbeatDetails() != nil {
+			// A heartbeat that does not decode (another encoding,
+			// another version) is no evidence: left out.
+			_ = d.dc.FromPayloads(pa.GetHeartbeatDetails(), &a.Progress)
 		}
+		if a.StreamURL == "" {
+			a.StreamURL = a.Progress.StreamURL
+		}
+		d.Attempts = append(d.Attempts, a)
 	}
 	return d, nil
 }

@@ -66,8 +66,8 @@ type Activities struct {
 	Streams *Streams
 	// StreamURL, when set, is where other processes reach this worker's
 	// stream endpoint (http://host:port, no path). A streamed attempt's
-	// heartbeats carry it (attempt.Progress.StreamURL), the first one at
-	// once. Empty means none is advertised.
+	// heartbeats carry it (attempt.Progress.StreamURL). Empty means none
+	// is advertised.
 	StreamURL string
 	// HeartbeatEvery is how often an attempt heartbeats. Zero means 250ms,
 	// so a cancellation reaches the HTTP request within about a second
@@ -430,19 +430,10 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 // until stop is called or until ends (nil: never). stop waits for a call
 // in progress, so fn never runs after stop returns.
 func onEachTick(every time.Duration, until <-chan struct{}, fn func()) (stop func()) {
-	return onEachTickFrom(false, every, until, fn)
-}
-
-// onEachTickFrom is onEachTick, calling fn once at the start too when now
-// is set (on its own goroutine, so the caller does not wait for it).
-func onEachTickFrom(now bool, every time.Duration, until <-chan struct{}, fn func()) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		if now {
-			fn()
-		}
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -501,10 +492,10 @@ func (a *Activities) logger() *slog.Logger {
 // not (no content, no connection yet). An answer within the interval
 // needs none (issue 15, docs/performance.md).
 //
-// A streamed attempt of a worker that advertises its stream endpoint
-// (StreamURL) heartbeats at once, off the exchange's path: the heartbeat
-// carries the URL, and a caller in another process waits for it to find
-// the stream.
+// A streamed attempt's heartbeats carry its worker's stream URL, when the
+// worker advertises one; a caller in another process finds the stream
+// sooner in the worker's identity (attempt.StreamIdentity), which Temporal
+// records when the attempt starts.
 func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, stream bool) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
@@ -517,7 +508,7 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, strea
 	if stream {
 		url = a.StreamURL
 	}
-	return onEachTickFrom(url != "", every, ctx.Done(), func() {
+	return onEachTick(every, ctx.Done(), func() {
 		ev := att.Evidence()
 		stage := "sending"
 		if ev.ContentStarted {

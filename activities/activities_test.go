@@ -433,25 +433,25 @@ func TestALongAttemptStillHeartbeats(t *testing.T) {
 	}
 }
 
-// A streamed attempt of a worker that advertises its stream endpoint
-// heartbeats at once, the heartbeat naming the endpoint: a caller in
-// another process finds the stream through it. Without an advertised
-// endpoint, or for a request that does not stream, the first heartbeat
-// still waits for its interval.
-func TestAStreamedAttemptHeartbeatsItsStreamURLAtOnce(t *testing.T) {
+// A streamed attempt's heartbeats carry its worker's stream URL, when the
+// worker advertises one; other attempts' do not. The first still waits for
+// its interval: a caller elsewhere finds the stream sooner in the worker's
+// identity (worker.Options.StreamURL).
+func TestAStreamedAttemptsHeartbeatsCarryItsStreamURL(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		url       string
-		stream    bool
-		wantBeats bool
+		name   string
+		url    string
+		stream bool
+		want   string
 	}{
-		{"streamed, advertised", "http://127.0.0.1:9092", true, true},
-		{"streamed, not advertised", "", true, false},
-		{"not streamed, advertised", "http://127.0.0.1:9092", false, false},
+		{"streamed, advertised", "http://127.0.0.1:9092", true, "http://127.0.0.1:9092"},
+		{"streamed, not advertised", "", true, ""},
+		{"not streamed, advertised", "http://127.0.0.1:9092", false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, _ := newActs(t)
-			a.HeartbeatEvery, a.StreamURL = time.Minute, tc.url
+			a, p := newActs(t)
+			a.HeartbeatEvery, a.StreamURL = 20*time.Millisecond, tc.url
+			p.Push(providertest.Answer("slow").After(200 * time.Millisecond))
 			req := hello()
 			req.Stream = tc.stream
 			var s sdktestsuite.WorkflowTestSuite
@@ -471,8 +471,13 @@ func TestAStreamedAttemptHeartbeatsItsStreamURLAtOnce(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if (len(urls) > 0) != tc.wantBeats || (tc.wantBeats && urls[0] != tc.url) {
-				t.Fatalf("heartbeats with stream URLs %q", urls)
+			if len(urls) == 0 {
+				t.Fatal("no heartbeat")
+			}
+			for _, u := range urls {
+				if u != tc.want {
+					t.Fatalf("heartbeats with stream URLs %q, want %q", urls, tc.want)
+				}
 			}
 		})
 	}

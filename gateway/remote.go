@@ -17,10 +17,12 @@ import (
 )
 
 // RemoteStreams reads an action's stream from the worker that runs its
-// attempt in another process: the attempt's first heartbeat names that
-// worker's stream endpoint (attempt.Progress.StreamURL, read with
-// durallm.Client.Describe), and the gateway reads its replay log there
-// (GET {url}/v1/streams/{id}?starting_after=N), from the first event or
+// attempt in another process: the worker names its stream endpoint in its
+// Temporal identity, which Temporal records when the attempt starts
+// (attempt.StreamIdentity), and in the attempt's heartbeats
+// (attempt.Progress.StreamURL); the gateway reads either with
+// durallm.Client.Describe and then the worker's replay log (GET
+// {url}/v1/streams/{id}?starting_after=N), from the first event or
 // wherever the caller resumes.
 type RemoteStreams struct {
 	// Token is the bearer token the workers' stream endpoints require
@@ -159,9 +161,9 @@ func (g *Gateway) discover(ctx context.Context, id, skip string, m *merger) (url
 		}
 		if err == nil {
 			for i := len(d.Attempts) - 1; i >= 0; i-- {
-				p := d.Attempts[i]
-				if p.StreamURL != "" && p.StreamURL != r.Self && p.AttemptID != skip {
-					return p.StreamURL, p.AttemptID, true
+				a := d.Attempts[i]
+				if a.StreamURL != "" && a.StreamURL != r.Self && a.ActivityID != skip {
+					return a.StreamURL, a.ActivityID, true
 				}
 			}
 		}
@@ -220,8 +222,8 @@ func (g *Gateway) readRemote(ctx context.Context, base, id string, after uint64,
 				continue
 			}
 			running := false
-			for _, p := range d.Attempts {
-				running = running || p.AttemptID == attemptID
+			for _, a := range d.Attempts {
+				running = running || a.ActivityID == attemptID
 			}
 			if !d.Running || !running {
 				cancel(errAttemptMoved)

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -97,9 +99,10 @@ type Options struct {
 	// StreamToken, when set, is the bearer token /v1/streams/ requires.
 	StreamToken string
 	// StreamURL is where other processes reach StreamAddr
-	// ("http://host:port"), which streamed attempts advertise in their
-	// heartbeats (attempt.Progress.StreamURL) so a gateway in another
-	// process finds their streams. Empty means http:// and StreamAddr's
+	// ("http://host:port"), which the worker advertises in its Temporal
+	// identity (attempt.StreamIdentity, recorded when an attempt starts)
+	// and in streamed attempts' heartbeats (attempt.Progress.StreamURL),
+	// so a gateway in another process finds their streams. Empty means http:// and StreamAddr's
 	// address once listening, unless its host is unspecified (0.0.0.0,
 	// ::), which is advertised only through an explicit StreamURL; "-"
 	// means advertise nothing.
@@ -130,7 +133,9 @@ type Options struct {
 
 // Worker is a running durallm worker.
 type Worker struct {
-	tw     sdkworker.Worker
+	tw     sdkworker.Worker // made by Start
+	twOpts sdkworker.Options
+	tqueue string
 	tc     client.Client
 	engine *recovery.Engine
 	acts   *activities.Activities
@@ -213,7 +218,9 @@ func New(c client.Client, o Options) (*Worker, error) {
 			o.Telemetry.WatchEngine(acts.InsecureEngine)
 		}
 	}
-	tw := sdkworker.New(c, o.TaskQueue, sdkworker.Options{
+	// The SDK worker is made at Start, once the stream endpoint's address
+	// is known: its identity carries the address (attempt.StreamIdentity).
+	two := sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentAttempts,
 		// Cancellation reaches a running attempt with its next heartbeat
 		// response; a short throttle keeps that within about a second.
@@ -222,9 +229,8 @@ func New(c client.Client, o Options) (*Worker, error) {
 		MaxConcurrentWorkflowTaskPollers: o.WorkflowPollers,
 		MaxConcurrentActivityTaskPollers: o.ActivityPollers,
 		DisableEagerActivities:           o.DisableEagerActivities,
-	})
-	Register(tw, acts)
-	w := &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, streamURL: o.StreamURL, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
+	}
+	w := &Worker{tqueue: o.TaskQueue, twOpts: two, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, streamURL: o.StreamURL, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
 	if ex, ok := o.Journal.(journal.Expirable); ok && o.JournalRetention >= 0 {
 		w.sweeper = &journal.Sweeper{Journal: ex, Actions: TemporalActions(c), Retention: o.JournalRetention, Logger: o.Logger}
 		w.sweepEvery = o.JournalSweepEvery
@@ -357,6 +363,13 @@ func (w *Worker) Start() error {
 	if w.probe {
 		w.probeRoutes()
 	}
+	o := w.twOpts
+	if w.acts.StreamURL != "" {
+		host, _ := os.Hostname()
+		o.Identity = attempt.StreamIdentity(fmt.Sprintf("%d@%s@%s", os.Getpid(), host, w.tqueue), w.acts.StreamURL)
+	}
+	w.tw = sdkworker.New(w.tc, w.tqueue, o)
+	Register(w.tw, w.acts)
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}
@@ -413,7 +426,9 @@ func (w *Worker) Stop() {
 		w.stopSweep()
 		<-w.sweepDone
 	}
-	w.tw.Stop()
+	if w.tw != nil {
+		w.tw.Stop()
+	}
 	w.stopHTTP()
 	w.engine.Close()
 	if w.acts.InsecureEngine != nil {
