@@ -165,6 +165,12 @@ func (g *Gateway) discover(ctx context.Context, id, skip string, m *merger) (url
 				if a.StreamURL != "" && a.StreamURL != r.Self && a.ActivityID != skip {
 					return a.StreamURL, a.ActivityID, true
 				}
+				if a.Started {
+					// Running here, or on a worker that serves no stream:
+					// nothing to read elsewhere until another attempt
+					// starts, so look again only now and then.
+					wait = r.maxPoll()
+				}
 			}
 		}
 		select {
