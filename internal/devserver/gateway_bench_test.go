@@ -3,11 +3,16 @@ package devserver_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +23,9 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/gateway"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/routes"
+	"github.com/durallm/durallm/worker"
 )
 
 // benchGateway is durallm's gateway over a bench stack, on loopback.
@@ -45,9 +53,9 @@ func newBenchGateway(b *testing.B, c *durallm.Client, hub *activities.Streams, r
 	return &benchGateway{url: srv.URL + "/v1/chat/completions", hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 }
 
-// elsewhereClient is a durallm client on a Temporal client of its own:
-// the gateway's view of a worker in another process (no shared client,
-// no eager start, no shared hub).
+// elsewhereClient is a durallm client on a Temporal client of its own,
+// for a gateway whose worker is in another process (no shared client, no
+// eager start, no shared hub).
 func elsewhereClient(b *testing.B, st *benchStack, taskQueue string) *durallm.Client {
 	b.Helper()
 	co := st.srv.ClientOptions()
@@ -112,4 +120,77 @@ func (g *benchGateway) post(ctx context.Context, body string) (*http.Response, e
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return g.hc.Do(req)
+}
+
+// startWorkerProcess runs a durallm worker in another process (this test
+// binary, as TestHelperBenchWorker) on taskQueue, against st's server and
+// provider, its stream endpoint on loopback: the worker of a gateway run
+// with --worker=false. It stops when the benchmark ends.
+func startWorkerProcess(b *testing.B, st *benchStack, taskQueue string) {
+	b.Helper()
+	certPEM, _, err := st.p.CertificatePEM()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ca := filepath.Join(b.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, certPEM, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBenchWorker$")
+	cmd.Env = append(os.Environ(), "DURALLM_BENCH_WORKER=1", "DURALLM_BENCH_TEMPORAL="+st.srv.FrontendHostPort(),
+		"DURALLM_BENCH_QUEUE="+taskQueue, "DURALLM_BENCH_PROVIDER="+st.p.URL(), "DURALLM_BENCH_CA="+ca)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "durallm-bench-worker ready") {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return
+		}
+	}
+	b.Fatalf("the worker process did not start: %v", sc.Err())
+}
+
+// TestHelperBenchWorker is the worker process of startWorkerProcess. It
+// does nothing in a normal run.
+func TestHelperBenchWorker(t *testing.T) {
+	if os.Getenv("DURALLM_BENCH_WORKER") != "1" {
+		t.Skip("the worker process of the gateway benchmarks")
+	}
+	pem, err := os.ReadFile(os.Getenv("DURALLM_BENCH_CA"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tc, err := client.Dial(client.Options{HostPort: os.Getenv("DURALLM_BENCH_TEMPORAL"), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	r := routes.Route{Name: "r", Kind: routes.KindOpenAI, BaseURL: os.Getenv("DURALLM_BENCH_PROVIDER") + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}}
+	w, err := worker.New(tc, worker.Options{TaskQueue: os.Getenv("DURALLM_BENCH_QUEUE"), Config: routes.Config{Routes: []routes.Route{r}},
+		TLS: &tls.Config{RootCAs: pool}, SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
+		WorkflowPollers: 8, ActivityPollers: 8, StreamAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	fmt.Println("durallm-bench-worker ready", w.StreamURL())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the benchmark closes it
 }

@@ -90,9 +90,9 @@ const latencyWarmup = 10
 // happy action as a non-streamed POST /v1/chat/completions to durallm's
 // gateway with its worker in its process (the client shared, eager
 // start), and gateway-json-worker-elsewhere through a gateway with a
-// Temporal client of its own ('durallm gateway --worker=false'); compare
-// the first with llmaction under eager start, the second with llmaction
-// without it.
+// Temporal client of its own and the worker in another process ('durallm
+// gateway --worker=false'); compare the first with llmaction under eager
+// start, the second with llmaction without it.
 //
 // "embedded+gzip" and "embedded+payload-stats" each put back one of the
 // CPU cuts of docs/performance.md "Where the CPU of an action goes": the
@@ -185,7 +185,8 @@ func BenchmarkSequentialLatency(b *testing.B) {
 				// shared, eager start) and elsewhere (--worker=false: a
 				// client of its own).
 				local := newBenchGateway(b, durallm.NewClient(tcl, "lat").WithEagerStart(), st.w.Streams(), false)
-				elsewhere := newBenchGateway(b, elsewhereClient(b, st, "lat"), nil, true)
+				startWorkerProcess(b, st, "lat-elsewhere")
+				elsewhere := newBenchGateway(b, elsewhereClient(b, st, "lat-elsewhere"), nil, true)
 				rows = append(rows,
 					row{"gateway-json", func(ctx context.Context, _ string) (string, error) { return local.json(ctx) }},
 					row{"gateway-json-worker-elsewhere", func(ctx context.Context, _ string) (string, error) { return elsewhere.json(ctx) }})

@@ -46,10 +46,10 @@ func (f *firstDelta) Incomplete(string) {}
 //     with its worker in its process (shared client and hub, eager start),
 //     to the first content chunk;
 //   - gateway-worker-elsewhere: the same through a gateway with a
-//     Temporal client of its own and no hub, which finds the attempt's
-//     stream through its first heartbeat and reads the worker's stream
-//     endpoint ('durallm gateway --worker=false'; the worker is in the
-//     same OS process here, sharing nothing with the gateway).
+//     Temporal client of its own and no hub ('durallm gateway
+//     --worker=false'), the worker in another process (this binary run
+//     as TestHelperBenchWorker): the gateway finds the attempt's stream
+//     through the worker's identity and reads its stream endpoint.
 //
 // Each reports ttft-p50/p90/p99-ms after latencyWarmup unmeasured runs;
 // the durable rows' overhead is theirs minus direct's, in the same run.
@@ -127,7 +127,8 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 	// the attempt's first heartbeat and read from the worker's stream
 	// endpoint over loopback HTTP).
 	local := newBenchGateway(b, durallm.NewClient(tcl, "ttft").WithEagerStart(), w.Streams(), false)
-	elsewhere := newBenchGateway(b, elsewhereClient(b, st, "ttft"), nil, true)
+	startWorkerProcess(b, st, "ttft-elsewhere")
+	elsewhere := newBenchGateway(b, elsewhereClient(b, st, "ttft-elsewhere"), nil, true)
 	viaGateway := func(g *benchGateway) func(int) (time.Duration, error) {
 		return func(int) (time.Duration, error) { return g.ttft(ctx) }
 	}
