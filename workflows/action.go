@@ -863,12 +863,10 @@ func (w *action) end(s State, outcome, reason string) ActionResult {
 	w.details()
 	res := ActionResult{Status: w.status, ResultRef: w.resRef}
 	switch s {
-	case StateCompleted, StateCompletedPartial, StateReconciled:
-		res.Response = w.response
-	case StateRejected, StateCanceled:
-		// The provider's error object of a rejection, or the text a
-		// cancel cut after the commit (docs/contract.md section 6.4); nil
-		// when there is none.
+	case StateCompleted, StateCompletedPartial, StateReconciled, StateRejected, StateCanceled:
+		// The answer; for a rejection the provider's error object, for a
+		// cancel after the commit the text delivered (docs/contract.md
+		// section 6.4); nil when there is none.
 		res.Response = w.response
 	}
 	w.log.Info("action ended", "state", string(s), "outcome", outcome, "reason", reason, "attempts", w.status.Used)
