@@ -18,10 +18,12 @@ import (
 	"fmt"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/durallm/durallm/attempt"
@@ -40,6 +42,7 @@ type Client struct {
 	taskQueue string
 	results   resultstore.Store
 	eager     bool
+	dc        converter.DataConverter
 }
 
 // NewClient wraps a Temporal client. An empty taskQueue means
@@ -71,6 +74,22 @@ func (c *Client) WithEagerStart() *Client {
 	return c
 }
 
+// WithDataConverter gives the client the data converter its Temporal
+// client was dialed with (codec.DataConverter when payloads are
+// encrypted), so that Describe can read memos and heartbeat details. Nil,
+// the default, means the SDK's default converter. It returns c.
+func (c *Client) WithDataConverter(dc converter.DataConverter) *Client {
+	c.dc = dc
+	return c
+}
+
+func (c *Client) converter() converter.DataConverter {
+	if c.dc != nil {
+		return c.dc
+	}
+	return converter.GetDefaultDataConverter()
+}
+
 // ErrInvalidInput matches (errors.Is) the error of an action whose input
 // was rejected, at start or by the workflow; nothing was dispatched. It is
 // workflows.ErrInvalidInput: one idea, whichever side found the problem.
@@ -78,6 +97,11 @@ var ErrInvalidInput = workflows.ErrInvalidInput
 
 // ErrNotFound matches an action id that does not exist.
 var ErrNotFound = errors.New("durallm: action not found")
+
+// ErrActionExists matches (errors.Is) a start whose action id is taken,
+// by a running action or by an ended one Temporal still keeps; nothing was
+// started. The error also wraps serviceerror.WorkflowExecutionAlreadyStarted.
+var ErrActionExists = errors.New("durallm: action id already used")
 
 // ActionError is the error of an action that ended in a state other than
 // completed, completed_partial or reconciled. Use errors.As to read it.
@@ -144,6 +168,23 @@ type Action struct {
 // an ended one, returns an error wrapping
 // serviceerror.WorkflowExecutionAlreadyStarted and starts nothing.
 func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput) (*Action, error) {
+	return c.StartWith(ctx, id, in, StartOptions{})
+}
+
+// StartOptions are Start's less common settings.
+type StartOptions struct {
+	// Memo is kept with the action, encrypted by the payload codec when
+	// one is on, and read back with Describe. Nil means none. It is not
+	// history: nothing the workflow replays depends on it.
+	Memo map[string]any
+}
+
+// StartWith is Start with options. The action id is never reused while
+// Temporal keeps the action, running or ended (the workflow id reuse
+// policy rejects duplicates and the conflict policy fails on a running
+// one): a taken id is ErrActionExists, and the caller decides, with
+// Describe, whether the existing action is the one it meant.
+func (c *Client) StartWith(ctx context.Context, id string, in workflows.ActionInput, o StartOptions) (*Action, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty action id", ErrInvalidInput)
 	}
@@ -162,7 +203,12 @@ func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput)
 		// new action had run.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		EnableEagerStart:                         c.eager,
+		Memo:                                     o.Memo,
 	}, workflows.WorkflowName, in)
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &exists) {
+		return nil, fmt.Errorf("durallm: start action %s: %w: %w", id, ErrActionExists, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("durallm: start action %s: %w", id, err)
 	}
@@ -318,6 +364,86 @@ func (c *Client) reconcileOnce(ctx context.Context, id string, r workflows.Recon
 		return mapUpdateErr(id, err)
 	}
 	return nil
+}
+
+// Description is what Temporal keeps of an action beside its history:
+// whether it runs, when it started and closed, its memo, and the progress
+// its running attempts last reported.
+type Description struct {
+	ID, RunID string
+	// Running is true until the action's workflow closes.
+	Running bool
+	// StartTime is when the action started; CloseTime when it closed
+	// (zero while it runs).
+	StartTime, CloseTime time.Time
+	// Attempts are the running attempts.
+	Attempts []RunningAttempt
+
+	memo *commonpb.Memo
+	dc   converter.DataConverter
+}
+
+// RunningAttempt is what Temporal knows of a running attempt.
+type RunningAttempt struct {
+	// ActivityID names the attempt's activity, unique within the action.
+	ActivityID string
+	// Started says a worker took it.
+	Started bool
+	// StreamURL is where the worker running it serves its stream, from
+	// the worker's identity (attempt.StreamIdentity) or the attempt's last
+	// heartbeat; "" when it advertises none.
+	StreamURL string
+	// Progress is the attempt's last heartbeat; zero before the first.
+	Progress attempt.Progress
+}
+
+// Memo decodes the memo field key into v. It reports false, with a nil
+// error, when the action has no such field.
+func (d Description) Memo(key string, v any) (bool, error) {
+	p, ok := d.memo.GetFields()[key]
+	if !ok {
+		return false, nil
+	}
+	if err := d.dc.FromPayload(p, v); err != nil {
+		return true, fmt.Errorf("durallm: action %s: decode memo %s: %w", d.ID, key, err)
+	}
+	return true, nil
+}
+
+// Describe returns the action's description (its latest run): one
+// DescribeWorkflowExecution, no workflow task.
+func (c *Client) Describe(ctx context.Context, id string) (Description, error) {
+	resp, err := c.tc.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return Description{}, mapNotFound(id, err)
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	d := Description{
+		ID: id, RunID: info.GetExecution().GetRunId(),
+		Running:   info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		StartTime: info.GetStartTime().AsTime(),
+		memo:      info.GetMemo(), dc: c.converter(),
+	}
+	if info.GetCloseTime() != nil {
+		d.CloseTime = info.GetCloseTime().AsTime()
+	}
+	for _, pa := range resp.GetPendingActivities() {
+		if pa.GetActivityType().GetName() != attempt.CallModel {
+			continue
+		}
+		a := RunningAttempt{ActivityID: pa.GetActivityId(), Started: pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED || pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED,
+			StreamURL: attempt.StreamURLOf(pa.GetLastWorkerIdentity())}
+		if pa.GetHeartbeatDetails() != nil {
+			// A heartbeat that does not decode (another encoding,
+			// another version) is no evidence: left out.
+			_ = d.dc.FromPayloads(pa.GetHeartbeatDetails(), &a.Progress)
+		}
+		if a.StreamURL == "" {
+			a.StreamURL = a.Progress.StreamURL
+		}
+		d.Attempts = append(d.Attempts, a)
+	}
+	return d, nil
 }
 
 // Status returns the action's state and attempt timeline, running or not.

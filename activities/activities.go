@@ -57,6 +57,11 @@ type Activities struct {
 	// Streams receives streamed deltas while an attempt runs. Nil means
 	// deltas are not forwarded (the final response still carries them).
 	Streams *Streams
+	// StreamURL, when set, is where other processes reach this worker's
+	// stream endpoint (http://host:port, no path). A streamed attempt's
+	// heartbeats carry it (attempt.Progress.StreamURL). Empty means none
+	// is advertised.
+	StreamURL string
 	// HeartbeatEvery is how often an attempt heartbeats. Zero means 250ms,
 	// so a cancellation reaches the HTTP request within about a second
 	// (together with the worker's heartbeat throttle).

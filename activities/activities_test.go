@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -431,5 +432,55 @@ func TestALongAttemptStillHeartbeats(t *testing.T) {
 	// tells a dead worker and delivers a cancel.
 	if out.Classification.Class != evidence.Completed || beats == 0 {
 		t.Fatalf("class %s, %d heartbeats: want completed with at least one", out.Classification.Class, beats)
+	}
+}
+
+// A streamed attempt's heartbeats carry its worker's stream URL, when the
+// worker advertises one; other attempts' do not. The first still waits for
+// its interval: a caller elsewhere finds the stream sooner in the worker's
+// identity (worker.Options.StreamURL).
+func TestAStreamedAttemptsHeartbeatsCarryItsStreamURL(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		url    string
+		stream bool
+		want   string
+	}{
+		{"streamed, advertised", "http://127.0.0.1:9092", true, "http://127.0.0.1:9092"},
+		{"streamed, not advertised", "", true, ""},
+		{"not streamed, advertised", "http://127.0.0.1:9092", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, p := newActs(t)
+			a.HeartbeatEvery, a.StreamURL = 20*time.Millisecond, tc.url
+			p.Push(providertest.Answer("slow").After(200 * time.Millisecond))
+			req := hello()
+			req.Stream = tc.stream
+			var s sdktestsuite.WorkflowTestSuite
+			env := s.NewTestActivityEnvironment()
+			env.RegisterActivity(a)
+			var urls []string
+			var mu sync.Mutex
+			env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
+				var p attempt.Progress
+				_ = d.Get(&p)
+				mu.Lock()
+				urls = append(urls, p.StreamURL)
+				mu.Unlock()
+			})
+			if _, err := env.ExecuteActivity(a.CallModel, attemptOn("openai", req)); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(urls) == 0 {
+				t.Fatal("no heartbeat")
+			}
+			for _, u := range urls {
+				if u != tc.want {
+					t.Fatalf("heartbeats with stream URLs %q, want %q", urls, tc.want)
+				}
+			}
+		})
 	}
 }

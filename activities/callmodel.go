@@ -58,7 +58,7 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	// on, and with it the journal's sent record (one not yet sent ends
 	// there). The worker's own stop ends the exchange after StopGrace
 	// either way, lost or not.
-	stop := a.heartbeat(ctx, att)
+	stop := a.heartbeat(ctx, att, in.Request.Stream)
 	ctx, detach := a.outliveLostAttempt(ctx, in, att.OnTheWire)
 	defer detach()
 	ctx, release := a.endOnWorkerStop(ctx)
@@ -76,11 +76,32 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	stop()
 	sent.stop() // no renewal starts once the exchange has ended
 	ev, class := att.FinishWith(facts(ctx, res, err))
+	if a.Streams != nil {
+		a.Streams.attemptEnded(in.ActionRef, class.Class)
+	}
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
 	case evidence.Completed, evidence.CommittedPartial:
 		r := res.Response
 		out.Response = &r
+	case evidence.Rejected, evidence.ContentFiltered:
+		// The provider's error object is the caller's answer (a gateway
+		// passes it back); its message may quote the prompt, so it stays
+		// in the response it belongs to (docs/contract.md section 7).
+		if res.Response.Error != nil {
+			out.Response = &providers.Response{Error: res.Response.Error}
+		}
+	case evidence.Canceled:
+		// Canceled after the commit: the text already delivered stays
+		// with the result (docs/contract.md section 6.4).
+		if ev.ContentStarted {
+			r := res.Response
+			r.Partial, r.Raw = true, nil
+			if r.Incomplete == "" {
+				r.Incomplete = providers.IncompleteCanceled
+			}
+			out.Response = &r
+		}
 	}
 	return a.finish(ctx, in, route, out, res.Response.Usage, sent)
 }
@@ -167,7 +188,12 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 // critical path (stop waits for it) while saying nothing the defaults do
 // not (no content, no connection yet). An answer within the interval
 // needs none (docs/performance.md).
-func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop func()) {
+//
+// A streamed attempt's heartbeats carry its worker's stream URL, when the
+// worker advertises one; a caller in another process finds the stream
+// sooner in the worker's identity (attempt.StreamIdentity), which Temporal
+// records when the attempt starts.
+func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, stream bool) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
 	}
@@ -175,13 +201,17 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt) (stop
 	if every <= 0 {
 		every = 250 * time.Millisecond
 	}
+	var url string
+	if stream {
+		url = a.StreamURL
+	}
 	return onEachTick(every, ctx.Done(), func() {
 		ev := att.Evidence()
 		stage := "sending"
 		if ev.ContentStarted {
 			stage = "streaming"
 		}
-		activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes})
+		activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes, StreamURL: url})
 	})
 }
 

@@ -73,7 +73,7 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt,
 		Class: out.Classification.Class, Reason: out.Classification.Reason, At: time.Now()}
 	switch {
-	case out.Response != nil:
+	case out.Response != nil && out.Response.Error == nil:
 		e.State, e.Response = journal.Received, out.Response
 	case out.Classification.Class == evidence.Unsent, out.Classification.Class == evidence.Refused:
 		// The engine's proof that the provider did not process it: if

@@ -51,14 +51,35 @@ const (
 )
 
 // StreamHandler serves GET {Prefix}{actionRef} as a server-sent-event
-// stream of that action's deltas, for a caller in another process than the
-// worker (the in-process way is Subscribe). The action ref is one path
-// segment, path-escaped by the caller (url.PathEscape), so a ref containing
-// "/" travels as "%2F"; an empty ref or a literal extra slash is 404, a
-// method other than GET is 405, a missing or wrong bearer token (when
-// AuthToken is set) is 401, and a ResponseWriter that cannot flush is 500.
+// stream of that action's events, for a caller in another process than the
+// worker (the in-process ways are Follow and Subscribe). The action ref is
+// one path segment, path-escaped by the caller (url.PathEscape), so a ref
+// containing "/" travels as "%2F"; an empty ref or a literal extra slash is
+// 404, a method other than GET is 405, a missing or wrong bearer token
+// (when AuthToken is set) is 401, a starting_after that is not a number is
+// 400, and a ResponseWriter that cannot flush is 500.
 //
-// The events, each with a per-connection sequence number as its id:
+// With ?starting_after=N (N ≥ 0) it serves the action's replay log after
+// sequence number N, then live, each event with its own sequence number as
+// its id and its kind as its name, ending after the end event:
+//
+//	id: 1
+//	event: content
+//	data: {"seq":1,"kind":"content","attempt":1,"delta":"Hel"}
+//
+//	id: 7
+//	event: end
+//	data: {"seq":7,"kind":"end","attempt":0,"end":"completed"}
+//
+// Nothing is dropped and nothing is missed: the log is kept for Retention
+// (10 minutes) after the end, so a caller may open the stream before the
+// action starts, after it ended, or again after a cut (resuming after the
+// last id it read). This is how a gateway in another process reads an
+// attempt's stream (docs/gateway.md).
+//
+// Without starting_after it serves the per-connection format, from the
+// moment the request arrives, each event with a per-connection sequence
+// number as its id:
 //
 //	id: 1
 //	event: delta
@@ -72,40 +93,17 @@ const (
 //	event: dropped
 //	data: {"dropped":4}
 //
-// and ": keep-alive" comment lines during silence. A delta's attempt says
-// which attempt produced it: deltas of a failed attempt may be followed by
-// those of a later one (docs/providers.md, "The commit boundary").
-//
-// What a stream does and does not deliver:
-//
-//   - Only deltas published after the request arrives. Nothing is
-//     replayed: a connection that starts mid-answer sees the rest of it,
-//     and the ids are this connection's own, so a reconnecting client's
-//     Last-Event-ID is ignored. The action's final result always carries
-//     the whole text. A caller that needs every delta opens the stream
-//     before it starts the action, which it can because it chooses the
-//     action id: once the response headers have arrived the subscription is
-//     in place.
-//   - stream_incomplete is final: the contract (docs/contract.md section 6.4)
-//     allows one per action, after its last delta, and no second answer
-//     after it, so the stream ends there.
-//   - Nothing marks the normal end of an action: Streams carries deltas,
-//     not outcomes. A caller stops reading when its action's result
-//     arrives (Action.Result on the client), or when MaxDuration ends the
-//     stream. Every delta is published before the attempt returns, so the
-//     result never precedes text it lacks.
-//   - A client that falls more than Buffer events behind loses deltas
-//     rather than stalling the attempt. When the stream ends with the
-//     client still connected (stream_incomplete, MaxDuration), what the
-//     subscription still holds is sent, then a "dropped" event with the
-//     count if any were lost. A client that hangs up is simply
-//     unsubscribed.
-//
-// An explicit end event (an End(actionRef) that closes every subscription
-// of the action) is a follow-up: it needs a closed flag on the subscriber
-// in sink.go, because closing a subscription's channel from outside would
-// race with its stop function's close, and a call from the workflow's last
-// step, because an attempt does not know whether a later one follows.
+// an "end" event ({"end":"completed"}) when the action's stream ends, and
+// ": keep-alive" comment lines during silence. Only content deltas are
+// sent (refusals, tool calls, finish and usage are in the typed format). A
+// delta's attempt says which attempt produced it. A connection that starts
+// mid-answer sees the rest of it, and a reconnecting client's
+// Last-Event-ID is ignored. stream_incomplete and end are final: the
+// stream ends there (docs/contract.md section 6.4). A client that falls
+// more than Buffer events behind loses deltas rather than stalling the
+// attempt; when the stream ends with the client still connected
+// (stream_incomplete, end, MaxDuration), what the subscription still holds
+// is sent, then a "dropped" event with the count if any were lost.
 //
 // The handler logs nothing, so generated text reaches only the client. It
 // sets the connection's write deadline to MaxDuration plus a short grace,
@@ -192,8 +190,26 @@ func (h *streamHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	events, stop := h.sinks.Subscribe(ref, h.buffer)
-	defer stop()
+	var after uint64
+	typed := r.URL.Query().Has("starting_after")
+	if typed {
+		n, err := strconv.ParseUint(r.URL.Query().Get("starting_after"), 10, 64)
+		if err != nil {
+			http.Error(w, "starting_after: want a sequence number (0 or more)", http.StatusBadRequest)
+			return
+		}
+		after = n
+	}
+	var events <-chan StreamEvent
+	var stop func() int
+	var cursor *Cursor
+	if typed {
+		cursor = h.sinks.Follow(ref, after)
+		defer cursor.Close()
+	} else {
+		events, stop = h.sinks.Subscribe(ref, h.buffer)
+		defer stop()
+	}
 	st := &sseStream{w: w, rc: http.NewResponseController(w)}
 	// Not every ResponseWriter supports deadlines (ErrNotSupported); such
 	// a stream is then bounded by MaxDuration between writes only.
@@ -210,7 +226,46 @@ func (h *streamHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := st.rc.Flush(); err != nil {
 		return
 	}
+	if typed {
+		h.serveLog(r.Context(), st, cursor)
+		return
+	}
 	h.serve(r.Context(), st, events, stop)
+}
+
+// serveLog forwards an action's events from its replay log, each with its
+// sequence number as its id, until the end event, the client goes away,
+// MaxDuration passes or a write fails. Nothing is dropped: a slow client
+// reads the log at its own pace.
+func (h *streamHandler) serveLog(ctx context.Context, st *sseStream, c *Cursor) {
+	expired, stopClock := h.after(h.maxDuration)
+	defer stopClock()
+	keepAlive := time.NewTicker(h.keepAlive)
+	defer keepAlive.Stop()
+	for {
+		ev, ok, wait, err := c.Poll()
+		if err != nil {
+			return
+		}
+		if ok {
+			if st.logEvent(ev) != nil || ev.Kind == EventEnd {
+				return
+			}
+			keepAlive.Reset(h.keepAlive)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-expired:
+			return
+		case <-keepAlive.C:
+			if st.keepAlive() != nil {
+				return
+			}
+		case <-wait:
+		}
+	}
 }
 
 // authorized reports whether r carries the bearer token. The scheme is
@@ -284,7 +339,7 @@ func (h *streamHandler) serve(ctx context.Context, st *sseStream, events <-chan 
 			}
 			// Keep-alives are for silence only.
 			keepAlive.Reset(h.keepAlive)
-			if ev.Incomplete != "" {
+			if ev.Kind == EventIncomplete || ev.Kind == EventEnd {
 				h.finish(ctx, st, events, stop)
 				return
 			}
@@ -321,6 +376,9 @@ type (
 	sseDropped struct {
 		Dropped int `json:"dropped"`
 	}
+	sseEnd struct {
+		End string `json:"end"`
+	}
 )
 
 // sseStream writes one connection's events. Not safe for concurrent use:
@@ -332,11 +390,26 @@ type sseStream struct {
 	buf []byte
 }
 
+// event writes one event in the per-connection format: content as delta,
+// stream_incomplete and end; the other kinds are only in the typed format.
 func (st *sseStream) event(ev StreamEvent) error {
-	if ev.Incomplete != "" {
+	switch ev.Kind {
+	case EventIncomplete:
 		return st.send("stream_incomplete", sseIncomplete{Attempt: ev.Attempt, Reason: ev.Incomplete})
+	case EventEnd:
+		return st.send("end", sseEnd{End: ev.End})
+	case EventContent:
+		return st.send("delta", sseDelta{Attempt: ev.Attempt, Delta: ev.Delta})
 	}
-	return st.send("delta", sseDelta{Attempt: ev.Attempt, Delta: ev.Delta})
+	return nil
+}
+
+// logEvent writes one event in the typed format: the event's own
+// sequence number as the id, its kind as the name, the event as the data.
+func (st *sseStream) logEvent(ev StreamEvent) error {
+	ev.ActionRef = ""
+	st.seq = ev.Seq - 1
+	return st.send(string(ev.Kind), ev)
 }
 
 // send writes one event. The data is JSON, which never contains a raw line

@@ -7,6 +7,7 @@
 package attempt
 
 import (
+	"strings"
 	"time"
 
 	"github.com/durallm/durallm/evidence"
@@ -75,6 +76,33 @@ type Progress struct {
 	ConnRef        string `json:"conn_ref,omitempty"`
 	ContentStarted bool   `json:"content_started,omitempty"`
 	ResponseBytes  int64  `json:"response_bytes,omitempty"`
+	// StreamURL is where the worker running the attempt serves its
+	// stream (activities.Streams' handler: GET StreamURL/v1/streams/{id}),
+	// when it advertises one and the attempt streams (docs/gateway.md).
+	StreamURL string `json:"stream_url,omitempty"`
+}
+
+// streamIdentityMark starts the stream URL in a worker's identity.
+const streamIdentityMark = "@durallm-stream="
+
+// StreamIdentity is the Temporal worker identity of a worker that serves
+// its streams at streamURL: the SDK's usual pid@host@task-queue with the
+// URL after it. Temporal records it when an attempt starts
+// (PendingActivityInfo.LastWorkerIdentity), before any heartbeat, which is
+// how a caller in another process finds an attempt's stream without
+// waiting for one. An empty streamURL gives base.
+func StreamIdentity(base, streamURL string) string {
+	if streamURL == "" {
+		return base
+	}
+	return base + streamIdentityMark + streamURL
+}
+
+// StreamURLOf is the stream URL in a worker identity StreamIdentity made,
+// "" for any other identity.
+func StreamURLOf(identity string) string {
+	_, url, _ := strings.Cut(identity, streamIdentityMark)
+	return url
 }
 
 // RouteInfo is what the workflow may know of a route: no URL, no key.

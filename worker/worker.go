@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +102,15 @@ type Options struct {
 	StreamAddr string
 	// StreamToken, when set, is the bearer token /v1/streams/ requires.
 	StreamToken string
+	// StreamURL is where other processes reach StreamAddr
+	// ("http://host:port"), which the worker advertises in its Temporal
+	// identity (attempt.StreamIdentity, recorded when an attempt starts)
+	// and in streamed attempts' heartbeats (attempt.Progress.StreamURL),
+	// so a gateway in another process finds their streams. Empty means http:// and StreamAddr's
+	// address once listening, unless its host is unspecified (0.0.0.0,
+	// ::), which is advertised only through an explicit StreamURL; "-"
+	// means advertise nothing.
+	StreamURL string
 	// Journal is the attempt journal: each attempt's end is written to it
 	// before it is reported, and the built-in reconciler reads it first
 	// for every ambiguous attempt (package journal). Every worker of the
@@ -126,7 +137,9 @@ type Options struct {
 
 // Worker is a running durallm worker.
 type Worker struct {
-	tw     sdkworker.Worker
+	tw     sdkworker.Worker // made by Start
+	twOpts sdkworker.Options
+	tqueue string
 	tc     client.Client
 	engine *recovery.Engine
 	acts   *activities.Activities
@@ -140,6 +153,7 @@ type Worker struct {
 	streamAddr  string
 	streamHTTP  *http.Server
 	streamToken string
+	streamURL   string
 	names       []string // the configured routes, for the start log
 	routes      routes.Config
 	probe       bool
@@ -208,7 +222,9 @@ func New(c client.Client, o Options) (*Worker, error) {
 			o.Telemetry.WatchEngine(acts.InsecureEngine)
 		}
 	}
-	tw := sdkworker.New(c, o.TaskQueue, sdkworker.Options{
+	// The SDK worker is made at Start, once the stream endpoint's address
+	// is known: its identity carries the address (attempt.StreamIdentity).
+	two := sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: o.MaxConcurrentAttempts,
 		// Cancellation reaches a running attempt with its next heartbeat
 		// response; a short throttle keeps that within about a second.
@@ -217,9 +233,8 @@ func New(c client.Client, o Options) (*Worker, error) {
 		MaxConcurrentWorkflowTaskPollers: o.WorkflowPollers,
 		MaxConcurrentActivityTaskPollers: o.ActivityPollers,
 		DisableEagerActivities:           o.DisableEagerActivities,
-	})
-	Register(tw, acts)
-	w := &Worker{tw: tw, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
+	}
+	w := &Worker{tqueue: o.TaskQueue, twOpts: two, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, streamURL: o.StreamURL, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
 	if ex, ok := o.Journal.(journal.Expirable); ok && o.JournalRetention >= 0 {
 		w.sweeper = &journal.Sweeper{Journal: ex, Actions: TemporalActions(c), Retention: o.JournalRetention, Logger: o.Logger}
 		w.sweepEvery = o.JournalSweepEvery
@@ -246,6 +261,27 @@ func (w *Worker) MetricsAddr() string { return w.addr }
 // StreamAddr is where /v1/streams/ is served ("" when not), with the port
 // resolved once started.
 func (w *Worker) StreamAddr() string { return w.streamAddr }
+
+// advertisedStreamURL is the stream URL attempts advertise
+// (Options.StreamURL): the explicit one, or http:// and the listening
+// address when its host is a specific one.
+func advertisedStreamURL(explicit string, addr net.Addr) string {
+	switch explicit {
+	case "-":
+		return ""
+	case "":
+		tcp, ok := addr.(*net.TCPAddr)
+		if !ok || tcp.IP.IsUnspecified() {
+			return ""
+		}
+		return "http://" + tcp.String()
+	}
+	return strings.TrimSuffix(explicit, "/")
+}
+
+// StreamURL is the stream URL this worker's attempts advertise ("" when
+// none), once started.
+func (w *Worker) StreamURL() string { return w.acts.StreamURL }
 
 // checkStreamAddr refuses a stream endpoint that would serve generated
 // text beyond loopback without a token.
@@ -325,11 +361,19 @@ func (w *Worker) Start() error {
 		mux := http.NewServeMux()
 		mux.Handle("/v1/streams/", w.acts.Streams.StreamHandler(activities.StreamHandlerOptions{AuthToken: w.streamToken}))
 		w.streamHTTP = w.serve(ln, mux, "stream endpoint")
-		w.log.Info("serving /v1/streams/", "addr", w.streamAddr, "token", w.streamToken != "")
+		w.acts.StreamURL = advertisedStreamURL(w.streamURL, ln.Addr())
+		w.log.Info("serving /v1/streams/", "addr", w.streamAddr, "token", w.streamToken != "", "advertised", w.acts.StreamURL)
 	}
 	if w.probe {
 		w.probeRoutes()
 	}
+	o := w.twOpts
+	if w.acts.StreamURL != "" {
+		host, _ := os.Hostname()
+		o.Identity = attempt.StreamIdentity(fmt.Sprintf("%d@%s@%s", os.Getpid(), host, w.tqueue), w.acts.StreamURL)
+	}
+	w.tw = sdkworker.New(w.tc, w.tqueue, o)
+	Register(w.tw, w.acts)
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}
@@ -386,7 +430,9 @@ func (w *Worker) Stop() {
 		w.stopSweep()
 		<-w.sweepDone
 	}
-	w.tw.Stop()
+	if w.tw != nil {
+		w.tw.Stop()
+	}
 	w.stopHTTP()
 	w.engine.Close()
 	if w.acts.InsecureEngine != nil {

@@ -409,7 +409,11 @@ func (w *action) end(s State, outcome, reason string) ActionResult {
 	}
 	w.details()
 	res := ActionResult{Status: w.status, ResultRef: w.resRef}
-	if s == StateCompleted || s == StateCompletedPartial || s == StateReconciled {
+	switch s {
+	case StateCompleted, StateCompletedPartial, StateReconciled, StateRejected, StateCanceled:
+		// The answer; for a rejection the provider's error object, for a
+		// cancel after the commit the text delivered (docs/contract.md
+		// section 6.4); nil when there is none.
 		res.Response = w.response
 	}
 	w.log.Info("action ended", "state", string(s), "outcome", outcome, "reason", reason, "attempts", w.status.Used)

@@ -51,6 +51,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	encKey := fs.String("encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp+"; the UI decodes through an in-process codec server")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
 	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve streamed actions' text as server-sent events at /v1/streams/{id} here (empty: off; port 0: any free port)")
+	gatewayAddr := fs.String("gateway-addr", defaultGatewayAddr, "serve the OpenAI-compatible API (/v1/chat/completions) here (empty: off; port 0: any free port)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -187,6 +188,18 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}
 	if a := w.StreamAddr(); a != "" {
 		say("  · streamed text at http://%s/v1/streams/{action id} (server-sent events)", a)
+	}
+	if *gatewayAddr != "" {
+		c := durallm.NewClient(tc, *taskQueue).WithResults(results).WithEagerStart().WithDataConverter(copts.DataConverter)
+		gw, models, tokenFile, err := devGateway(*gatewayAddr, *dataDir, c, w.Streams(), opts.Config.Names(), demo != nil, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "durallm dev: %v\n", err)
+			return exitError
+		}
+		defer gw.Close()
+		say("  · OpenAI-compatible gateway at %s (models: %s)", gw.URL(), models)
+		say("    export OPENAI_BASE_URL=%s OPENAI_API_KEY=$(cat %s)", gw.URL(), tokenFile)
+		say(`    curl -sN $OPENAI_BASE_URL/chat/completions -H "Authorization: Bearer $OPENAI_API_KEY" -H 'Idempotency-Key: demo-1' --json '{"model":"%s","stream":true,"messages":[{"role":"user","content":"hi"}]}'`, strings.Split(models, ", ")[0])
 	}
 	if srv.UIURL() != "" {
 		say("\nTemporal UI: %s", srv.UIURL())

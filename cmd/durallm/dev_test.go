@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -87,7 +88,7 @@ func (d *devRun) finish() {
 // it through the CLI and checks it ended reconciled.
 func TestDevDemonstrationEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--stream-addr", "127.0.0.1:0")
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--stream-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0")
 	metrics := d.await(`metrics at (http://\S+/metrics)`)[1]
 	waiting := d.await(`(demo-\d+-ambiguous) awaits your verdict`)[1]
 	out := d.output()
@@ -139,6 +140,21 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
+	// The printed gateway lines work as printed: the token file, the
+	// streamed request with its key, and the same key again (replayed).
+	base := d.await(`OpenAI-compatible gateway at (http://\S+/v1) \(models: demo\)`)[1]
+	tokenFile := d.await(`export OPENAI_BASE_URL=\S+ OPENAI_API_KEY=\$\(cat (\S+)\)`)[1]
+	d.await(`curl -sN \$OPENAI_BASE_URL/chat/completions`)
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, replayed := range []string{"", "true"} {
+		resp, body := gatewayPost(t, base, strings.TrimSpace(string(token)), "demo-1", `{"model":"demo","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		if resp.StatusCode != 200 || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") || resp.Header.Get("X-Durallm-Replayed") != replayed {
+			t.Fatalf("gateway request %d: %d %v\n%s", i, resp.StatusCode, resp.Header, body)
+		}
+	}
 	d.finish()
 	// Every outcome of the demonstration is one durallm expects (a user's
 	// cancel, an action awaiting a verdict): none is logged as a warning
@@ -149,7 +165,7 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 
 	// Restart over the same data directory: the waiting action is still
 	// there, and a verdict finishes it.
-	d2 := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--no-demo", "--metrics-addr", "", "--stream-addr", "")
+	d2 := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--no-demo", "--metrics-addr", "", "--stream-addr", "", "--gateway-addr", "")
 	addr := d2.await(`server ready at (\S+)`)[1]
 	d2.await(`worker polling`)
 	var lst, errOut bytes.Buffer
@@ -180,7 +196,7 @@ func TestDevEncryptsPayloads(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte("k1:"+base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDev(t, "--headless", "--port", "-1", "--data-dir", filepath.Join(dir, "data"), "--metrics-addr", "", "--stream-addr", "", "--encryption-key", "file:"+keyFile)
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", filepath.Join(dir, "data"), "--metrics-addr", "", "--stream-addr", "", "--gateway-addr", "127.0.0.1:0", "--encryption-key", "file:"+keyFile)
 	addr := d.await(`server ready at (\S+)`)[1]
 	happy := d.await(`\[ok\] (demo-\d+-happy)`)[1]
 	d.await(`awaits your verdict`)
@@ -233,6 +249,34 @@ func TestDevEncryptsPayloads(t *testing.T) {
 	for _, f := range entries {
 		if b, err := os.ReadFile(f); err != nil || !codec.Sealed(b) {
 			t.Errorf("journal entry %s is not sealed (%v): %.40q", filepath.Base(f), err, b)
+		}
+	}
+	// The gateway's memo (the request's fingerprint and its caller) is
+	// sealed too, and the gateway reads it back: the same key replays.
+	base := d.await(`OpenAI-compatible gateway at (http://\S+/v1)`)[1]
+	token, err := os.ReadFile(d.await(`OPENAI_API_KEY=\$\(cat (\S+)\)`)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for i, replayed := range []string{"", "true"} {
+		resp, body := gatewayPost(t, base, string(token), "sealed-1", `{"model":"demo","messages":[{"role":"user","content":"Say hello to the demo"}]}`)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Durallm-Replayed") != replayed {
+			t.Fatalf("gateway request %d: %d %v %s", i, resp.StatusCode, resp.Header, body)
+		}
+		id = resp.Header.Get("X-Durallm-Action-Id")
+	}
+	desc, err := tc.DescribeWorkflowExecution(context.Background(), id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	memo := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()
+	if len(memo) == 0 {
+		t.Fatal("the gateway's action has no memo")
+	}
+	for k, p := range memo {
+		if enc := string(p.GetMetadata()["encoding"]); enc != "binary/encrypted" {
+			t.Errorf("memo %s: encoding %q, want binary/encrypted", k, enc)
 		}
 	}
 	// With the key: the CLI reads it.
@@ -303,4 +347,27 @@ func TestDevRunsTheAgentExample(t *testing.T) {
 		t.Fatal("no delta on the answer's stream")
 	}
 	d.finish()
+}
+
+// gatewayPost sends one chat request to a gateway and reads the whole
+// answer.
+func gatewayPost(t *testing.T, base, token, key, body string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
 }

@@ -2,6 +2,7 @@
 //
 //	durallm dev                      embedded Temporal server + UI + worker + demo
 //	durallm worker                   a worker against any Temporal server
+//	durallm gateway                  the OpenAI-compatible front door (/v1/chat/completions)
 //	durallm run|start                start an action (run waits for its result)
 //	durallm status|cancel|reconcile  steer one action
 //	durallm list                     list actions by state
@@ -44,6 +45,7 @@ type command struct {
 
 var commands = map[string]command{
 	"worker":       {"run a worker against a Temporal server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, ...)", runWorker},
+	"gateway":      {"serve the OpenAI-compatible API (/v1/chat/completions) with durable actions behind it", runGateway},
 	"run":          {"start an action and wait for its result", func(a []string, o, e io.Writer) int { return runStart(a, o, e, true) }},
 	"start":        {"start an action and print its id", func(a []string, o, e io.Writer) int { return runStart(a, o, e, false) }},
 	"status":       {"print an action's state and attempt timeline", runStatus},

@@ -50,6 +50,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	maxAttempts := fs.Int("max-concurrent-attempts", 256, "CallModel executions at once in this worker")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off)")
 	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve the generated text of streamed actions as server-sent events at /v1/streams/{id} here (empty: off); beyond loopback it needs $DURALLM_STREAM_TOKEN")
+	streamURL := fs.String("stream-url", os.Getenv("DURALLM_STREAM_URL"), "where other processes reach --stream-addr (http://host:port), advertised in streamed attempts' heartbeats so a gateway elsewhere finds their streams (empty: http:// and --stream-addr unless its host is 0.0.0.0 or ::; -: none)")
 	pollers := fs.Int("pollers", 0, "workflow and activity task pollers each (0: the SDK's default, 2; 8 measured best on the embedded server)")
 	journalDir := fs.String("journal-dir", envOr("DURALLM_JOURNAL_DIR", "durallm-journal"), "the attempt journal: where each attempt's end is written before it is reported, read first to reconcile ambiguous attempts (every worker of the task queue must share it; empty: off)")
 	retention := fs.Duration("journal-retention", journal.DefaultRetention, "how long a journal entry is kept after its action closed (entries of running actions are kept); negative: never expire")
@@ -109,7 +110,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: results,
-		AllowH2C: *allowH2C, ProbeRoutes: true, StreamAddr: *streamAddr, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+		AllowH2C: *allowH2C, ProbeRoutes: true, StreamAddr: *streamAddr, StreamURL: *streamURL, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
 		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention,
 	})
 	if err != nil {

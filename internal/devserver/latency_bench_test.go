@@ -86,6 +86,14 @@ const latencyWarmup = 10
 //
 //	go test -run '^$' -bench BenchmarkSequentialLatency -benchtime 200x ./internal/devserver/
 //
+// In "embedded" and "embedded+eager-start", gateway-json is the same
+// happy action as a non-streamed POST /v1/chat/completions to durallm's
+// gateway with its worker in its process (the client shared, eager
+// start), and gateway-json-worker-elsewhere through a gateway with a
+// Temporal client of its own and the worker in another process ('durallm
+// gateway --worker=false'); compare the first with llmaction under eager
+// start, the second with llmaction without it.
+//
 // "embedded+gzip" and "embedded+payload-stats" each put back one of the
 // CPU cuts of docs/performance.md "Where the CPU of an action goes": the
 // SDK's default gzip on the client's gRPC, and the server's default
@@ -101,8 +109,9 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		gzip       bool // the SDK's default gRPC compression
 		noCache    bool // SQLite without the devserver's statement cache
 		devWiring  bool // the worker as 'durallm dev' wires it (telemetry, journal, result store)
+		gateway    bool // add the gateway's rows
 	}{
-		{name: "embedded"},
+		{name: "embedded", gateway: true},
 		{name: "embedded-no-statement-cache", noCache: true},
 		{name: "embedded+dev-wiring", devWiring: true},
 		{name: "embedded+gzip", gzip: true},
@@ -111,7 +120,7 @@ func BenchmarkSequentialLatency(b *testing.B) {
 		{name: "server-default", dc: serverDefault},
 		{name: "server-default+eager-start", dc: serverDefault, eagerStart: true},
 		{name: "server-default-no-eager-activities", dc: serverDefault, noEagerAct: true},
-		{name: "embedded+eager-start", eagerStart: true},
+		{name: "embedded+eager-start", eagerStart: true, gateway: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			wo := worker.Options{TaskQueue: "lat", WorkflowPollers: 8, ActivityPollers: 8, DisableEagerActivities: v.noEagerAct}
@@ -144,34 +153,50 @@ func BenchmarkSequentialLatency(b *testing.B) {
 			}
 
 			var seq int
-			for _, k := range []struct {
+			type row struct {
 				name string
-				run  func(ctx context.Context, id string) error
-			}{
-				{"one-activity", func(ctx context.Context, id string) error {
+				// run makes one run and returns the id of the workflow
+				// it ran.
+				run func(ctx context.Context, id string) (string, error)
+			}
+			rows := []row{
+				{"one-activity", func(ctx context.Context, id string) (string, error) {
 					run, err := tcl.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "lat-base", EnableEagerStart: v.eagerStart}, oneActivityWorkflow, "x")
 					if err != nil {
-						return err
+						return id, err
 					}
-					return run.Get(ctx, nil)
+					return id, run.Get(ctx, nil)
 				}},
-				{"llmaction", func(ctx context.Context, id string) error {
+				{"llmaction", func(ctx context.Context, id string) (string, error) {
 					a, err := c.Start(ctx, id, workflows.ActionInput{
 						Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hi")}},
 						Routes:  []string{"r"},
 					})
 					if err != nil {
-						return err
+						return id, err
 					}
 					_, err = a.Result(ctx)
-					return err
+					return id, err
 				}},
-			} {
+			}
+			if v.gateway {
+				// A non-streamed request through durallm's gateway, its
+				// worker in its process ('durallm gateway': the client
+				// shared, eager start) and elsewhere (--worker=false: a
+				// client of its own).
+				local := newBenchGateway(b, durallm.NewClient(tcl, "lat").WithEagerStart(), st.w.Streams(), false)
+				startWorkerProcess(b, st, "lat-elsewhere")
+				elsewhere := newBenchGateway(b, elsewhereClient(b, st, "lat-elsewhere"), nil, true)
+				rows = append(rows,
+					row{"gateway-json", func(ctx context.Context, _ string) (string, error) { return local.json(ctx) }},
+					row{"gateway-json-worker-elsewhere", func(ctx context.Context, _ string) (string, error) { return elsewhere.json(ctx) }})
+			}
+			for _, k := range rows {
 				b.Run(k.name, func(b *testing.B) {
 					ctx := context.Background()
 					next := func() string { seq++; return fmt.Sprintf("%s-%d", k.name, seq) }
 					for range latencyWarmup {
-						if err := k.run(ctx, next()); err != nil {
+						if _, err := k.run(ctx, next()); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -182,9 +207,9 @@ func BenchmarkSequentialLatency(b *testing.B) {
 					cpu0 := processCPU(b)
 					b.ResetTimer()
 					for range b.N {
-						id := next()
 						t0 := time.Now()
-						if err := k.run(ctx, id); err != nil {
+						id, err := k.run(ctx, next())
+						if err != nil {
 							b.Fatal(err)
 						}
 						t1 := time.Now()

@@ -41,7 +41,15 @@ func (f *firstDelta) Incomplete(string) {}
 //   - durable-sse: the same, the text read as server-sent events from the
 //     worker's stream endpoint, as a caller in another process would;
 //   - durable-sink+eager-start: durable-sink with eager workflow start,
-//     which a caller in the worker's process can use.
+//     which a caller in the worker's process can use;
+//   - gateway: a streamed POST /v1/chat/completions to durallm's gateway
+//     with its worker in its process (shared client and hub, eager start),
+//     to the first content chunk;
+//   - gateway-worker-elsewhere: the same through a gateway with a
+//     Temporal client of its own and no hub ('durallm gateway
+//     --worker=false'), the worker in another process (this binary run
+//     as TestHelperBenchWorker): the gateway finds the attempt's stream
+//     through the worker's identity and reads its stream endpoint.
 //
 // Each reports ttft-p50/p90/p99-ms after latencyWarmup unmeasured runs;
 // the durable rows' overhead is theirs minus direct's, in the same run.
@@ -112,6 +120,18 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 		}
 		return 0, fmt.Errorf("%s: no delta event (%v)", id, sc.Err())
 	}
+	// The gateway (docs/gateway.md): with its worker in its process
+	// (sharing the Temporal client and the hub, eager start, as 'durallm
+	// gateway' runs), and with the worker elsewhere ('--worker=false': a
+	// Temporal client of its own, no shared hub, the stream found through
+	// the attempt's first heartbeat and read from the worker's stream
+	// endpoint over loopback HTTP).
+	local := newBenchGateway(b, durallm.NewClient(tcl, "ttft").WithEagerStart(), w.Streams(), false)
+	startWorkerProcess(b, st, "ttft-elsewhere")
+	elsewhere := newBenchGateway(b, elsewhereClient(b, st, "ttft-elsewhere"), nil, true)
+	viaGateway := func(g *benchGateway) func(int) (time.Duration, error) {
+		return func(int) (time.Duration, error) { return g.ttft(ctx) }
+	}
 	// Go runs each sub-benchmark more than once (b.N = 1 first); every
 	// action id must be new.
 	seq := 0
@@ -126,6 +146,8 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 		// The caller shares the worker's process and Temporal client, so
 		// the first workflow task can come back with the start.
 		{"durable-sink+eager-start", viaSink(durallm.NewClient(tcl, "ttft").WithEagerStart())},
+		{"gateway", viaGateway(local)},
+		{"gateway-worker-elsewhere", viaGateway(elsewhere)},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			for range latencyWarmup {

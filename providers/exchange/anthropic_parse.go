@@ -240,7 +240,7 @@ func (e *anthropicEvents) read(a *streamAcc, name string, data []byte) (text str
 				a.resp.Model = str(m.Model)
 			}
 			if e.usage.merge(m.Usage) {
-				a.resp.Usage = e.usage.usage()
+				a.resp.Usage, a.gotUsage = e.usage.usage(), true
 			}
 		}
 	case "content_block_start":
@@ -272,7 +272,7 @@ func (e *anthropicEvents) read(a *streamAcc, name string, data []byte) (text str
 			finish = anthropicFinish(str(b.StopReason))
 		}
 		if e.usage.merge(ev.Usage) {
-			a.resp.Usage = e.usage.usage()
+			a.resp.Usage, a.gotUsage = e.usage.usage(), true
 		}
 	case "message_stop":
 		a.done = true

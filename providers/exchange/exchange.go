@@ -34,6 +34,49 @@ type Sink interface {
 	Incomplete(reason string)
 }
 
+// ChunkSink is a Sink that also receives each event's typed pieces: text,
+// refusal, tool-call deltas, the finish reason and usage. When the Sink a
+// Call carries implements it, Chunk is called instead of Delta, with the
+// same ordering and timing rules. Nothing reaches it before the commit
+// boundary: a chunk that carries only a finish reason or usage before the
+// first content is not handed on (its usage is in a later chunk's total).
+type ChunkSink interface {
+	Sink
+	Chunk(c Chunk)
+}
+
+// Chunk is what one stream event carried for the caller, after the commit.
+type Chunk struct {
+	// Text is the content delta, empty when none.
+	Text string
+	// Refusal is the refusal delta, empty when none.
+	Refusal string
+	// ToolCalls are the event's tool-call deltas, in order.
+	ToolCalls []ToolCallDelta
+	// FinishReason is the finish reason when this event carried one.
+	FinishReason string
+	// Usage is the usage so far when this event carried usage; nil
+	// otherwise.
+	Usage *providers.Usage
+}
+
+// Empty reports whether c carries nothing.
+func (c Chunk) Empty() bool {
+	return c.Text == "" && c.Refusal == "" && len(c.ToolCalls) == 0 && c.FinishReason == "" && c.Usage == nil
+}
+
+// ToolCallDelta is one piece of a tool call. Index is the call's position
+// among the answer's tool calls, from 0, whatever index the provider sent;
+// ID, Type and Name arrive once, on the call's first piece, and Arguments
+// are concatenated in order.
+type ToolCallDelta struct {
+	Index     int    `json:"index"`
+	ID        string `json:"id,omitempty"`
+	Type      string `json:"type,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+}
+
 // Call is one attempt's input to an adapter.
 type Call struct {
 	// Route says where to send it and with which model and key.
@@ -353,9 +396,13 @@ func (x *exchange) whole(in io.Reader) (Result, error) {
 	if sig == evidence.SignalNone {
 		x.commit()
 		// A provider that ignored "stream": true still answered; the sink
-		// gets the whole text as one delta.
-		if x.call.Request.Stream && r.Text != "" && x.call.Sink != nil {
-			x.call.Sink.Delta(r.Text)
+		// gets the whole answer as one delta.
+		if x.call.Request.Stream && x.call.Sink != nil {
+			if cs, ok := x.call.Sink.(ChunkSink); ok {
+				cs.Chunk(wholeChunk(r))
+			} else if r.Text != "" {
+				x.call.Sink.Delta(r.Text)
+			}
 		}
 	}
 	return Result{Response: r, Signal: sig}, nil
@@ -365,18 +412,22 @@ func (x *exchange) whole(in io.Reader) (Result, error) {
 func (x *exchange) stream(in io.Reader) (Result, error) {
 	acc := x.d.newStream()
 	sink := x.call.Sink
-	err := consumeStream(newSSEDecoder(in), acc, streamHooks{
-		commit: x.commit,
-		delta: func(s string) {
-			if sink == nil {
-				return
-			}
+	hooks := streamHooks{commit: x.commit}
+	if cs, ok := sink.(ChunkSink); ok {
+		hooks.chunk = func(c Chunk) {
 			// The provider is not idle while the sink works.
+			x.timers.pause()
+			cs.Chunk(c)
+			x.timers.resume()
+		}
+	} else if sink != nil {
+		hooks.delta = func(s string) {
 			x.timers.pause()
 			sink.Delta(s)
 			x.timers.resume()
-		},
-	})
+		}
+	}
+	err := consumeStream(newSSEDecoder(in), acc, hooks)
 	x.timers.stop()
 	r := acc.response()
 	switch {

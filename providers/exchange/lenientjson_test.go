@@ -3,11 +3,13 @@ package exchange
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
+
+	"github.com/durallm/durallm/evidence"
 )
 
 // Recorded and drifted chat-completions bodies: what real OpenAI-compatible
@@ -440,5 +442,62 @@ func TestInProgressChatCompletionIsEmpty(t *testing.T) {
 	// Content still wins, whatever the status says.
 	if _, sig, _ := parseCompletion([]byte(`{"status":"in_progress","choices":[{"message":{"content":"hi"}}]}`)); sig != evidence.SignalNone {
 		t.Errorf("content with a status: signal %q", sig)
+	}
+}
+
+// A ChunkSink gets each event's typed pieces after the commit: the
+// tool-call deltas with the call's position as its index (whatever the
+// provider numbered it), the finish reason, and usage as the running total;
+// the role-only chunk before the content gives nothing.
+func TestStreamChunksForAChunkSink(t *testing.T) {
+	acc := newStreamAcc()
+	events := []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"Hi"}}]}`,
+		`{"choices":[{"index":0,"delta":{"refusal":"no"}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":5,"id":"call_a","type":"function","function":{"name":"get","arguments":""}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":5,"function":{"arguments":"{}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`,
+		`[DONE]`,
+	}
+	var got []Chunk
+	for i, e := range events {
+		if _, _, err := acc.event("", []byte(e)); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if c := acc.takeChunk(); !c.Empty() {
+			got = append(got, c)
+		}
+	}
+	u := providers.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}
+	want := []Chunk{
+		{Text: "Hi"},
+		{Refusal: "no"},
+		{ToolCalls: []ToolCallDelta{{Index: 0, ID: "call_a", Type: "function", Name: "get"}}},
+		{ToolCalls: []ToolCallDelta{{Index: 0, Arguments: "{}"}}},
+		{FinishReason: "tool_calls"},
+		{Usage: &u},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d chunks %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Text != w.Text || g.Refusal != w.Refusal || g.FinishReason != w.FinishReason || fmt.Sprint(g.ToolCalls) != fmt.Sprint(w.ToolCalls) ||
+			(g.Usage == nil) != (w.Usage == nil) || (g.Usage != nil && *g.Usage != *w.Usage) {
+			t.Fatalf("chunk %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// Before the first content nothing reaches a ChunkSink, not even usage.
+func TestStreamChunksNothingBeforeTheCommit(t *testing.T) {
+	acc := newAnthropicStreamAcc()
+	if _, _, err := acc.event("message_start", []byte(`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":5}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if c := acc.takeChunk(); !c.Empty() {
+		t.Fatalf("a chunk before the commit: %+v", c)
 	}
 }

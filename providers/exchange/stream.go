@@ -42,6 +42,10 @@ type streamAcc struct {
 	content bool // content has started
 	done    bool // the stream's own end marker arrived ([DONE], message_stop)
 	reader  eventReader
+	// chunk is what the last event carried, for a ChunkSink; gotUsage
+	// says the event being read carried usage.
+	chunk    Chunk
+	gotUsage bool
 }
 
 // eventReader reads one SSE event of a dialect into a streamAcc, with
@@ -51,6 +55,7 @@ type eventReader interface {
 }
 
 type callAcc struct {
+	pos           int // among the answer's calls, from 0
 	id, typ, name string
 	args          strings.Builder
 	// startArgs stand in for the arguments when no argument delta came
@@ -70,7 +75,23 @@ func newStreamAcc() *streamAcc {
 // Errors: ErrMalformedStream, ErrResponseTooLarge (the event is then not
 // applied) and errProviderError.
 func (a *streamAcc) event(name string, data []byte) (text string, first bool, err error) {
+	a.chunk, a.gotUsage = Chunk{}, false
 	return a.reader.read(a, name, data)
+}
+
+// takeChunk returns what the last event carried for the caller, and
+// nothing before the content started.
+func (a *streamAcc) takeChunk() Chunk {
+	c := a.chunk
+	a.chunk = Chunk{}
+	if !a.content {
+		return Chunk{}
+	}
+	if a.gotUsage {
+		u := a.resp.Usage
+		c.Usage = &u
+	}
+	return c
 }
 
 // payload trims an event's data for a reader: nil for no data or for
@@ -128,9 +149,17 @@ func (a *streamAcc) apply(text, refusal string, deltas []toolDelta, finish strin
 	}
 	a.text.WriteString(text)
 	a.refusal.WriteString(refusal)
+	a.chunk = Chunk{Text: text, Refusal: refusal, FinishReason: finish}
 	hasCall := false
 	for _, d := range deltas {
-		a.applyToolDelta(d)
+		i := a.applyToolDelta(d)
+		if d.id != "" || d.name != "" || d.args != "" || d.startArgs != "" {
+			args := d.args
+			if args == "" {
+				args = d.startArgs
+			}
+			a.chunk.ToolCalls = append(a.chunk.ToolCalls, ToolCallDelta{Index: i, ID: d.id, Type: d.typ, Name: d.name, Arguments: args})
+		}
 		hasCall = hasCall || d.id != "" || d.name != "" || d.args != ""
 	}
 	if a.content || (text == "" && refusal == "" && !hasCall) {
@@ -163,6 +192,7 @@ func (openaiEvents) read(a *streamAcc, name string, data []byte) (text string, f
 	}
 	if !isNull(b.Usage) {
 		a.resp.Usage = parseUsage(b.Usage)
+		a.gotUsage = true
 	}
 	// Builders, not +=: one event may hold many index-0 choices, and
 	// repeated concatenation would be quadratic in the event's size.
@@ -261,10 +291,11 @@ func (a *streamAcc) lookup(d toolDelta) *callAcc {
 	}
 }
 
-func (a *streamAcc) applyToolDelta(d toolDelta) {
+// applyToolDelta applies d and returns the position of its call.
+func (a *streamAcc) applyToolDelta(d toolDelta) int {
 	c := a.lookup(d)
 	if c == nil {
-		c = &callAcc{}
+		c = &callAcc{pos: len(a.calls)}
 		a.calls = append(a.calls, c)
 		switch {
 		case d.legacy:
@@ -286,6 +317,7 @@ func (a *streamAcc) applyToolDelta(d toolDelta) {
 		c.startArgs = d.startArgs
 	}
 	c.args.WriteString(d.args)
+	return c.pos
 }
 
 // response returns what has accumulated.
@@ -353,6 +385,9 @@ type streamHooks struct {
 	commit func()
 	// delta receives each non-empty text delta.
 	delta func(string)
+	// chunk, when set, receives each event's pieces after the commit
+	// instead of delta.
+	chunk func(Chunk)
 }
 
 // consumeStream reads events until the stream's end marker, the end of
@@ -381,7 +416,11 @@ func consumeStream(dec *sseDecoder, acc *streamAcc, h streamHooks) error {
 		if first && h.commit != nil {
 			h.commit()
 		}
-		if text != "" && h.delta != nil {
+		if h.chunk != nil {
+			if c := acc.takeChunk(); !c.Empty() {
+				h.chunk(c)
+			}
+		} else if text != "" && h.delta != nil {
 			h.delta(text)
 		}
 	}
@@ -399,4 +438,21 @@ func completeData(data []byte) bool {
 // produced anything usable.
 func streamSignal(r providers.Response) evidence.Signal {
 	return completionSignal(r)
+}
+
+// wholeChunk is a complete answer as one chunk, for a provider that
+// answered a streamed request with a whole body.
+func wholeChunk(r providers.Response) Chunk {
+	u := r.Usage
+	c := Chunk{Text: r.Text, Refusal: r.Refusal, FinishReason: r.FinishReason, Usage: &u}
+	for i, raw := range arr(r.ToolCalls) {
+		var w wireToolCall
+		if !obj(raw, &w) {
+			continue
+		}
+		var f wireFunction
+		obj(w.Function, &f)
+		c.ToolCalls = append(c.ToolCalls, ToolCallDelta{Index: i, ID: str(w.ID), Type: str(w.Type), Name: str(f.Name), Arguments: argsText(f.Arguments)})
+	}
+	return c
 }

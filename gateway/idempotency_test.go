@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestIdempotencyKeyValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  string
+		ok   bool
+	}{
+		{"one character", "a", true},
+		{"a uuid", "stainless-python-retry-3f0b7a43-2a9e-4b4d-9d1c-0d5f1d2e6b7a", true},
+		{"spaces and punctuation", "order 42: summary ~!", true},
+		{"255 characters", strings.Repeat("k", 255), true},
+		{"empty", "", false},
+		{"256 characters", strings.Repeat("k", 256), false},
+		{"a tab", "a\tb", false},
+		{"a newline", "a\nb", false},
+		{"DEL", "a\x7f", false},
+		{"non-ASCII", "clé", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := validKey(tc.key); (err == nil) != tc.ok {
+				t.Fatalf("validKey: %v, want ok %v", err, tc.ok)
+			}
+			if err := validKey(tc.key); err != nil && strings.Contains(err.Error(), tc.key) && tc.key != "" {
+				t.Fatalf("the error quotes the key: %v", err)
+			}
+		})
+	}
+}
+
+func TestKeyedActionIDs(t *testing.T) {
+	a := keyedActionID("team-a", "k1")
+	if a != keyedActionID("team-a", "k1") {
+		t.Fatal("the same caller and key give two ids")
+	}
+	if len(a) != len("gw-")+32 || !strings.HasPrefix(a, "gw-") {
+		t.Fatalf("id %q: want gw- and 32 hex digits", a)
+	}
+	for _, other := range []string{keyedActionID("team-b", "k1"), keyedActionID("team-a", "k2"),
+		// The separator keeps ("ab", "c") and ("a", "bc") apart.
+		keyedActionID("team-ak", "1")} {
+		if other == a {
+			t.Fatalf("two callers or keys share id %s", a)
+		}
+	}
+	if strings.Contains(a, "k1") {
+		t.Fatal("the id shows the key")
+	}
+	r1, r2 := randomActionID(), randomActionID()
+	if r1 == r2 || len(r1) != len(a) || !strings.HasPrefix(r1, "gw-") {
+		t.Fatalf("random ids %q %q", r1, r2)
+	}
+}
+
+func TestCanonicalBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"keys sorted, whitespace gone", `{ "model": "m",
+			"messages": [ {"role":"user", "content":"hi"} ] }`, `{"messages":[{"content":"hi","role":"user"}],"model":"m"}`},
+		{"nested objects sorted", `{"b":{"z":1,"a":2},"a":0}`, `{"a":0,"b":{"a":2,"z":1}}`},
+		{"stream and stream_options left out", `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, `{"model":"m"}`},
+		{"numbers as written", `{"temperature":0.70,"seed":12345678901234567890}`, `{"seed":12345678901234567890,"temperature":0.70}`},
+		{"no HTML escaping", `{"content":"<a&b>"}`, `{"content":"<a&b>"}`},
+		{"unicode kept", `{"content":"wörld \u00e9"}`, `{"content":"wörld é"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := canonicalBody([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{``, `null`, `[1]`, `"x"`, `{"a":1} {"b":2}`, `{"a":`} {
+		if _, err := canonicalBody([]byte(bad)); err == nil {
+			t.Errorf("canonicalBody(%q) accepted", bad)
+		}
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	a, _ := fingerprint(secret, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	// The same request, streamed and written otherwise.
+	b, _ := fingerprint(secret, []byte(`{"stream":true, "messages":[{"content":"hi","role":"user"}],"model":"m"}`))
+	c, _ := fingerprint(secret, []byte(`{"model":"m","messages":[{"role":"user","content":"ho"}]}`))
+	d, _ := fingerprint([]byte("another secret, also 32 bytes ok"), []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	if a != b {
+		t.Fatal("the same request streamed has another fingerprint")
+	}
+	if a == c || a == d {
+		t.Fatal("another body or secret has the same fingerprint")
+	}
+	if len(a) != 64 {
+		t.Fatalf("fingerprint %q: want 64 hex digits", a)
+	}
+}
