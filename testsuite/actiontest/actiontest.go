@@ -446,8 +446,13 @@ func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attemp
 	}
 	ev.Elapsed = max(ev.Elapsed, at.taking, time.Millisecond)
 	out := attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
-	if c := out.Classification.Class; c == evidence.Completed || c == evidence.CommittedPartial {
+	switch out.Classification.Class {
+	case evidence.Completed, evidence.CommittedPartial:
 		out.Response = resp
+	case evidence.Rejected, evidence.ContentFiltered:
+		// As the real activity does: the provider's error object is the
+		// caller's answer.
+		out.Response = &providers.Response{Error: &providers.APIError{Type: errorType, Message: errorMessage}}
 	}
 	if at.verdict != nil {
 		v := *at.verdict
@@ -490,7 +495,13 @@ func (a *Actions) dropConn(ref string) {
 }
 
 // errorBody is the body of a scripted error status.
-const errorBody = `{"error":{"type":"invalid_request_error","message":"scripted by actiontest"}}`
+const errorBody = `{"error":{"type":"` + errorType + `","message":"` + errorMessage + `"}}`
+
+// The scripted error object's type and message.
+const (
+	errorType    = "invalid_request_error"
+	errorMessage = "scripted by actiontest"
+)
 
 // response is the scripted response as the provider layer would have read
 // it: the provider's id, model and token counts, and for a response that

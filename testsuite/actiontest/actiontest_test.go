@@ -108,7 +108,7 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 		{"misdirected, then completes", in, []actiontest.Attempt{actiontest.Misdirected(), actiontest.Answer("hello there")}, []providertest.Behavior{providertest.Misdirected(), providertest.Answer("hello there")}, 0, nil, false},
 		{"throttled, then completes", in, []actiontest.Attempt{actiontest.Throttled(0), actiontest.Answer("ok")}, []providertest.Behavior{providertest.TooManyRequests(nil), providertest.Answer("ok")}, 0, nil, false},
 		{"a server error, then completes", in, []actiontest.Attempt{actiontest.ServerError(500), actiontest.Answer("ok")}, []providertest.Behavior{providertest.ServerError(500), providertest.Answer("ok")}, 0, nil, false},
-		{"rejected", in, []actiontest.Attempt{actiontest.Rejected(400)}, []providertest.Behavior{providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"bad"}}`)}, 0, nil, false},
+		{"rejected", in, []actiontest.Attempt{actiontest.Rejected(400)}, []providertest.Behavior{providertest.Status(400, nil, `{"error":{"type":"invalid_request_error","message":"scripted by actiontest"}}`)}, 0, nil, false},
 		{"cut after content: completed_partial", streamed, []actiontest.Attempt{actiontest.Partial("chunk1 chunk2")}, []providertest.Behavior{providertest.StreamCut(2, providertest.CutReset)}, 0, nil, false},
 		{"ends awaiting a verdict, then not_executed arrives", in,
 			[]actiontest.Attempt{actiontest.Ambiguous().ThenVerdict(attempt.VerdictNotExecuted, time.Minute), actiontest.Answer("second")},
