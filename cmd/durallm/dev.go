@@ -4,8 +4,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
-	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/durallm/durallm/providers/routes"
+
 	"go.temporal.io/sdk/client"
 
 	"github.com/durallm/durallm"
@@ -25,7 +28,6 @@ import (
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
@@ -36,189 +38,242 @@ import (
 // it to stop a running 'dev'.
 var devContext = context.Background
 
+// devFlags are 'dev”s flags.
+type devFlags struct {
+	dataDir, host, routesFile, taskQueue, encKey string
+	metricsAddr, streamAddr, gatewayAddr         string
+	port, uiPort                                 int
+	headless, noDemo, exitAfter, verbose         bool
+}
+
+func (f *devFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dataDir, "data-dir", ".durallm", "where the embedded server keeps its SQLite database (actions survive restarts)")
+	fs.StringVar(&f.host, "host", devserver.DefaultHost, "address to bind; loopback by default")
+	fs.IntVar(&f.port, "port", devserver.DefaultFrontendPort, "Temporal frontend port (-1: any free port)")
+	fs.IntVar(&f.uiPort, "ui-port", 0, "Web UI port (0: port+1000; -1: any free port)")
+	fs.BoolVar(&f.headless, "headless", false, "do not start the Web UI")
+	fs.StringVar(&f.routesFile, "routes", os.Getenv("DURALLM_ROUTES"), "routes YAML file; without it, the built-in fault-injecting demo provider serves two demo routes")
+	fs.BoolVar(&f.noDemo, "no-demo", false, "do not run the demonstration")
+	fs.BoolVar(&f.exitAfter, "exit-after-demo", false, "stop once the demonstration is done (for scripts and tests)")
+	fs.StringVar(&f.taskQueue, "task-queue", durallm.DefaultTaskQueue, "task queue")
+	fs.BoolVar(&f.verbose, "v", false, "log every attempt event (llm.attempt) and server warnings")
+	fs.StringVar(&f.encKey, "encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp+"; the UI decodes through an in-process codec server")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
+	fs.StringVar(&f.streamAddr, "stream-addr", "127.0.0.1:9092", "serve streamed actions' text as server-sent events at /v1/streams/{id} here (empty: off; port 0: any free port)")
+	fs.StringVar(&f.gatewayAddr, "gateway-addr", defaultGatewayAddr, "serve the OpenAI-compatible API (/v1/chat/completions) here (empty: off; port 0: any free port)")
+}
+
+// devProcess is one 'dev': what it started so far, closed in reverse by close.
+type devProcess struct {
+	f              devFlags
+	stdout, stderr io.Writer
+	logger         *slog.Logger
+	keys           *codec.Keyring
+	srv            *devserver.Server
+	st             *workerStack
+	w              *worker.Worker
+	demo           *providertest.Provider
+	routes         routes.Config
+	closers        []func()
+}
+
+func (d *devProcess) say(format string, a ...any) { fmt.Fprintf(d.stdout, format+"\n", a...) }
+
+func (d *devProcess) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// failed reports an error of a start phase with the exit code it means.
+type failed struct {
+	code int
+	err  error
+}
+
+func (e failed) Error() string { return e.err.Error() }
+
 func runDev(args []string, stdout, stderr io.Writer) int {
+	d := &devProcess{stdout: stdout, stderr: stderr}
 	fs := newFlags("dev", "[flags]", stderr)
-	dataDir := fs.String("data-dir", ".durallm", "where the embedded server keeps its SQLite database (actions survive restarts)")
-	host := fs.String("host", devserver.DefaultHost, "address to bind; loopback by default")
-	port := fs.Int("port", devserver.DefaultFrontendPort, "Temporal frontend port (-1: any free port)")
-	uiPort := fs.Int("ui-port", 0, "Web UI port (0: port+1000; -1: any free port)")
-	headless := fs.Bool("headless", false, "do not start the Web UI")
-	routesFile := fs.String("routes", os.Getenv("DURALLM_ROUTES"), "routes YAML file; without it, the built-in fault-injecting demo provider serves two demo routes")
-	noDemo := fs.Bool("no-demo", false, "do not run the demonstration")
-	exitAfter := fs.Bool("exit-after-demo", false, "stop once the demonstration is done (for scripts and tests)")
-	taskQueue := fs.String("task-queue", durallm.DefaultTaskQueue, "task queue")
-	verbose := fs.Bool("v", false, "log every attempt event (llm.attempt) and server warnings")
-	encKey := fs.String("encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp+"; the UI decodes through an in-process codec server")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
-	streamAddr := fs.String("stream-addr", "127.0.0.1:9092", "serve streamed actions' text as server-sent events at /v1/streams/{id} here (empty: off; port 0: any free port)")
-	gatewayAddr := fs.String("gateway-addr", defaultGatewayAddr, "serve the OpenAI-compatible API (/v1/chat/completions) here (empty: off; port 0: any free port)")
+	d.f.register(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	if *routesFile == "" && *noDemo && *exitAfter {
+	if d.f.routesFile == "" && d.f.noDemo && d.f.exitAfter {
 		fmt.Fprintln(stderr, "durallm dev: --no-demo with --exit-after-demo would do nothing")
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(devContext(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	say := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-
-	level := slog.LevelError
-	if *verbose {
-		level = slog.LevelInfo
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
-	keys, err := loadKeyring(*encKey, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-		return exitUsage
-	}
-	var codecEndpoint string
-	var codecHandler lateHandler
-	if keys != nil {
-		ln, err := net.Listen("tcp", net.JoinHostPort(*host, "0"))
-		if err != nil {
-			fmt.Fprintf(stderr, "durallm dev: codec server: %v\n", err)
-			return exitError
-		}
-		cs := &http.Server{Handler: &codecHandler, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = cs.Serve(ln) }()
-		defer cs.Close()
-		codecEndpoint = "http://" + ln.Addr().String()
-	}
-
-	abs, _ := filepath.Abs(*dataDir)
-	say("durallm dev: starting the embedded Temporal server (data in %s)", abs)
-	started := time.Now()
-	srv, err := devserver.Start(ctx, devserver.Options{
-		DataDir: *dataDir, Host: *host, FrontendPort: *port, UIPort: *uiPort, DisableUI: *headless, CodecEndpoint: codecEndpoint,
-		SearchAttributes: workflows.SearchAttributes, Logger: logger,
-		Progress: func(step string) { say("  · %s", step) },
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-		return exitError
-	}
-	defer func() {
-		say("durallm dev: stopping the server")
-		if err := srv.Stop(); err != nil {
-			fmt.Fprintf(stderr, "durallm dev: stop: %v\n", err)
-		}
-	}()
-	say("  · server ready at %s in %s", srv.FrontendHostPort(), time.Since(started).Round(100*time.Millisecond))
-
-	if keys != nil {
-		var origins []string
-		if srv.UIURL() != "" {
-			origins = []string{srv.UIURL()}
-		}
-		h := codec.Handler(keys, codec.HandlerOptions{AllowedOrigins: origins})
-		codecHandler.h.Store(&h)
-		say("  · payloads encrypted (AES-256-GCM, key %s); the UI decodes through %s", keys.ActiveKeyID(), codecEndpoint)
-	}
-	tel, err := telemetry.NewWithOptions(telemetry.Options{Logger: logger, OTLP: telemetry.OTLPConfigured()})
-	if err != nil {
-		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-		return exitError
-	}
-	defer tel.Shutdown(context.Background())
-	copts := srv.ClientOptions() // no gzip on loopback
-	copts.Logger = quietLogger(stderr)
-	if err := instrument(&copts, tel); err != nil {
-		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-		return exitError
-	}
-	if keys != nil {
-		copts.DataConverter = codec.DataConverter(keys)
-	}
-	tc, err := client.Dial(copts)
-	if err != nil {
-		fmt.Fprintf(stderr, "durallm dev: connect to the embedded server: %v\n", err)
-		return exitError
-	}
-	defer tc.Close()
-
-	// The payload keyring, when on, encrypts the journal and the results
-	// too.
-	results := resultstore.Dir{Path: filepath.Join(*dataDir, "results"), Keys: keys}
-	// An http:// route speaks HTTP/1.1 (auto), as local model servers
-	// do; a route to a cleartext HTTP/2 server (the standalone demo
-	// provider's h2c port) says http_version: "2".
-	// Pollers and eager start as measured best for the embedded server
-	// (BenchmarkEmbeddedServerTuning, docs/performance.md).
-	opts := worker.Options{TaskQueue: *taskQueue, SearchAttributes: true, Logger: logger, Telemetry: tel, MetricsAddr: *metricsAddr, StreamAddr: *streamAddr, Journal: journal.Dir{Path: filepath.Join(*dataDir, "journal"), Keys: keys, Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes}}, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"), Results: results, ProbeRoutes: true,
-		WorkflowPollers: 8, ActivityPollers: 8}
-	var demo *providertest.Provider
-	if *routesFile != "" {
-		cfg, err := routes.LoadConfig(*routesFile, os.Getenv)
-		if err != nil {
+	defer d.close()
+	for _, phase := range []func(context.Context) error{d.startServer, d.startWorker, d.startGateway} {
+		if err := phase(ctx); err != nil {
 			fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-			return exitUsage
-		}
-		opts.Config = cfg
-		say("  · routes from %s: %s", *routesFile, strings.Join(cfg.Names(), ", "))
-	} else {
-		demo, err = providertest.NewProvider(providertest.WithModel("demo-model"))
-		if err != nil {
-			fmt.Fprintf(stderr, "durallm dev: demo provider: %v\n", err)
+			var f failed
+			if errors.As(err, &f) {
+				return f.code
+			}
 			return exitError
 		}
-		defer demo.Close()
-		// A request that declares tools gets one tool call, then an answer,
-		// so an agent runs against the demo (examples/agent).
-		demo.SetDefault(providertest.AnswerOrCallTool("ok"))
-		opts.Config = demoRoutes(demo.URL())
-		opts.TLS = demo.ClientTLSConfig()
-		say("  · demo provider (fault-injecting HTTP/2 over loopback TLS) at %s: routes demo-primary, demo-fallback", demo.URL())
 	}
-	w, err := worker.New(tc, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-		return exitUsage
+	if d.srv.UIURL() != "" {
+		d.say("\nTemporal UI: %s", d.srv.UIURL())
 	}
-	if err := w.Start(); err != nil {
-		fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-		return exitError
-	}
-	defer w.Stop()
-	say("  · worker polling task queue %q", *taskQueue)
-	if a := w.MetricsAddr(); a != "" {
-		say("  · metrics at http://%s/metrics (health: /healthz, /readyz)", a)
-	}
-	if a := w.StreamAddr(); a != "" {
-		say("  · streamed text at http://%s/v1/streams/{action id} (server-sent events)", a)
-	}
-	if *gatewayAddr != "" {
-		c := durallm.NewClient(tc, *taskQueue).WithResults(results).WithEagerStart().WithDataConverter(copts.DataConverter)
-		gw, models, tokenFile, err := devGateway(*gatewayAddr, *dataDir, c, w.Streams(), opts.Config.Names(), demo != nil, logger)
-		if err != nil {
-			fmt.Fprintf(stderr, "durallm dev: %v\n", err)
-			return exitError
-		}
-		defer gw.Close()
-		say("  · OpenAI-compatible gateway at %s (models: %s)", gw.URL(), models)
-		say("    export OPENAI_BASE_URL=%s OPENAI_API_KEY=$(cat %s)", gw.URL(), tokenFile)
-		say(`    curl -sN $OPENAI_BASE_URL/chat/completions -H "Authorization: Bearer $OPENAI_API_KEY" -H 'Idempotency-Key: demo-1' --json '{"model":"%s","stream":true,"messages":[{"role":"user","content":"hi"}]}'`, strings.Split(models, ", ")[0])
-	}
-	if srv.UIURL() != "" {
-		say("\nTemporal UI: %s", srv.UIURL())
-	}
-
 	code := exitOK
-	if demo != nil && !*noDemo {
-		if err := demonstration.Run(ctx, stdout, durallm.NewClient(tc, *taskQueue).WithResults(results).WithEagerStart(), demo, demonstration.Options{Routes: []string{"demo-primary", "demo-fallback"}, Frontend: srv.FrontendHostPort(), WorkflowURL: srv.WorkflowURL}); err != nil {
+	if d.demo != nil && !d.f.noDemo {
+		c := durallm.NewClient(d.st.tc, d.f.taskQueue).WithResults(d.st.results).WithEagerStart()
+		if err := demonstration.Run(ctx, stdout, c, d.demo, demonstration.Options{Routes: []string{"demo-primary", "demo-fallback"}, Frontend: d.srv.FrontendHostPort(), WorkflowURL: d.srv.WorkflowURL}); err != nil {
 			fmt.Fprintf(stderr, "durallm dev: demonstration: %v\n", err)
 			code = exitError
 		}
 	}
-	if *exitAfter {
+	if d.f.exitAfter {
 		return code
 	}
-	say("\nRunning. Start actions with 'durallm run --route demo-primary,demo-fallback --message hi'. Ctrl-C stops.")
+	d.say("\nRunning. Start actions with 'durallm run --route demo-primary,demo-fallback --message hi'. Ctrl-C stops.")
 	<-ctx.Done()
-	say("\ndurallm dev: shutting down (in-flight attempts get a bounded grace)")
+	d.say("\ndurallm dev: shutting down (in-flight attempts get a bounded grace)")
 	return code
+}
+
+// startServer starts the embedded Temporal server and its UI, with a
+// codec server for the UI when payloads are encrypted.
+func (d *devProcess) startServer(ctx context.Context) error {
+	level := slog.LevelError
+	if d.f.verbose {
+		level = slog.LevelInfo
+	}
+	d.logger = slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: level}))
+	var err error
+	if d.keys, err = loadKeyring(d.f.encKey, d.stderr); err != nil {
+		return failed{exitUsage, err}
+	}
+	var codecEndpoint string
+	var codecHandler lateHandler
+	if d.keys != nil {
+		ln, err := net.Listen("tcp", net.JoinHostPort(d.f.host, "0"))
+		if err != nil {
+			return fmt.Errorf("codec server: %w", err)
+		}
+		cs := &http.Server{Handler: &codecHandler, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = cs.Serve(ln) }()
+		d.closers = append(d.closers, func() { cs.Close() })
+		codecEndpoint = "http://" + ln.Addr().String()
+	}
+	abs, _ := filepath.Abs(d.f.dataDir)
+	d.say("durallm dev: starting the embedded Temporal server (data in %s)", abs)
+	started := time.Now()
+	if d.srv, err = devserver.Start(ctx, devserver.Options{
+		DataDir: d.f.dataDir, Host: d.f.host, FrontendPort: d.f.port, UIPort: d.f.uiPort, DisableUI: d.f.headless, CodecEndpoint: codecEndpoint,
+		SearchAttributes: workflows.SearchAttributes, Logger: d.logger,
+		Progress: func(step string) { d.say("  · %s", step) },
+	}); err != nil {
+		return err
+	}
+	d.closers = append(d.closers, func() {
+		d.say("durallm dev: stopping the server")
+		if err := d.srv.Stop(); err != nil {
+			fmt.Fprintf(d.stderr, "durallm dev: stop: %v\n", err)
+		}
+	})
+	d.say("  · server ready at %s in %s", d.srv.FrontendHostPort(), time.Since(started).Round(100*time.Millisecond))
+	if d.keys != nil {
+		var origins []string
+		if d.srv.UIURL() != "" {
+			origins = []string{d.srv.UIURL()}
+		}
+		h := codec.Handler(d.keys, codec.HandlerOptions{AllowedOrigins: origins})
+		codecHandler.h.Store(&h)
+		d.say("  · payloads encrypted (AES-256-GCM, key %s); the UI decodes through %s", d.keys.ActiveKeyID(), codecEndpoint)
+	}
+	return nil
+}
+
+// startWorker opens the worker stack on the embedded server (journal and
+// results in the data directory), the routes or the demo provider, and
+// starts the worker.
+func (d *devProcess) startWorker(ctx context.Context) error {
+	var err error
+	if d.st, err = openStack(ctx, stackSetup{
+		Logger: d.logger, Stderr: d.stderr, Keys: d.keys,
+		JournalDir: filepath.Join(d.f.dataDir, "journal"), ResultDir: filepath.Join(d.f.dataDir, "results"),
+		Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes},
+		Dial: func(_ context.Context, tel *telemetry.Telemetry) (client.Client, error) {
+			copts := d.srv.ClientOptions() // no gzip on loopback
+			if err := finishClient(&copts, d.stderr, tel, d.keys); err != nil {
+				return nil, err
+			}
+			tc, err := client.Dial(copts)
+			if err != nil {
+				return nil, fmt.Errorf("connect to the embedded server: %w", err)
+			}
+			return tc, nil
+		},
+	}); err != nil {
+		return err
+	}
+	d.closers = append(d.closers, d.st.Close)
+	// Pollers as measured best for the embedded server
+	// (BenchmarkEmbeddedServerTuning, docs/performance.md). An http://
+	// route speaks HTTP/1.1 (auto), as local model servers do; a route to
+	// a cleartext HTTP/2 server says http_version: "2".
+	opts := worker.Options{TaskQueue: d.f.taskQueue, SearchAttributes: true, MetricsAddr: d.f.metricsAddr, StreamAddr: d.f.streamAddr,
+		WorkflowPollers: 8, ActivityPollers: 8}
+	if d.f.routesFile != "" {
+		if d.routes, err = routes.LoadConfig(d.f.routesFile, os.Getenv); err != nil {
+			return failed{exitUsage, err}
+		}
+		d.say("  · routes from %s: %s", d.f.routesFile, strings.Join(d.routes.Names(), ", "))
+	} else {
+		if d.demo, err = providertest.NewProvider(providertest.WithModel("demo-model")); err != nil {
+			return fmt.Errorf("demo provider: %w", err)
+		}
+		d.closers = append(d.closers, func() { d.demo.Close() })
+		// A request that declares tools gets one tool call, then an answer,
+		// so an agent runs against the demo (examples/agent).
+		d.demo.SetDefault(providertest.AnswerOrCallTool("ok"))
+		d.routes = demoRoutes(d.demo.URL())
+		opts.TLS = d.demo.ClientTLSConfig()
+		d.say("  · demo provider (fault-injecting HTTP/2 over loopback TLS) at %s: routes demo-primary, demo-fallback", d.demo.URL())
+	}
+	opts.Config = d.routes
+	if d.w, err = d.st.newWorker(opts); err != nil {
+		return failed{exitUsage, err}
+	}
+	if err := d.w.Start(); err != nil {
+		return err
+	}
+	d.closers = append(d.closers, d.w.Stop)
+	d.say("  · worker polling task queue %q", d.f.taskQueue)
+	if a := d.w.MetricsAddr(); a != "" {
+		d.say("  · metrics at http://%s/metrics (health: /healthz, /readyz)", a)
+	}
+	if a := d.w.StreamAddr(); a != "" {
+		d.say("  · streamed text at http://%s/v1/streams/{action id} (server-sent events)", a)
+	}
+	return nil
+}
+
+// startGateway serves the OpenAI-compatible gateway on the worker's
+// process and prints how to point an SDK at it.
+func (d *devProcess) startGateway(context.Context) error {
+	if d.f.gatewayAddr == "" {
+		return nil
+	}
+	c := durallm.NewClient(d.st.tc, d.f.taskQueue).WithResults(d.st.results).WithEagerStart()
+	if d.keys != nil {
+		c.WithDataConverter(codec.DataConverter(d.keys))
+	}
+	gw, models, tokenFile, err := devGateway(d.f.gatewayAddr, d.f.dataDir, c, d.w.Streams(), d.routes.Names(), d.demo != nil, d.logger)
+	if err != nil {
+		return err
+	}
+	d.closers = append(d.closers, func() { gw.Close() })
+	d.say("  · OpenAI-compatible gateway at %s (models: %s)", gw.URL(), models)
+	d.say("    export OPENAI_BASE_URL=%s OPENAI_API_KEY=$(cat %s)", gw.URL(), tokenFile)
+	d.say(`    curl -sN $OPENAI_BASE_URL/chat/completions -H "Authorization: Bearer $OPENAI_API_KEY" -H 'Idempotency-Key: demo-1' --json '{"model":"%s","stream":true,"messages":[{"role":"user","content":"hi"}]}'`, strings.Split(models, ", ")[0])
+	return nil
 }
 
 func demoRoutes(base string) routes.Config {

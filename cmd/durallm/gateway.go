@@ -62,50 +62,20 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	fail := func(code int, format string, a ...any) int {
-		fmt.Fprintf(stderr, "durallm gateway: "+format+"\n", a...)
-		return code
-	}
+	fail := func(code int, format string, a ...any) int { return failWith(stderr, "gateway", code, format, a...) }
 	if *runWorker && *routesFile == "" {
 		return fail(exitUsage, "--routes (or DURALLM_ROUTES) is required to run a worker in this process; --worker=false serves without one")
 	}
 	if !*runWorker && *configFile == "" {
 		return fail(exitUsage, "--worker=false needs --config: without a worker here the gateway cannot tell which routes exist")
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	var cfg routes.Config
-	if *routesFile != "" {
-		var err error
-		if cfg, err = routes.LoadConfig(*routesFile, os.Getenv); err != nil {
-			return fail(exitUsage, "%v", err)
-		}
-	}
-	models := gateway.ModelsFromRoutes(cfg.Names())
-	if *configFile != "" {
-		var err error
-		if models, err = gateway.LoadConfig(*configFile); err != nil {
-			return fail(exitUsage, "%v", err)
-		}
-	}
-	var tokens *gateway.Tokens
-	if *tokensFile != "" {
-		var err error
-		if tokens, err = gateway.LoadTokens(*tokensFile, logger); err != nil {
-			return fail(exitUsage, "%v", err)
-		}
-	}
-	if err := checkGatewayAddr(*addr, tokens != nil); err != nil {
-		return fail(exitUsage, "%v", err)
-	}
-	secret, made, err := loadGatewaySecret(*secretFile)
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: requestLogLevel(*verbose)}))
+	in, err := loadGatewayFiles(*routesFile, *configFile, *tokensFile, *secretFile, *addr, logger)
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	if made {
+	cfg, models, tokens := in.routes, in.models, in.tokens
+	if in.madeSecret {
 		fmt.Fprintf(stdout, "durallm gateway: made a new fingerprint secret in %s: give every gateway of this task queue the same file\n", *secretFile)
 	}
 	cf.stderr = stderr
@@ -113,38 +83,35 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	tel, err := telemetry.NewWithOptions(telemetry.Options{Logger: logger, OTLP: telemetry.OTLPConfigured()})
-	if err != nil {
-		return fail(exitError, "%v", err)
-	}
-	defer tel.Shutdown(context.Background())
 	ctx, stop := signal.NotifyContext(gatewayContext(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tc, err := dialUntilReachable(ctx, &cf, tel, logger)
+	st, err := openStack(ctx, stackSetup{
+		Logger: logger, Stderr: stderr, Keys: keys, NoStores: !*runWorker,
+		DSN: cf.journalDSN, JournalDir: *journalDir, ResultDir: cf.resultDir,
+		Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes},
+		Dial: func(ctx context.Context, tel *telemetry.Telemetry) (client.Client, error) {
+			return dialUntilReachable(ctx, &cf, tel, logger)
+		},
+	})
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
-	defer tc.Close()
+	defer st.Close()
+	tel, tc := st.tel, st.tc
 	c := cf.client(tc)
 	if keys != nil {
 		c.WithDataConverter(codec.DataConverter(keys))
 	}
-	var hub *activities.Streams
 	// Attempts that run on workers in other processes stream from there.
 	remote := &gateway.RemoteStreams{Token: os.Getenv("DURALLM_STREAM_TOKEN")}
+	var hub *activities.Streams
 	if *runWorker {
-		bound := &journal.Bound{MaxBytes: defaultJournalMaxBytes}
-		jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir, keys, bound)
-		if err != nil {
-			return fail(exitError, "%v", err)
-		}
-		defer closeStores()
 		hub = activities.NewStreams()
-		w, err := worker.New(tc, worker.Options{
-			TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs, Logger: logger, Telemetry: tel,
-			MetricsAddr: *metricsAddr, Results: results, Journal: jr, AllowH2C: *allowH2C, ProbeRoutes: true, Streams: hub,
+		w, err := st.newWorker(worker.Options{
+			TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
+			MetricsAddr: *metricsAddr, AllowH2C: *allowH2C, Streams: hub,
 			WorkflowPollers: *pollers, ActivityPollers: *pollers,
-			StreamAddr: *streamAddr, StreamURL: *streamURL, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+			StreamAddr: *streamAddr, StreamURL: *streamURL,
 		})
 		if err != nil {
 			return fail(exitUsage, "%v", err)
@@ -164,17 +131,12 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		}
 		defer srv.Close()
 	}
-	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: secret, Streams: hub, Remote: remote, Logger: logger, Meter: tel.Meter()})
+	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: in.secret, Streams: hub, Remote: remote, Logger: logger, Meter: tel.Meter()})
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
 	defer gw.Close()
-	if tokens != nil {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go tokens.Watch(ctx, 2*time.Second, hup)
-	}
+	defer watchTokens(ctx, tokens)()
 	fmt.Fprintf(stdout, "durallm gateway: OpenAI-compatible API at %s (models: %s)\n", gw.URL(), modelNames(models))
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "durallm gateway: stopping")
@@ -263,6 +225,69 @@ func modelNames(c gateway.Config) string {
 		names = append(names, m.Name)
 	}
 	return strings.Join(names, ", ")
+}
+
+// requestLogLevel is the gateway's log level: with -v, Debug, where its
+// line per request is.
+func requestLogLevel(verbose bool) slog.Level {
+	if verbose {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// failWith says what went wrong with the command and returns code.
+func failWith(stderr io.Writer, command string, code int, format string, a ...any) int {
+	fmt.Fprintf(stderr, "durallm "+command+": "+format+"\n", a...)
+	return code
+}
+
+// watchTokens reloads the tokens file when it changes and on SIGHUP,
+// until the returned stop (a nil tokens watches nothing).
+func watchTokens(ctx context.Context, tokens *gateway.Tokens) (stop func()) {
+	if tokens == nil {
+		return func() {}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go tokens.Watch(ctx, 2*time.Second, hup)
+	return func() { signal.Stop(hup) }
+}
+
+// gatewayFiles is what 'gateway' reads before it serves: its worker's
+// routes, the models, the callers' tokens and the fingerprint secret.
+type gatewayFiles struct {
+	routes     routes.Config
+	models     gateway.Config
+	tokens     *gateway.Tokens
+	secret     []byte
+	madeSecret bool
+}
+
+// loadGatewayFiles reads them, and refuses an address beyond loopback
+// without tokens. Every error is the caller's to fix.
+func loadGatewayFiles(routesFile, configFile, tokensFile, secretFile, addr string, logger *slog.Logger) (in gatewayFiles, err error) {
+	if routesFile != "" {
+		if in.routes, err = routes.LoadConfig(routesFile, os.Getenv); err != nil {
+			return in, err
+		}
+	}
+	in.models = gateway.ModelsFromRoutes(in.routes.Names())
+	if configFile != "" {
+		if in.models, err = gateway.LoadConfig(configFile); err != nil {
+			return in, err
+		}
+	}
+	if tokensFile != "" {
+		if in.tokens, err = gateway.LoadTokens(tokensFile, logger); err != nil {
+			return in, err
+		}
+	}
+	if err := checkGatewayAddr(addr, in.tokens != nil); err != nil {
+		return in, err
+	}
+	in.secret, in.madeSecret, err = loadGatewaySecret(secretFile)
+	return in, err
 }
 
 // gatewaySetup is what serving the gateway needs, from 'gateway's flags

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"github.com/durallm/durallm/providers/routes"
 	"io"
 	"log/slog"
 	"math"
@@ -16,25 +14,13 @@ import (
 	"syscall"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
+	"github.com/durallm/durallm/providers/routes"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 
-	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/journal"
-	"github.com/durallm/durallm/resultstore"
-	"github.com/durallm/durallm/resultstore/pgstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/worker"
 )
-
-// quietLogger keeps the Temporal SDK's own chatter, written to w, to
-// warnings and errors, and withholds any result it logs
-// (telemetry.TemporalLogger, which also logs a canceled activity, an
-// expected outcome, below warnings).
-func quietLogger(w io.Writer) sdklog.Logger {
-	return telemetry.TemporalLogger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})))
-}
 
 // workerContext is the context 'worker' runs under until a signal; tests
 // replace it to stop a worker they run in-process.
@@ -85,32 +71,25 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitUsage
 	}
-	bound := &journal.Bound{MaxBytes: int64(maxBytes), MaxEntries: *maxEntries}
-	jr, results, closeStores, err := openStores(cf.journalDSN, *journalDir, cf.resultDir, keys, bound)
-	if err != nil {
-		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
-		return exitError
-	}
-	defer closeStores()
-	tel, err := telemetry.NewWithOptions(telemetry.Options{Logger: logger, OTLP: telemetry.OTLPConfigured()})
-	if err != nil {
-		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
-		return exitError
-	}
-	defer tel.Shutdown(context.Background())
 	ctx, stop := signal.NotifyContext(workerContext(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tc, err := dialUntilReachable(ctx, &cf, tel, logger)
+	st, err := openStack(ctx, stackSetup{
+		Logger: logger, Stderr: stderr, Keys: keys,
+		DSN: cf.journalDSN, JournalDir: *journalDir, ResultDir: cf.resultDir,
+		Bound: &journal.Bound{MaxBytes: int64(maxBytes), MaxEntries: *maxEntries},
+		Dial: func(ctx context.Context, tel *telemetry.Telemetry) (client.Client, error) {
+			return dialUntilReachable(ctx, &cf, tel, logger)
+		},
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
 		return exitError
 	}
-	defer tc.Close()
-	w, err := worker.New(tc, worker.Options{
+	defer st.Close()
+	w, err := st.newWorker(worker.Options{
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
-		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
-		Telemetry: tel, MetricsAddr: *metricsAddr, Results: results,
-		AllowH2C: *allowH2C, ProbeRoutes: true, StreamAddr: *streamAddr, StreamURL: *streamURL, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
+		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts,
+		MetricsAddr: *metricsAddr, AllowH2C: *allowH2C, StreamAddr: *streamAddr, StreamURL: *streamURL,
 		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention,
 	})
 	if err != nil {
@@ -122,35 +101,6 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
-}
-
-// openStores opens the attempt journal and the result store: both in the
-// PostgreSQL database dsn names, creating and migrating it, when dsn is
-// set; otherwise the directories (no journal for an empty journalDir).
-// With keys, both encrypt what they store; bound bounds the journal. It fails, naming the address, when the database cannot be reached: a
-// worker without the journal its operator asked for would leave every
-// ambiguous attempt to a person.
-func openStores(dsn, journalDir, resultDir string, keys *codec.Keyring, bound *journal.Bound) (journal.Journal, resultstore.Store, func(), error) {
-	if dsn == "" {
-		var j journal.Journal
-		if journalDir != "" {
-			j = journal.Dir{Path: journalDir, Keys: keys, Bound: bound}
-		}
-		return j, resultstore.Dir{Path: resultDir, Keys: keys}, func() {}, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	j, err := journal.OpenPostgres(ctx, dsn)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	rs, err := pgstore.Open(ctx, dsn)
-	if err != nil {
-		j.Close()
-		return nil, nil, nil, err
-	}
-	j.Keys, j.Bound, rs.Keys = keys, bound, keys
-	return j, rs, func() { j.Close(); rs.Close() }, nil
 }
 
 // isSet reports whether the flag was given on the command line.
@@ -191,42 +141,4 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
-}
-
-// Bounds of the wait between tries to reach Temporal at start.
-const (
-	firstRetry = time.Second
-	maxRetry   = 15 * time.Second
-)
-
-// dialUntilReachable dials Temporal until it answers or ctx ends (SIGTERM,
-// Ctrl-C). A worker started before its cluster, as a deploy that starts
-// everything at once does, waits and says so on each try instead of
-// exiting. Only an unreachable server is waited for: any other error
-// (bad TLS or API-key settings, a refused credential) needs a person and
-// ends the worker at once.
-func dialUntilReachable(ctx context.Context, cf *connFlags, tel *telemetry.Telemetry, log *slog.Logger) (client.Client, error) {
-	wait := firstRetry
-	for try := 1; ; try++ {
-		tc, err := cf.dialWith(ctx, tel)
-		var unavailable *serviceerror.Unavailable
-		switch {
-		case err == nil:
-			if try > 1 {
-				log.Info("durallm worker: Temporal is reachable now", "tries", try)
-			}
-			return tc, nil
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("stopped while waiting for Temporal: %w", err)
-		case !errors.As(err, &unavailable):
-			return nil, err
-		}
-		log.Warn("durallm worker: Temporal not reachable yet; retrying (the worker waits, it does not exit)", "error", err, "try", try, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("stopped while waiting for Temporal: %w", err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, maxRetry)
-	}
 }
