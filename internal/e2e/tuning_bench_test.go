@@ -1,4 +1,4 @@
-package devserver_test
+package e2e_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // SQLite's and the SDK's defaults, then with each setting that is ours to
 // tune, then with all of them. It reports actions/s and p50/p99.
 //
-//	go test -run '^$' -bench BenchmarkEmbeddedServerTuning -benchtime 300x ./internal/devserver/
+//	go test -run '^$' -bench BenchmarkEmbeddedServerTuning -benchtime 300x ./internal/e2e/
 func BenchmarkEmbeddedServerTuning(b *testing.B) {
 	type tuning struct {
 		name    string
@@ -40,7 +40,7 @@ func BenchmarkEmbeddedServerTuning(b *testing.B) {
 		{name: "all", eager: true, pollers: 8},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			st := newBenchStack(b, func(o *devserver.Options) { o.SQLitePragmas = tc.pragmas }, worker.Options{
+			st := newServerStack(b, func(o *devserver.Options) { o.SQLitePragmas = tc.pragmas }, worker.Options{
 				TaskQueue: "tune", WorkflowPollers: tc.pollers, ActivityPollers: tc.pollers, DisableEagerActivities: tc.noEager,
 			})
 			tcl := st.tc

@@ -1,4 +1,4 @@
-package devserver_test
+package e2e_test
 
 import (
 	"bufio"
@@ -54,9 +54,9 @@ func (f *firstDelta) Incomplete(string) {}
 // Each reports ttft-p50/p90/p99-ms after latencyWarmup unmeasured runs;
 // the durable rows' overhead is theirs minus direct's, in the same run.
 //
-//	go test -run '^$' -bench BenchmarkTimeToFirstToken -benchtime 200x ./internal/devserver/
+//	go test -run '^$' -bench BenchmarkTimeToFirstToken -benchtime 200x ./internal/e2e/
 func BenchmarkTimeToFirstToken(b *testing.B) {
-	st := newBenchStack(b, nil, worker.Options{TaskQueue: "ttft", WorkflowPollers: 8, ActivityPollers: 8, StreamAddr: "127.0.0.1:0"})
+	st := newServerStack(b, nil, worker.Options{TaskQueue: "ttft", WorkflowPollers: 8, ActivityPollers: 8, StreamAddr: "127.0.0.1:0"})
 	p, tcl, w, route := st.p, st.tc, st.w, st.route
 	c := durallm.NewClient(tcl, "ttft")
 	engine := recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler)})

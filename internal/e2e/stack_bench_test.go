@@ -1,4 +1,4 @@
-package devserver_test
+package e2e_test
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 	"github.com/durallm/durallm/workflows"
 )
 
-// benchStack is what the benchmarks here measure against: a file-backed
+// serverStack is what the benchmarks here measure against: a file-backed
 // embedded server, the providertest provider, a Temporal client and a
 // durallm worker whose one route "r" points at the provider. Everything
 // stops when the benchmark ends.
-type benchStack struct {
+type serverStack struct {
 	srv   *devserver.Server
 	p     *providertest.Provider
 	tc    client.Client
@@ -28,11 +28,11 @@ type benchStack struct {
 	route routes.Route
 }
 
-// newBenchStack starts a stack; server adjusts the server's options and
+// newServerStack starts a stack; server adjusts the server's options and
 // wo the worker's (TaskQueue, TLS, Config, Logger and SearchAttributes
 // are set here). The client is dialled with the server's ClientOptions,
 // as 'durallm dev' does; clientOpts, if any, adjust them.
-func newBenchStack(b *testing.B, server func(*devserver.Options), wo worker.Options, clientOpts ...func(*client.Options)) *benchStack {
+func newServerStack(b *testing.B, server func(*devserver.Options), wo worker.Options, clientOpts ...func(*client.Options)) *serverStack {
 	b.Helper()
 	so := devserver.Options{
 		DataDir: b.TempDir(), FrontendPort: devserver.FreePort, DisableUI: true,
@@ -61,7 +61,7 @@ func newBenchStack(b *testing.B, server func(*devserver.Options), wo worker.Opti
 		b.Fatal(err)
 	}
 	b.Cleanup(tc.Close)
-	s := &benchStack{srv: srv, p: p, tc: tc,
+	s := &serverStack{srv: srv, p: p, tc: tc,
 		route: routes.Route{Name: "r", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}}}
 	wo.TLS, wo.SearchAttributes, wo.Logger = p.ClientTLSConfig(), true, slog.New(slog.DiscardHandler)
 	wo.Config = routes.Config{Routes: []routes.Route{s.route}}

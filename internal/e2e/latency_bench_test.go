@@ -1,4 +1,4 @@
-package devserver_test
+package e2e_test
 
 import (
 	"context"
@@ -84,7 +84,7 @@ const latencyWarmup = 10
 // transfer queue) should save one quantum and eager activities off (the
 // activity takes the queue too) should add one.
 //
-//	go test -run '^$' -bench BenchmarkSequentialLatency -benchtime 200x ./internal/devserver/
+//	go test -run '^$' -bench BenchmarkSequentialLatency -benchtime 200x ./internal/e2e/
 //
 // In "embedded" and "embedded+eager-start", gateway-json is the same
 // happy action as a non-streamed POST /v1/chat/completions to durallm's
@@ -134,7 +134,7 @@ func BenchmarkSequentialLatency(b *testing.B) {
 				wo.Journal = journal.Dir{Path: filepath.Join(dir, "journal"), Bound: &journal.Bound{MaxBytes: 1 << 30}}
 				wo.Results = resultstore.Dir{Path: filepath.Join(dir, "results")}
 			}
-			st := newBenchStack(b, func(o *devserver.Options) { o.DynamicConfig, o.NoStatementCache = v.dc, v.noCache }, wo, func(o *client.Options) {
+			st := newServerStack(b, func(o *devserver.Options) { o.DynamicConfig, o.NoStatementCache = v.dc, v.noCache }, wo, func(o *client.Options) {
 				if v.gzip {
 					o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionGzip{}
 				}

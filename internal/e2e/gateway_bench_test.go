@@ -1,4 +1,4 @@
-package devserver_test
+package e2e_test
 
 import (
 	"bufio"
@@ -56,7 +56,7 @@ func newBenchGateway(b *testing.B, c *durallm.Client, hub *activities.Streams, r
 // elsewhereClient is a durallm client on a Temporal client of its own,
 // for a gateway whose worker is in another process (no shared client, no
 // eager start, no shared hub).
-func elsewhereClient(b *testing.B, st *benchStack, taskQueue string) *durallm.Client {
+func elsewhereClient(b *testing.B, st *serverStack, taskQueue string) *durallm.Client {
 	b.Helper()
 	co := st.srv.ClientOptions()
 	co.Logger = sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
@@ -126,7 +126,7 @@ func (g *benchGateway) post(ctx context.Context, body string) (*http.Response, e
 // binary, as TestHelperBenchWorker) on taskQueue, against st's server and
 // provider, its stream endpoint on loopback: the worker of a gateway run
 // with --worker=false. It stops when the benchmark ends.
-func startWorkerProcess(b *testing.B, st *benchStack, taskQueue string) {
+func startWorkerProcess(b *testing.B, st *serverStack, taskQueue string) {
 	b.Helper()
 	certPEM, _, err := st.p.CertificatePEM()
 	if err != nil {

@@ -1,4 +1,4 @@
-package devserver_test
+package e2e_test
 
 import (
 	"os"
