@@ -156,7 +156,7 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 	if a.BeforeReport != nil {
 		a.BeforeReport(out)
 	}
-	a.storeLarge(ctx, &out)
+	a.storeLarge(ctx, in.ActionRef, &out)
 	return out, nil
 }
 

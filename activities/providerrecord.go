@@ -178,7 +178,7 @@ func (a *Activities) settledByRecord(ctx context.Context, in attempt.ReconcileIn
 	a.Telemetry.ProviderRecordLookup(ctx, route.Name, attempt.ProviderRecordFound, dups)
 	r := c.Response
 	out := attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: &r, By: attempt.ByProvider, ProviderRecord: attempt.ProviderRecordFound, Note: note}
-	a.storeLargeVerdict(ctx, &out)
+	a.storeLargeVerdict(ctx, in.ActionRef, &out)
 	return out, true
 }
 

@@ -183,7 +183,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		}
 		out = attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal, JournalState: string(e.State),
 			Note: "a worker received the response at " + at + " and journaled it before its report was lost"}
-		a.storeLargeVerdict(ctx, &out)
+		a.storeLargeVerdict(ctx, in.ActionRef, &out)
 		return out, true, nil
 	case journal.NotProcessed:
 		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
@@ -283,8 +283,8 @@ func (a *Activities) whyNotWait(ctx context.Context, w sentWait, now time.Time) 
 
 // storeLargeVerdict keeps a journaled response too large for history in
 // the result store, as storeLarge does for an attempt's.
-func (a *Activities) storeLargeVerdict(ctx context.Context, out *attempt.ReconcileOutput) {
+func (a *Activities) storeLargeVerdict(ctx context.Context, actionRef string, out *attempt.ReconcileOutput) {
 	o := attempt.Outcome{Response: out.Response}
-	a.storeLarge(ctx, &o)
+	a.storeLarge(ctx, actionRef, &o)
 	out.Response, out.ResultRef = o.Response, o.ResponseRef
 }

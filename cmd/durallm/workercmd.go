@@ -53,6 +53,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	pollers := fs.Int("pollers", 0, "workflow and activity task pollers each (0: the SDK's default, 2; 8 measured best on the embedded server)")
 	journalDir := fs.String("journal-dir", envOr("DURALLM_JOURNAL_DIR", "durallm-journal"), "the attempt journal: where each attempt's end is written before it is reported, read first to reconcile ambiguous attempts (every worker of the task queue must share it; empty: off)")
 	retention := fs.Duration("journal-retention", journal.DefaultRetention, "how long a journal entry is kept after its action closed (entries of running actions are kept); negative: never expire")
+	resultRetention := fs.Duration("result-retention", resultstore.DefaultRetention, "how long a stored result is kept after the last action it was stored for closed (results of running actions are kept); negative: never expire")
 	maxBytes := byteSize(defaultJournalMaxBytes)
 	fs.Var(&maxBytes, "journal-max-bytes", "the journal's size bound in stored bytes (KiB, MiB, GiB suffixes; 0: none): at the bound new attempts go unjournaled, nothing is dropped")
 	maxEntries := fs.Int64("journal-max-entries", 0, "the journal's bound in entries (0: none)")
@@ -110,7 +111,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts, Logger: logger,
 		Telemetry: tel, MetricsAddr: *metricsAddr, Results: results,
 		AllowH2C: *allowH2C, ProbeRoutes: true, StreamAddr: *streamAddr, Journal: jr, StreamToken: os.Getenv("DURALLM_STREAM_TOKEN"),
-		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention,
+		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention, ResultRetention: *resultRetention,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)
