@@ -67,13 +67,20 @@ func metricLine(t *testing.T, tel *telemetry.Telemetry, prefix string) string {
 	return strings.Join(lines, "\n")
 }
 
-func TestAnAmbiguousAttemptIsSettledFromTheProvidersRecord(t *testing.T) {
-	a, p := newActs(t)
+// withTelemetry gives a its own metrics.
+func withTelemetry(t *testing.T, a *Activities) *telemetry.Telemetry {
+	t.Helper()
 	tel, err := telemetry.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Telemetry = tel
+	return tel
+}
+
+func TestAnAmbiguousAttemptIsSettledFromTheProvidersRecord(t *testing.T) {
+	a, p := newActs(t)
+	tel := withTelemetry(t, a)
 	a.Journal = journal.Dir{Path: t.TempDir()}
 	withRecordRoute(a, p, time.Second)
 	in := lostAnswer(t, a, p, providertest.Answer("the provider's own answer"))
@@ -192,11 +199,7 @@ func (f reconcilerFunc) Reconcile(ctx context.Context, in attempt.ReconcileInput
 // on its way. The first settles it; the second is evidence, and counted.
 func TestSeveralRecordsSettleWithTheFirstAndCountTheDuplicate(t *testing.T) {
 	a, p := newActs(t)
-	tel, err := telemetry.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Telemetry = tel
+	tel := withTelemetry(t, a)
 	withRecordRoute(a, p, time.Second)
 	p.Push(providertest.Answer("first execution"))
 	in := attemptOn("recorded", hello())

@@ -107,23 +107,15 @@ func TestTheWorkerSweepsItsResults(t *testing.T) {
 			}
 
 			// A worker that sweeps, with a tiny retention, removes the
-			// closed action's result. This waits for the sweeper's rounds,
-			// with no bound on how fast.
+			// closed action's result.
 			defer newWorker(time.Nanosecond).Stop()
-			deadline := time.Now().Add(time.Minute)
-			for {
+			untilGone(t, "result "+closedRef, func() (bool, error) {
 				_, err := store.Get(ctx, closedRef)
 				if errors.Is(err, resultstore.ErrNotFound) {
-					break
+					return false, nil
 				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("result %s still there a minute after its action closed", closedRef)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return true, err
+			})
 			for what, ref := range map[string]string{"the running action's": runningRef, "the unclaimed": unclaimed} {
 				if _, err := store.Get(ctx, ref); err != nil {
 					t.Errorf("%s result was swept: %v", what, err)

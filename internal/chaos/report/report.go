@@ -67,6 +67,10 @@ type Report struct {
 		Settled int
 		LeftBy  map[string]int
 	}
+	// Left says, for each action left to a person, why: what the journal
+	// and the provider's record held for its last attempt, and whether
+	// the provider ever received it.
+	Left []string
 	// GoAways counts GOAWAY frames the engine received, by code; Conns the
 	// connections it opened (one per drain, when recovery works).
 	GoAways map[string]int64
@@ -153,6 +157,12 @@ func (r *Report) checkJournal(p *providertest.Provider, j journal.Journal, id st
 		if e, ok, err := j.Lookup(context.Background(), last.Evidence.AttemptID); err == nil && ok && e.State == journal.Received {
 			v = append(v, fmt.Sprintf("%s was left to a person although the journal holds the response a worker received", id))
 		}
+		received := "the provider never received it"
+		if b := BehaviorOf(p, last.Evidence.AttemptID); b != "" {
+			received = "the provider did " + b + " with it"
+		}
+		r.Left = append(r.Left, fmt.Sprintf("%s attempt %d (%s, %s): journal %s, provider record %s; %s",
+			id, last.N, last.Classification.Class, last.Classification.Reason, orNone(last.JournalState), orNone(last.ProviderRecord), received))
 		if last.ProviderRecord != "" {
 			if r.Provider.LeftBy == nil {
 				r.Provider.LeftBy = map[string]int{}
@@ -164,6 +174,13 @@ func (r *Report) checkJournal(p *providertest.Provider, j journal.Journal, id st
 		}
 	}
 	return v
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "not consulted"
+	}
+	return s
 }
 
 // settledRight checks an action settled from a record (the journal, the
@@ -194,14 +211,19 @@ func stored(p *providertest.Provider, attemptID string) bool {
 	return false
 }
 
-// defaultAnswer is what the chaos provider's default behaviour records.
-var defaultAnswer = providertest.Answer("ok").String()
+// defaultAnswer is what the chaos provider's default behaviour records;
+// listStored what a lookup of its stored completions records.
+var (
+	defaultAnswer = providertest.Answer("ok").String()
+	listStored    = providertest.ListStored().String()
+)
 
 // AddFaults counts the faults the provider injected: every behaviour it
-// recorded but its default answer.
+// recorded but its default answer and the lookups of its stored
+// completions.
 func (r *Report) AddFaults(p *providertest.Provider, defaultBehavior string) {
 	for _, rec := range p.Received() {
-		if rec.Behavior != "" && rec.Behavior != defaultBehavior {
+		if rec.Behavior != "" && rec.Behavior != defaultBehavior && rec.Behavior != listStored {
 			r.Faults[rec.Behavior]++
 		}
 	}
@@ -404,6 +426,12 @@ func (r *Report) Print(w io.Writer) {
 	}
 	for _, id := range r.Twice {
 		fmt.Fprintf(w, "EXECUTED TWICE %s\n", id)
+	}
+	if len(r.Left) > 0 {
+		fmt.Fprintln(w, "\nleft to a person:")
+	}
+	for _, l := range r.Left {
+		fmt.Fprintln(w, "  "+l)
 	}
 	if len(r.Violations) == 0 {
 		fmt.Fprintln(w, "\ninvariants: all held")

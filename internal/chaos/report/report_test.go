@@ -283,9 +283,21 @@ func TestProviderRecordInvariants(t *testing.T) {
 	if len(r.Violations) != 2 || !strings.Contains(got, "from the provider's record with") || !strings.Contains(got, "although the provider stored its attempt's answer") {
 		t.Fatalf("violations %v", r.Violations)
 	}
+	r.Add(p, j, "never-sent", leftWith("n-1", attempt.ProviderRecordNotFound), nil, false)
+	// A lookup of the store is no fault.
+	c := &http.Client{Transport: &http2.Transport{TLSClientConfig: p.ClientTLSConfig()}}
+	if resp, err := c.Get(p.URL() + "/v1/chat/completions?metadata[durallm_attempt_id]=s-1"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	r.AddFaults(p, defaultAnswer)
 	var out bytes.Buffer
 	r.Print(&out)
-	if !strings.Contains(out.String(), "provider's record: 2 attempts settled from the provider's record") || !strings.Contains(out.String(), "the lookup: not_found 2") {
-		t.Fatalf("report:\n%s", out.String())
+	got = out.String()
+	if !strings.Contains(got, "provider's record: 2 attempts settled from the provider's record") || !strings.Contains(got, "the lookup: not_found 3") ||
+		!strings.Contains(got, "never-sent attempt 1 (ambiguous, ): journal not consulted, provider record not_found; the provider never received it") ||
+		!strings.Contains(got, "unstored attempt 1") || len(r.Faults) != 0 {
+		t.Fatalf("faults %v, report:\n%s", r.Faults, got)
 	}
 }
