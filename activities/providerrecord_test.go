@@ -128,8 +128,14 @@ func TestARecordRouteAloneRunsTheBuiltInReconciler(t *testing.T) {
 			t.Errorf("routes %v: reconciler %v", tc.routes, plan.Reconciler)
 		}
 	}
+	// An attempt on a route without a record, when another route has one:
+	// nothing to look at, and nothing to fail (and be tried again) either.
+	if out, err := a.Reconcile(context.Background(), attempt.ReconcileInput{AttemptID: "x", Route: "openai"}); err != nil || out.Verdict != attempt.VerdictNone || !strings.Contains(out.Note, "keeps no provider record") || lookups(p) != 0 {
+		t.Fatalf("a route without a record: %+v %v", out, err)
+	}
+	delete(a.Routes, "recorded")
 	if _, err := a.Reconcile(context.Background(), attempt.ReconcileInput{AttemptID: "x", Route: "openai"}); !errors.Is(err, ErrNoReconciler) {
-		t.Fatalf("a route without a record: %v", err)
+		t.Fatalf("no reconciler at all: %v", err)
 	}
 }
 

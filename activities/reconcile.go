@@ -40,7 +40,8 @@ const (
 	VerdictAbandon     = attempt.VerdictAbandon
 )
 
-// ErrNoReconciler is returned by Reconcile when none is configured.
+// ErrNoReconciler is returned by Reconcile when none is configured: no
+// journal, no application reconciler and no route with a provider record.
 var ErrNoReconciler = errors.New("durallm: no reconciler configured on this worker")
 
 // Reconcile asks the configured Reconciler about an ambiguous attempt.
@@ -88,9 +89,14 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 		builtin, asked = out, true
 	}
 	if a.Reconciler == nil {
-		if asked {
+		switch {
+		case asked:
 			builtin.Verdict = attempt.VerdictNone
 			return builtin, nil
+		case a.keepsProviderRecords():
+			// The plan runs the reconciler for the action's other routes;
+			// this attempt's has nothing to look at.
+			return attempt.ReconcileOutput{Note: "route " + in.Route + " keeps no provider record, and this worker has no journal and no application reconciler"}, nil
 		}
 		return attempt.ReconcileOutput{}, ErrNoReconciler
 	}
@@ -104,6 +110,16 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 		out.Note = joinNotes(builtin.Note, out.Note)
 	}
 	return out, nil
+}
+
+// keepsProviderRecords reports whether any route keeps a provider record.
+func (a *Activities) keepsProviderRecords() bool {
+	for _, r := range a.Routes {
+		if r.ProviderRecord != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // joinNotes joins the notes of the reconcilers asked in turn.
