@@ -115,11 +115,16 @@ func (a *Activities) DescribeRoutes(_ context.Context, in attempt.PlanInput) (at
 			p.Unknown = append(p.Unknown, name)
 			continue
 		}
-		p.Routes = append(p.Routes, attempt.RouteInfo{
+		info := attempt.RouteInfo{
 			Name: r.Name, Kind: r.Kind, Model: r.Model, Capabilities: r.Capabilities,
 			HonoursIdempotencyKey: r.HonoursIdempotencyKey, IdempotencyWindow: r.IdempotencyWindow,
 			AttemptTimeout: r.AttemptTimeout,
-		})
+		}
+		if r.ProviderRecord != "" {
+			// The built-in reconciler looks the route's record up.
+			p.Reconciler, info.ProviderRecordSettle = true, r.WithDefaults().ProviderRecordSettle
+		}
+		p.Routes = append(p.Routes, info)
 	}
 	return p, nil
 }

@@ -72,7 +72,8 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
 		engine = a.InsecureEngine
 	}
-	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink})
+	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink,
+		Record: exchange.RecordIDs{AttemptID: in.AttemptID, ActionRef: in.ActionRef}})
 	stop()
 	sent.stop() // no renewal starts once the exchange has ended
 	ev, class := att.FinishWith(facts(ctx, res, err))
@@ -176,7 +177,7 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 	if a.BeforeReport != nil {
 		a.BeforeReport(out)
 	}
-	a.storeLarge(ctx, &out)
+	a.storeLarge(ctx, in.ActionRef, &out)
 	return out, nil
 }
 

@@ -191,9 +191,10 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 }
 
 // storeLarge moves a response too large for history into the result
-// store, leaving a reference. If the store fails, the response stays
-// inline: Temporal may still accept it, and the answer is not lost.
-func (a *Activities) storeLarge(ctx context.Context, out *attempt.Outcome) {
+// store, leaving a reference; a store whose results expire keeps it for
+// the action actionRef. If the store fails, the response stays inline:
+// Temporal may still accept it, and the answer is not lost.
+func (a *Activities) storeLarge(ctx context.Context, actionRef string, out *attempt.Outcome) {
 	if a.Results == nil || out.Response == nil {
 		return
 	}
@@ -208,7 +209,11 @@ func (a *Activities) storeLarge(ctx context.Context, out *attempt.Outcome) {
 	var ref string
 	err = boundedWrite(ctx, writeBy(ctx, resultWriteTimeout), func(ctx context.Context) error {
 		var err error
-		ref, err = a.Results.Put(ctx, b)
+		if ex, ok := a.Results.(resultstore.Expirable); ok {
+			ref, err = ex.PutFor(ctx, actionRef, b)
+		} else {
+			ref, err = a.Results.Put(ctx, b)
+		}
 		return err
 	})
 	if err != nil {

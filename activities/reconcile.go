@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -39,7 +40,8 @@ const (
 	VerdictAbandon     = attempt.VerdictAbandon
 )
 
-// ErrNoReconciler is returned by Reconcile when none is configured.
+// ErrNoReconciler is returned by Reconcile when none is configured: no
+// journal, no application reconciler and no route with a provider record.
 var ErrNoReconciler = errors.New("durallm: no reconciler configured on this worker")
 
 // Reconcile asks the configured Reconciler about an ambiguous attempt.
@@ -53,12 +55,16 @@ var ErrNoReconciler = errors.New("durallm: no reconciler configured on this work
 //     reconciler waits for that end until the attempt's own deadline;
 //   - otherwise the journal cannot tell.
 //
-// An unreadable journal is logged and passed over. Then the application's
-// Reconciler, if any. A Reconcile cut short (its worker stops, or it is
+// An unreadable journal is logged and passed over. Then, on a route that
+// keeps a provider record, the provider's stored completions
+// (reconcileFromProviderRecord). Then the application's Reconciler, if
+// any; when it cannot tell either, its note follows what the built-in
+// reconciler found. A Reconcile cut short (its worker stops, or it is
 // canceled) returns an error wrapping ctx's error and cause: it has not
 // found that nothing can tell, so Temporal retries it.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
-	var fromJournal attempt.ReconcileOutput
+	var builtin attempt.ReconcileOutput
+	asked := false
 	if a.Journal != nil {
 		out, settled, err := a.reconcileFromJournal(ctx, in)
 		if err != nil {
@@ -67,12 +73,30 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 		if settled {
 			return out, nil
 		}
-		fromJournal = out
+		builtin, asked = out, true
+		builtin.By = attempt.ByJournal
+	}
+	if route, ok := a.Routes[in.Route]; ok && route.ProviderRecord != "" {
+		out, settled, err := a.reconcileFromProviderRecord(ctx, in, route)
+		if err != nil {
+			return attempt.ReconcileOutput{}, err
+		}
+		out.JournalState = builtin.JournalState
+		if settled {
+			return out, nil
+		}
+		out.Note = joinNotes(builtin.Note, out.Note)
+		builtin, asked = out, true
 	}
 	if a.Reconciler == nil {
-		if a.Journal != nil {
-			fromJournal.Verdict, fromJournal.By = attempt.VerdictNone, attempt.ByJournal
-			return fromJournal, nil
+		switch {
+		case asked:
+			builtin.Verdict = attempt.VerdictNone
+			return builtin, nil
+		case a.keepsProviderRecords():
+			// The plan runs the reconciler for the action's other routes;
+			// this attempt's has nothing to look at.
+			return attempt.ReconcileOutput{Note: "route " + in.Route + " keeps no provider record, and this worker has no journal and no application reconciler"}, nil
 		}
 		return attempt.ReconcileOutput{}, ErrNoReconciler
 	}
@@ -80,8 +104,33 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 	if err != nil {
 		return attempt.ReconcileOutput{}, fmt.Errorf("durallm: reconciler for %s attempt %d: %w", in.ActionRef, in.Attempt, err)
 	}
-	out.By, out.JournalState = attempt.ByReconciler, fromJournal.JournalState
+	out.By, out.JournalState, out.ProviderRecord = attempt.ByReconciler, builtin.JournalState, builtin.ProviderRecord
+	if out.Verdict == attempt.VerdictNone {
+		// The person who decides next reads why nothing could tell.
+		out.Note = joinNotes(builtin.Note, out.Note)
+	}
 	return out, nil
+}
+
+// keepsProviderRecords reports whether any route keeps a provider record.
+func (a *Activities) keepsProviderRecords() bool {
+	for _, r := range a.Routes {
+		if r.ProviderRecord != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// joinNotes joins the notes of the reconcilers asked in turn.
+func joinNotes(notes ...string) string {
+	var kept []string
+	for _, n := range notes {
+		if n != "" {
+			kept = append(kept, n)
+		}
+	}
+	return strings.Join(kept, "; then ")
 }
 
 // journalPoll is how often the built-in reconciler looks again at an
@@ -150,7 +199,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 		}
 		out = attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: e.Response, By: attempt.ByJournal, JournalState: string(e.State),
 			Note: "a worker received the response at " + at + " and journaled it before its report was lost"}
-		a.storeLargeVerdict(ctx, &out)
+		a.storeLargeVerdict(ctx, in.ActionRef, &out)
 		return out, true, nil
 	case journal.NotProcessed:
 		return attempt.ReconcileOutput{Verdict: attempt.VerdictNotExecuted, By: attempt.ByJournal, JournalState: string(e.State),
@@ -250,8 +299,8 @@ func (a *Activities) whyNotWait(ctx context.Context, w sentWait, now time.Time) 
 
 // storeLargeVerdict keeps a journaled response too large for history in
 // the result store, as storeLarge does for an attempt's.
-func (a *Activities) storeLargeVerdict(ctx context.Context, out *attempt.ReconcileOutput) {
+func (a *Activities) storeLargeVerdict(ctx context.Context, actionRef string, out *attempt.ReconcileOutput) {
 	o := attempt.Outcome{Response: out.Response}
-	a.storeLarge(ctx, &o)
+	a.storeLarge(ctx, actionRef, &o)
 	out.Response, out.ResultRef = o.Response, o.ResponseRef
 }

@@ -114,6 +114,11 @@ type RouteInfo struct {
 	HonoursIdempotencyKey bool                   `json:"honours_idempotency_key,omitempty"`
 	IdempotencyWindow     time.Duration          `json:"idempotency_window,omitempty"`
 	AttemptTimeout        time.Duration          `json:"attempt_timeout,omitempty"`
+	// ProviderRecordSettle is how long past an attempt's deadline the
+	// built-in reconciler may look for the route's provider record (the
+	// route's provider_record_settle); zero when the route keeps none.
+	// The workflow gives the reconcile activity that much more time.
+	ProviderRecordSettle time.Duration `json:"provider_record_settle,omitempty"`
 }
 
 // PlanInput names the routes an action wants.
@@ -197,6 +202,12 @@ type ReconcileInput struct {
 	AttemptID      string            `json:"attempt_id"`
 	Route          string            `json:"route"`
 	Evidence       evidence.Evidence `json:"evidence"`
+	// Remaining is how long the attempt's activity could still run (to
+	// its deadline) when the workflow asked; the built-in reconciler
+	// times the provider record's settle window from it, on its own
+	// clock. Zero when the deadline had passed, and in histories from
+	// before the field.
+	Remaining time.Duration `json:"remaining,omitempty"`
 }
 
 // ReconcileOutput is the reconciler's answer.
@@ -207,19 +218,42 @@ type ReconcileOutput struct {
 	// went to the worker's result store.
 	ResultRef string `json:"result_ref,omitempty"`
 	Note      string `json:"note,omitempty"`
-	// By names the source of the verdict: ByJournal or ByReconciler.
+	// By names the source of the verdict: ByJournal, ByProvider or
+	// ByReconciler; with no verdict, the last one asked.
 	By string `json:"by,omitempty"`
 	// JournalState is what the attempt journal held for the attempt
 	// when the built-in reconciler looked (journal.State: "received",
 	// "not_processed", "sent", "ended_unanswered"), "none" for no entry,
 	// "unreadable" when it could not be read; empty with no journal.
 	JournalState string `json:"journal_state,omitempty"`
+	// ProviderRecord is what the built-in reconciler found in the route's
+	// provider record (ProviderRecordFound, ...); empty when the route
+	// keeps none or it did not look.
+	ProviderRecord string `json:"provider_record,omitempty"`
 }
+
+// What the built-in reconciler found in a provider's record
+// (ReconcileOutput.ProviderRecord).
+const (
+	// ProviderRecordFound: a stored completion with a usable answer.
+	ProviderRecordFound = "found"
+	// ProviderRecordNotFound: none within the settle window, which never
+	// proves that the provider did not execute the request.
+	ProviderRecordNotFound = "not_found"
+	// ProviderRecordUnusable: a stored completion without a usable
+	// answer (still in progress, or empty): executed, but no answer.
+	ProviderRecordUnusable = "unusable"
+	// ProviderRecordUnreadable: the record could not be listed.
+	ProviderRecordUnreadable = "unreadable"
+)
 
 // The sources of a reconciler's verdict (ReconcileOutput.By).
 const (
 	// ByJournal: the attempt journal held the response a worker received.
 	ByJournal = "journal"
+	// ByProvider: the provider's own record of the request (a stored
+	// completion) held its answer.
+	ByProvider = "provider"
 	// ByReconciler: the application's reconciler (activities.Reconciler).
 	ByReconciler = "reconciler"
 )

@@ -2,9 +2,10 @@ package journal
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/durallm/durallm/internal/expiry"
 )
 
 // DefaultRetention is how long an entry is kept after its action closed.
@@ -30,14 +31,12 @@ type Expirable interface {
 	Delete(ctx context.Context, attemptIDs []string) error
 }
 
-// Actions says whether an action is closed, and since when.
-type Actions interface {
-	// Closed returns when the action (a workflow id) closed; closed is
-	// false while it runs. An action its server no longer knows (its
-	// history is past the namespace's retention) is closed, at a zero
-	// time.
-	Closed(ctx context.Context, actionRef string) (at time.Time, closed bool, err error)
-}
+// Actions says whether an action is closed, and since when: Closed
+// returns when the action (a workflow id) closed, closed false while it
+// runs; an action its server no longer knows (its history is past the
+// namespace's retention) is closed, at a zero time.
+// worker.TemporalActions is one on a Temporal client.
+type Actions = expiry.Actions
 
 // Sweeper expires journal entries: an entry goes Retention after its
 // action closed. An entry of an action that still runs is kept however old
@@ -54,13 +53,10 @@ type Sweeper struct {
 	Logger *slog.Logger
 }
 
-// SweepResult counts one sweep.
-type SweepResult struct {
-	// Deleted entries; Kept entries of actions still running or closed
-	// less than Retention ago; Unreadable entries kept because their
-	// action could not be read from them.
-	Deleted, Kept, Unreadable int
-}
+// SweepResult counts one sweep: Deleted entries; Kept entries of actions
+// still running or closed less than Retention ago; Unreadable entries
+// kept because their action could not be read from them.
+type SweepResult = expiry.Result
 
 // Sweep runs one pass at now: entries written more than Retention before
 // now are candidates (an action closes after its attempts were written,
@@ -68,61 +64,22 @@ type SweepResult struct {
 // than Retention before now are deleted. The action of each candidate is
 // asked once.
 func (s *Sweeper) Sweep(ctx context.Context, now time.Time) (SweepResult, error) {
-	var r SweepResult
-	cutoff := now.Add(-s.retention())
-	byAction := map[string][]string{}
-	err := s.Journal.Older(ctx, cutoff, func(w Written) error {
-		if w.ActionRef == "" {
-			r.Unreadable++
-			return nil
-		}
-		byAction[w.ActionRef] = append(byAction[w.ActionRef], w.AttemptID)
-		return nil
-	})
-	if err != nil {
-		return r, fmt.Errorf("journal: list old entries: %w", err)
-	}
-	for ref, ids := range byAction {
-		at, closed, err := s.Actions.Closed(ctx, ref)
-		if err != nil {
-			return r, fmt.Errorf("journal: is action %s closed: %w", ref, err)
-		}
-		if !closed || at.After(cutoff) {
-			r.Kept += len(ids)
-			continue
-		}
-		if err := s.Journal.Delete(ctx, ids); err != nil {
-			return r, err
-		}
-		r.Deleted += len(ids)
-	}
-	return r, nil
+	return expiry.Sweep(ctx, expiry.Store[Written]{
+		Older:    s.Journal.Older,
+		ActionOf: func(w Written) string { return w.ActionRef },
+		Delete: func(ctx context.Context, ws []Written) (int, error) {
+			ids := make([]string, len(ws))
+			for i, w := range ws {
+				ids[i] = w.AttemptID
+			}
+			return len(ids), s.Journal.Delete(ctx, ids)
+		},
+	}, s.Actions, now.Add(-s.retention()), "journal")
 }
 
 // Run sweeps every interval until ctx ends, the first time at once.
 func (s *Sweeper) Run(ctx context.Context, every time.Duration) {
-	log := s.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		r, err := s.Sweep(ctx, time.Now())
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			log.Warn("attempt journal sweep failed; entries are kept until the next", "error", err, "deleted", r.Deleted)
-		case r.Deleted > 0 || r.Unreadable > 0:
-			log.Info("attempt journal swept", "deleted", r.Deleted, "kept", r.Kept, "unreadable_kept", r.Unreadable)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	expiry.Run(ctx, every, s.Logger, "attempt journal", func(now time.Time) (SweepResult, error) { return s.Sweep(ctx, now) })
 }
 
 func (s *Sweeper) retention() time.Duration {

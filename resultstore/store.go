@@ -6,7 +6,9 @@
 // here and returns only a reference; the client resolves the reference
 // when it reads the action's result. The store is pluggable (Store); Dir,
 // a directory of files, is the default; package resultstore/pgstore keeps
-// them in PostgreSQL, for workers and clients on several machines.
+// them in PostgreSQL, for workers and clients on several machines. Both
+// are Expirable: each result is stored for its action (PutFor) and a
+// Sweeper deletes it a retention after the last such action closed.
 package resultstore
 
 import (

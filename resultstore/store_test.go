@@ -61,3 +61,9 @@ func TestDirSealed(t *testing.T) {
 		}
 	})
 }
+
+func TestDirExpiry(t *testing.T) {
+	storetest.RunExpiry(t, func(t *testing.T) storetest.Backend {
+		return storetest.Backend{Store: resultstore.Dir{Path: filepath.Join(t.TempDir(), "results")}, Scheme: "file"}
+	})
+}

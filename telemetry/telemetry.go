@@ -59,6 +59,10 @@ type Telemetry struct {
 	drainSends metric.Int64Counter
 	// journalFailures counts journal writes that failed.
 	journalFailures metric.Int64Counter
+	// recordLookups and recordDuplicates count the built-in reconciler's
+	// lookups of a provider's record.
+	recordLookups    metric.Int64Counter
+	recordDuplicates metric.Int64Counter
 
 	mu      sync.Mutex
 	engines []*recovery.Engine
@@ -159,6 +163,10 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 	t.drainSends, e = m.Int64Counter("durallm.sends_after_goaway", metric.WithDescription("Attempts whose request left on a connection that had already received GOAWAY (should stay 0)"))
 	add(e)
 	t.journalFailures, e = m.Int64Counter("durallm.journal.failures", metric.WithDescription("Attempt ends the worker could not write to the attempt journal (the outcome was reported without it)"))
+	add(e)
+	t.recordLookups, e = m.Int64Counter("durallm.provider_record.lookups", metric.WithDescription("The built-in reconciler's looks at a provider's record of an ambiguous attempt, by route and result (found, not_found, unusable, unreadable)"))
+	add(e)
+	t.recordDuplicates, e = m.Int64Counter("durallm.provider_record.duplicates", metric.WithDescription("Executions of an attempt beyond the first that a provider's record shows, by route: the request was sent twice on its way (should stay 0)"))
 	add(e)
 	if err := t.engineCounters(); err != nil {
 		add(err)
@@ -278,6 +286,20 @@ func (t *Telemetry) JournalFailed(ctx context.Context) {
 		return
 	}
 	t.journalFailures.Add(ctx, 1)
+}
+
+// ProviderRecordLookup counts one look at a provider's record for an
+// ambiguous attempt on route, with its result (found, not_found,
+// unusable, unreadable) and the executions beyond the first it showed.
+func (t *Telemetry) ProviderRecordLookup(ctx context.Context, route, result string, duplicates int) {
+	if t == nil {
+		return
+	}
+	r := attribute.String("route", route)
+	t.recordLookups.Add(ctx, 1, metric.WithAttributes(r, attribute.String("result", result)))
+	if duplicates > 0 {
+		t.recordDuplicates.Add(ctx, int64(duplicates), metric.WithAttributes(r))
+	}
 }
 
 // RecordAttempt records one attempt's duration, tokens and classification.

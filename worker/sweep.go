@@ -13,8 +13,14 @@ import (
 	"github.com/durallm/durallm/journal"
 )
 
-// DefaultJournalSweepEvery is how often a worker sweeps its journal.
+// DefaultJournalSweepEvery is how often a worker sweeps its journal and
+// its result store.
 const DefaultJournalSweepEvery = time.Hour
+
+// sweeper is journal.Sweeper and resultstore.Sweeper.
+type sweeper interface {
+	Run(ctx context.Context, every time.Duration)
+}
 
 // TemporalActions is journal.Actions on a Temporal client: it describes
 // the action's workflow (its latest run). A workflow the server no longer

@@ -76,8 +76,15 @@ type Options struct {
 	// Results keeps responses too large for history (over
 	// LargeResponseBytes, default 256 KiB) by reference. Nil means they
 	// travel inline. Clients resolve references with the same store
-	// (durallm.Client.WithResults).
+	// (durallm.Client.WithResults). A store whose results can expire
+	// (resultstore.Expirable: Dir, pgstore.Store) has each stored for its
+	// action and is swept by the worker: see ResultRetention.
 	Results resultstore.Store
+	// ResultRetention is how long a stored result is kept after the last
+	// action it was stored for closed (resultstore.Sweeper); results of
+	// running actions are kept. Zero means resultstore.DefaultRetention
+	// (7 days); negative means the worker does not sweep them.
+	ResultRetention time.Duration
 	// LargeResponseBytes overrides the threshold for Results.
 	LargeResponseBytes int
 	// Telemetry records the project's metrics. Nil means none. For the
@@ -123,8 +130,9 @@ type Options struct {
 	// kept. Zero means journal.DefaultRetention (7 days); negative means
 	// the worker does not sweep.
 	JournalRetention time.Duration
-	// JournalSweepEvery is how often the worker sweeps, the first time at
-	// Start. Zero means DefaultJournalSweepEvery (1h).
+	// JournalSweepEvery is how often the worker sweeps the journal and the
+	// result store, the first time at Start. Zero means
+	// DefaultJournalSweepEvery (1h).
 	JournalSweepEvery time.Duration
 	// WorkflowPollers and ActivityPollers set the Temporal SDK's poller
 	// counts. Zero means the SDK's defaults (2 each).
@@ -158,9 +166,9 @@ type Worker struct {
 	routes      routes.Config
 	probe       bool
 	started     atomic.Bool
-	// sweeper expires journal entries while the worker runs; nil when
-	// the journal cannot expire or sweeping is off.
-	sweeper    *journal.Sweeper
+	// sweepers expire journal entries and stored results while the worker
+	// runs; none when neither can expire or sweeping is off.
+	sweepers   []sweeper
 	sweepEvery time.Duration
 	stopSweep  context.CancelFunc
 	sweepDone  chan struct{}
@@ -236,11 +244,14 @@ func New(c client.Client, o Options) (*Worker, error) {
 	}
 	w := &Worker{tqueue: o.TaskQueue, twOpts: two, tc: c, engine: engine, acts: acts, log: o.Logger, stop: o.StopTimeout, tel: o.Telemetry, addr: o.MetricsAddr, streamAddr: o.StreamAddr, streamToken: o.StreamToken, streamURL: o.StreamURL, names: o.Config.Names(), routes: o.Config, probe: o.ProbeRoutes}
 	if ex, ok := o.Journal.(journal.Expirable); ok && o.JournalRetention >= 0 {
-		w.sweeper = &journal.Sweeper{Journal: ex, Actions: TemporalActions(c), Retention: o.JournalRetention, Logger: o.Logger}
-		w.sweepEvery = o.JournalSweepEvery
-		if w.sweepEvery <= 0 {
-			w.sweepEvery = DefaultJournalSweepEvery
-		}
+		w.sweepers = append(w.sweepers, &journal.Sweeper{Journal: ex, Actions: TemporalActions(c), Retention: o.JournalRetention, Logger: o.Logger})
+	}
+	if ex, ok := o.Results.(resultstore.Expirable); ok && o.ResultRetention >= 0 {
+		w.sweepers = append(w.sweepers, &resultstore.Sweeper{Store: ex, Actions: TemporalActions(c), Retention: o.ResultRetention, Logger: o.Logger})
+	}
+	w.sweepEvery = o.JournalSweepEvery
+	if w.sweepEvery <= 0 {
+		w.sweepEvery = DefaultJournalSweepEvery
 	}
 	return w, nil
 }
@@ -378,12 +389,16 @@ func (w *Worker) Start() error {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}
 	w.started.Store(true)
-	if w.sweeper != nil {
+	if len(w.sweepers) > 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		w.stopSweep, w.sweepDone = cancel, make(chan struct{})
+		var wg sync.WaitGroup
+		for _, s := range w.sweepers {
+			wg.Go(func() { s.Run(ctx, w.sweepEvery) })
+		}
 		go func() {
-			defer close(w.sweepDone)
-			w.sweeper.Run(ctx, w.sweepEvery)
+			wg.Wait()
+			close(w.sweepDone)
 		}()
 	}
 	w.log.Info("durallm worker started", "routes", w.names)

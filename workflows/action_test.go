@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -1053,5 +1054,35 @@ func TestACancelDuringTheBuiltInReconcilerEndsTheActionAtOnce(t *testing.T) {
 				t.Fatal("the reconcile activity was not canceled")
 			}
 		})
+	}
+}
+
+// The provider's record settles an attempt the journal could not: the
+// verdict's source is the provider, the reconcile activity is given the
+// route's settle window on top of its own time, and it is told how long
+// the attempt could still run.
+func TestAmbiguousAttemptReconciledFromTheProvidersRecord(t *testing.T) {
+	const settle = 10 * time.Minute
+	withRecord := func(a *activities.Activities) {
+		a.Routes = maps.Clone(testRoutes)
+		a.Routes["rec"] = routes.Route{Name: "rec", Kind: "openai", Model: "model-r", ProviderRecord: routes.ProviderRecordStoredCompletions, ProviderRecordSettle: settle}
+	}
+	r := newRunWith(t, withRecord, heartbeatLost(attempt.Progress{ConnRef: "p-c1"}))
+	var gotTimeout, gotRemaining time.Duration
+	r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).Return(func(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
+		info := activity.GetInfo(ctx)
+		gotTimeout, gotRemaining = info.Deadline.Sub(info.StartedTime), in.Remaining
+		return attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, By: attempt.ByProvider, ProviderRecord: attempt.ProviderRecordFound,
+			Response: &providers.Response{Text: "the stored answer"}, Note: "the provider's record holds the answer"}, nil
+	}).Once()
+	res := r.exec(input("rec"))
+	if res.State != StateReconciled || res.Response == nil || res.Response.Text != "the stored answer" {
+		t.Fatalf("state %s response %+v notes %v", res.State, res.Response, res.Notes)
+	}
+	if a := res.Attempts[0]; a.VerdictBy != attempt.ByProvider || a.ProviderRecord != attempt.ProviderRecordFound || !hasNote(res, "reconciler verdict completed by provider") {
+		t.Fatalf("record %+v notes %v", a, res.Notes)
+	}
+	if gotTimeout < time.Minute+settle+gotRemaining || gotRemaining <= 0 {
+		t.Fatalf("reconcile timeout %v, remaining %v: want at least a minute, the settle window and the remaining time", gotTimeout, gotRemaining)
 	}
 }

@@ -59,8 +59,8 @@ func (w *action) acceptVerdict(r ReconcileRequest, via string) {
 }
 
 // countVerdict counts an applied verdict by its source: "journal",
-// "reconciler", "person", or "timeout" when the wait ran out and nobody
-// decided. Both are from fixed sets, so they are safe label values.
+// "provider", "reconciler", "person", or "timeout" when the wait ran out
+// and nobody decided. Both are from fixed sets, so they are safe label values.
 func (w *action) countVerdict(verdict attempt.Verdict, from string) {
 	workflow.GetMetricsHandler(w.ctx).WithTags(map[string]string{"verdict": string(verdict), "by": from}).Counter("durallm.reconciliations").Inc(1)
 }
@@ -124,9 +124,10 @@ const (
 // reconcile waits for a verdict on an ambiguous attempt: the reconciler's,
 // or one from a person or program, or the timeout, or the scope ending.
 //
-// from says who decided: attempt.ByJournal or attempt.ByReconciler for
-// the worker's reconciler, "person" for a verdict sent by a signal or
-// Update (whatever its By says, which the notes keep).
+// from says who decided: attempt.ByJournal, attempt.ByProvider or
+// attempt.ByReconciler for the worker's reconciler, "person" for a
+// verdict sent by a signal or Update (whatever its By says, which the
+// notes keep).
 func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, end waitEnd) {
 	w.status.AwaitingAttempt = rec.N
 	w.verdict = nil
@@ -174,17 +175,25 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 // would have returned (it may wait up to the attempt's deadline).
 func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopped bool) {
 	// The built-in reconciler may wait for an attempt that can still end
-	// on a live worker, until the attempt's deadline: the activity's own
-	// timeout leaves room for that.
+	// on a live worker, until the attempt's deadline, and look for the
+	// route's provider record for its settle window after that: the
+	// activity's own timeout leaves room for both.
+	remaining := max(0, rec.Deadline.Sub(workflow.Now(w.ctx)))
+	var settle time.Duration
+	for _, r := range w.plan.Routes {
+		if r.Name == rec.Route {
+			settle = r.ProviderRecordSettle
+		}
+	}
 	ctx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute + max(0, rec.Deadline.Sub(workflow.Now(w.ctx))),
+		StartToCloseTimeout: time.Minute + remaining + settle,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
 	}))
 	defer cancel()
 	fut := workflow.ExecuteActivity(ctx, attempt.Reconcile, attempt.ReconcileInput{
 		ActionRef: w.status.ActionRef, IdempotencyKey: w.in.IdempotencyKey, Attempt: rec.N,
-		AttemptID: rec.Evidence.AttemptID, Route: rec.Route, Evidence: rec.Evidence,
+		AttemptID: rec.Evidence.AttemptID, Route: rec.Route, Evidence: rec.Evidence, Remaining: remaining,
 	})
 	_ = workflow.Await(w.ctx, func() bool { return fut.IsReady() || w.cancelReq != nil })
 	if !fut.IsReady() && w.scopeEnded() {
@@ -198,6 +207,9 @@ func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopp
 	err := fut.Get(ctx, &out)
 	if out.JournalState != "" {
 		w.attemptRecord(rec.N).JournalState = out.JournalState
+	}
+	if out.ProviderRecord != "" {
+		w.attemptRecord(rec.N).ProviderRecord = out.ProviderRecord
 	}
 	if err != nil {
 		w.note("reconciler failed: " + err.Error())

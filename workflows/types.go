@@ -257,15 +257,19 @@ type AttemptRecord struct {
 	// the attempt runs.
 	Decision Decision `json:"decision"`
 	// Verdict and VerdictBy record the reconciliation verdict applied to
-	// this attempt and its source: "journal", "reconciler", or "person"
-	// for one sent by a signal or Update (its own By is in the notes);
-	// empty when none was.
+	// this attempt and its source: "journal", "provider" (the route's
+	// provider record), "reconciler", or "person" for one sent by a
+	// signal or Update (its own By is in the notes); empty when none was.
 	Verdict   attempt.Verdict `json:"verdict,omitempty"`
 	VerdictBy string          `json:"verdict_by,omitempty"`
 	// JournalState is what the attempt journal held for this attempt when
 	// the built-in reconciler looked (attempt.ReconcileOutput.JournalState);
 	// empty when it did not look.
 	JournalState string `json:"journal_state,omitempty"`
+	// ProviderRecord is what the built-in reconciler found in the route's
+	// provider record (attempt.ReconcileOutput.ProviderRecord: found,
+	// not_found, unusable, unreadable); empty when it did not look.
+	ProviderRecord string `json:"provider_record,omitempty"`
 }
 
 // Note is something the workflow recorded that is not an attempt: a route

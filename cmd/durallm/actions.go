@@ -242,10 +242,25 @@ func printStatus(w io.Writer, jsonOut bool, st workflows.Status) {
 		if a.Evidence.Status != 0 {
 			fmt.Fprintf(w, " status=%d", a.Evidence.Status)
 		}
+		if a.JournalState != "" {
+			fmt.Fprintf(w, " journal=%s", a.JournalState)
+		}
+		if a.ProviderRecord != "" {
+			fmt.Fprintf(w, " provider_record=%s", a.ProviderRecord)
+		}
+		if a.Verdict != "" {
+			fmt.Fprintf(w, " verdict=%s by %s", a.Verdict, a.VerdictBy)
+		}
 		fmt.Fprintln(w)
 	}
 	if st.AwaitingAttempt > 0 {
 		fmt.Fprintf(w, "  awaiting a verdict on attempt %d\n", st.AwaitingAttempt)
+		// What the reconcilers found is what the person deciding needs.
+		for _, n := range st.Notes {
+			if strings.HasPrefix(n.What, "reconciler") {
+				fmt.Fprintf(w, "  %s\n", n.What)
+			}
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ func runChaos(args []string, stdout, stderr io.Writer) int {
 	restart := fs.Bool("restart-server", false, "restart the embedded Temporal server three quarters of the way through")
 	faults := fs.Float64("faults", 0, "fraction of requests (0 to 1) the provider behind haproxy answers with a fault (429, 503, 500, 400, 421, 504, empty 2xx, REFUSED_STREAM, reset, closed connection, GOAWAY above or after processing)")
 	stream := fs.Bool("stream", false, "stream every action (server-sent events); with --faults, stream stalls and cuts join the mix")
+	record := fs.Bool("provider-record", false, "give the route a provider record (provider_record: stored_completions): the provider stores what it generates, and the built-in reconciler settles attempts no worker saw end from it")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -34,7 +35,7 @@ func runChaos(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := chaos.Run(ctx, chaos.Options{Actions: *actions, Concurrency: *conc, ReloadEvery: *every, Timeout: *timeout, HAProxy: *bin, Progress: stderr, KillWorker: *kill, RestartServer: *restart, Faults: *faults, Stream: *stream})
+	rep, err := chaos.Run(ctx, chaos.Options{Actions: *actions, Concurrency: *conc, ReloadEvery: *every, Timeout: *timeout, HAProxy: *bin, Progress: stderr, KillWorker: *kill, RestartServer: *restart, Faults: *faults, Stream: *stream, ProviderRecord: *record})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm chaos: %v\n", err)
 		return exitError

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/durallm/durallm/providers/routes"
+	"github.com/durallm/durallm/resultstore"
 	"go.temporal.io/sdk/client"
 
 	"github.com/durallm/durallm/journal"
@@ -40,6 +41,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	pollers := fs.Int("pollers", 0, "workflow and activity task pollers each (0: the SDK's default, 2; 8 measured best on the embedded server)")
 	journalDir := fs.String("journal-dir", envOr("DURALLM_JOURNAL_DIR", "durallm-journal"), "the attempt journal: where each attempt's end is written before it is reported, read first to reconcile ambiguous attempts (every worker of the task queue must share it; empty: off)")
 	retention := fs.Duration("journal-retention", journal.DefaultRetention, "how long a journal entry is kept after its action closed (entries of running actions are kept); negative: never expire")
+	resultRetention := fs.Duration("result-retention", resultstore.DefaultRetention, "how long a stored result is kept after the last action it was stored for closed (results of running actions are kept); negative: never expire")
 	maxBytes := byteSize(defaultJournalMaxBytes)
 	fs.Var(&maxBytes, "journal-max-bytes", "the journal's size bound in stored bytes (KiB, MiB, GiB suffixes; 0: none): at the bound new attempts go unjournaled, nothing is dropped")
 	maxEntries := fs.Int64("journal-max-entries", 0, "the journal's bound in entries (0: none)")
@@ -90,7 +92,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		TaskQueue: cf.taskQueue, Config: cfg, SearchAttributes: *searchAttrs,
 		StopTimeout: *stopTimeout, MaxConcurrentAttempts: *maxAttempts,
 		MetricsAddr: *metricsAddr, AllowH2C: *allowH2C, StreamAddr: *streamAddr, StreamURL: *streamURL,
-		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention,
+		WorkflowPollers: *pollers, ActivityPollers: *pollers, JournalRetention: *retention, ResultRetention: *resultRetention,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm worker: %v\n", err)

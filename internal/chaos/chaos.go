@@ -87,6 +87,11 @@ type Options struct {
 	// content. A stream that showed content must end completed_partial
 	// with its text, never restarted. Default false.
 	Stream bool
+	// ProviderRecord gives the route (on every worker) a provider record,
+	// stored_completions with the default settle window: the provider
+	// keeps what it generates, and the built-in reconciler settles an
+	// attempt whose answer no worker saw from it. Default false.
+	ProviderRecord bool
 }
 
 // Run starts the embedded server, the providertest provider, haproxy in front
@@ -214,19 +219,23 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 		return r, fmt.Errorf("chaos: client: %w", err)
 	}
 	r.undo = append(r.undo, r.tc.Close)
+	route := routes.Route{
+		Name: "via-haproxy", Kind: routes.KindOpenAI, BaseURL: "http://" + r.hp.Addr + "/v1", Model: "m",
+		// haproxy answers REFUSED_STREAM when its origin fails after
+		// the request was forwarded; see Route.Intermediary.
+		Intermediary: true,
+		Capabilities: providers.Capabilities{Streaming: true},
+		IdleTimeout:  streamIdle,
+	}
+	if o.ProviderRecord {
+		route.ProviderRecord = routes.ProviderRecordStoredCompletions
+	}
 	r.w, err = worker.New(r.tc, worker.Options{
 		TaskQueue: "durallm-chaos", AllowH2C: true, SearchAttributes: true, Logger: slog.New(slog.DiscardHandler),
 		MaxConcurrentAttempts: o.Concurrency * 2,
 		// The killed worker process writes the same journal.
 		Journal: r.journal,
-		Config: routes.Config{Routes: []routes.Route{{
-			Name: "via-haproxy", Kind: routes.KindOpenAI, BaseURL: "http://" + r.hp.Addr + "/v1", Model: "m",
-			// haproxy answers REFUSED_STREAM when its origin fails after
-			// the request was forwarded; see Route.Intermediary.
-			Intermediary: true,
-			Capabilities: providers.Capabilities{Streaming: true},
-			IdleTimeout:  streamIdle,
-		}}},
+		Config:  routes.Config{Routes: []routes.Route{route}},
 	})
 	if err != nil {
 		return r, err
@@ -247,7 +256,7 @@ func setUp(ctx context.Context, o Options) (*rig, error) {
 }
 
 func (r *rig) startKiller(o Options) error {
-	k, err := startWorkerProc(o.Dir, r.srv.FrontendHostPort(), "http://"+r.hp.Addr+"/v1", o.Concurrency*2)
+	k, err := startWorkerProc(o.Dir, r.srv.FrontendHostPort(), "http://"+r.hp.Addr+"/v1", o.Concurrency*2, o.ProviderRecord)
 	if err != nil {
 		return err
 	}
@@ -269,6 +278,9 @@ func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.Ac
 	r.say("· running %d actions at concurrency %d, reloading haproxy every %s", o.Actions, o.Concurrency, o.ReloadEvery)
 	if o.Faults > 0 {
 		r.say("· the provider answers %.0f%% of requests with a fault", o.Faults*100)
+	}
+	if o.ProviderRecord {
+		r.say("· the route keeps a provider record (stored_completions): the provider stores what it generates")
 	}
 	results := make([]workflows.ActionResult, o.Actions)
 	errs := make([]error, o.Actions)
@@ -492,13 +504,17 @@ func faultFor(attemptID string, rate float64, mix []providertest.Behavior) (prov
 // workerProc is a 'durallm worker' process on the chaos task queue.
 type workerProc struct{ cmd *exec.Cmd }
 
-func startWorkerProc(dir, temporal, baseURL string, maxAttempts int) (*workerProc, error) {
+func startWorkerProc(dir, temporal, baseURL string, maxAttempts int, record bool) (*workerProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	routes := filepath.Join(dir, "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - name: via-haproxy\n    kind: openai\n    base_url: "+baseURL+"\n    model: m\n    intermediary: true\n    idle_timeout: "+streamIdle.String()+"\n    capabilities:\n      streaming: true\n"), 0o600); err != nil {
+	yaml := "routes:\n  - name: via-haproxy\n    kind: openai\n    base_url: " + baseURL + "\n    model: m\n    intermediary: true\n    idle_timeout: " + streamIdle.String() + "\n    capabilities:\n      streaming: true\n"
+	if record {
+		yaml += "    provider_record: stored_completions\n"
+	}
+	if err := os.WriteFile(routes, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self, "worker", "--address", temporal, "--task-queue", "durallm-chaos", "--routes", routes,

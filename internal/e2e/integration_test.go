@@ -758,9 +758,19 @@ func TestHelperWorkerProcess(t *testing.T) {
 	}
 	maxAttempts, _ := strconv.Atoi(os.Getenv("DURALLM_HELPER_MAX_ATTEMPTS")) // 0: the default
 	helperRoutes := routes.Config{Routes: []routes.Route{
-		{Name: "primary", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
-		{Name: "fallback", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m"},
+		{Name: "primary", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}},
+		{Name: "fallback", Kind: "openai", BaseURL: os.Getenv("DURALLM_HELPER_PROVIDER") + "/v1", Model: "m", Capabilities: providers.Capabilities{Streaming: true}},
 	}}
+	if settle := os.Getenv("DURALLM_HELPER_PROVIDER_RECORD"); settle != "" {
+		// Routes whose provider keeps a record of every request.
+		d, err := time.ParseDuration(settle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range helperRoutes.Routes {
+			helperRoutes.Routes[i].ProviderRecord, helperRoutes.Routes[i].ProviderRecordSettle = routes.ProviderRecordStoredCompletions, d
+		}
+	}
 	if dir := os.Getenv("DURALLM_HELPER_HOLD_REPORT"); dir != "" {
 		// A worker that journals each outcome and then never reports it:
 		// killed here, it is a worker that had the answer in its hands.

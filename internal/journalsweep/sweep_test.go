@@ -66,6 +66,26 @@ func hold(ctx workflow.Context) error {
 	return nil
 }
 
+// untilGone waits for the sweeper's rounds to remove what, with no bound
+// on how fast: it fails only if what is still there a minute on.
+func untilGone(t *testing.T, what string, present func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		there, err := present()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !there {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there a minute after its action closed", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func backends(t *testing.T) map[string]func(t *testing.T) journal.Expirable {
 	return map[string]func(t *testing.T) journal.Expirable{
 		"dir": func(t *testing.T) journal.Expirable { return journal.Dir{Path: filepath.Join(t.TempDir(), "journal")} },
@@ -194,22 +214,10 @@ func TestTheWorkerSweepsItsJournal(t *testing.T) {
 			}
 			// A worker that sweeps, with a tiny retention, removes it.
 			defer newWorker(time.Nanosecond).Stop()
-			// This waits for the sweeper's rounds, with no bound on how
-			// fast.
-			deadline := time.Now().Add(time.Minute)
-			for {
+			untilGone(t, "entry "+attemptID, func() (bool, error) {
 				_, ok, err := j.Lookup(ctx, attemptID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !ok {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("entry %s still there a minute after its action closed", attemptID)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return ok, err
+			})
 		})
 	}
 }

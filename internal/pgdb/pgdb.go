@@ -64,6 +64,15 @@ var migrations = []string{
 		data   bytea NOT NULL,
 		stored timestamptz NOT NULL DEFAULT now()
 	);`,
+	// 2: which actions each stored result was stored for, so that results
+	// expire a retention after their action closed (resultstore.Expirable).
+	`CREATE TABLE result_claims (
+		sha256     text NOT NULL,
+		action_ref text NOT NULL,
+		written    timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (sha256, action_ref)
+	);
+	CREATE INDEX result_claims_written ON result_claims (written);`,
 }
 
 // Version is the schema version Open migrates to.

@@ -85,6 +85,11 @@ type Call struct {
 	Request providers.Request
 	// Sink receives streamed deltas; nil means none.
 	Sink Sink
+	// Record names the attempt in the provider's record, on a route that
+	// keeps one (Route.ProviderRecord): the request then carries
+	// "store": true and these ids in its metadata (MetadataAttemptID,
+	// MetadataActionID). Ignored on other routes.
+	Record RecordIDs
 }
 
 // Result is one attempt's output from an adapter.
@@ -181,6 +186,9 @@ type dialect struct {
 	newStream func() *streamAcc
 	// signal maps an error object to a signal.
 	signal func(*providers.APIError) evidence.Signal
+	// records says the API can keep a provider record of each request
+	// (Route.ProviderRecord).
+	records bool
 }
 
 // outgoing is what a dialect's send needs: the route (base URL, model),
@@ -276,6 +284,16 @@ func call(ctx context.Context, rt http.RoundTripper, c Call, d *dialect) (Result
 	}
 	if err := c.Request.Validate(); err != nil {
 		return fail(err)
+	}
+	if route.ProviderRecord != "" {
+		if !d.records || route.ProviderRecord != routes.ProviderRecordStoredCompletions {
+			return fail(fmt.Errorf("%w: provider_record %q", ErrUnsupported, route.ProviderRecord))
+		}
+		req, err := withProviderRecord(c.Request, c.Record)
+		if err != nil {
+			return fail(err)
+		}
+		c.Request = req
 	}
 	url, err := route.Endpoint(d.path...)
 	if err != nil {

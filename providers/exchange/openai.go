@@ -38,6 +38,7 @@ var openaiDialect = dialect{
 	errorBody: parseErrorBody,
 	newStream: newStreamAcc,
 	signal:    errorSignal,
+	records:   true,
 }
 
 // sendChatCompletion sends the request with the official OpenAI client
@@ -65,6 +66,22 @@ func sendChatCompletion(ctx context.Context, rt http.RoundTripper, o outgoing) (
 	if err != nil {
 		return nil, err
 	}
+	return viaClient(rt, o.route, o.key, func(opts ...option.RequestOption) error {
+		opts = append(opts, option.WithHeader("Accept", acceptFor(o.request)))
+		if o.request.Stream {
+			// As the client's own NewStreaming does.
+			opts = append(opts, option.WithJSONSet("stream", true))
+		}
+		svc := openai.NewChatCompletionService(opts...)
+		_, err := svc.New(ctx, params)
+		return err
+	})
+}
+
+// viaClient runs do, one call of the official client, configured as
+// sendChatCompletion says, and returns the provider's response with its
+// body unread, or the transport's error.
+func viaClient(rt http.RoundTripper, route routes.Route, key string, do func(opts ...option.RequestOption) error) (*http.Response, error) {
 	var answered *http.Response
 	var sendErr error
 	take := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
@@ -82,23 +99,17 @@ func sendChatCompletion(ctx context.Context, rt http.RoundTripper, o outgoing) (
 		return &empty, err
 	}
 	opts := []option.RequestOption{
-		option.WithBaseURL(o.route.BaseURL),
-		option.WithAPIKey(o.key),
+		option.WithBaseURL(route.BaseURL),
+		option.WithAPIKey(key),
 		option.WithHTTPClient(&http.Client{Transport: rt, CheckRedirect: noRedirects}),
 		option.WithMaxRetries(0),
 		option.WithMiddleware(take),
-		option.WithHeader("Accept", acceptFor(o.request)),
 		// The body stays with the exchange: with **http.Response as the
 		// destination the client returns the response unread.
 		option.WithResponseBodyInto(new(*http.Response)),
 	}
-	opts = append(opts, baseQuery(o.route.BaseURL)...)
-	if o.request.Stream {
-		// As the client's own NewStreaming does.
-		opts = append(opts, option.WithJSONSet("stream", true))
-	}
-	svc := openai.NewChatCompletionService(opts...)
-	_, err = svc.New(ctx, params)
+	opts = append(opts, baseQuery(route.BaseURL)...)
+	err := do(opts...)
 	if answered != nil {
 		// The provider answered. Whatever the client made of the empty
 		// body it was given (an error status becomes an *openai.Error),

@@ -114,8 +114,10 @@ func EnvPrefix(name string) string {
 // not http(s), a missing model, both or neither key source (neither is
 // allowed only for a loopback base URL), an api_key_env that is not a
 // variable name, an http_version other than auto, 2 or 1.1, negative
-// timeouts, negative context tokens, empty data tags, and
-// honours_idempotency_key without a positive idempotency_window.
+// timeouts, negative context tokens, empty data tags,
+// honours_idempotency_key without a positive idempotency_window, a
+// provider_record other than stored_completions or on a route that is not
+// openai, and provider_record_settle without a provider_record.
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Routes) == 0 {
@@ -195,6 +197,7 @@ func (c Config) Validate() error {
 			{"first_byte_timeout", r.FirstByteTimeout},
 			{"idle_timeout", r.IdleTimeout},
 			{"idempotency_window", r.IdempotencyWindow},
+			{"provider_record_settle", r.ProviderRecordSettle},
 		} {
 			if d.v < 0 {
 				bad(d.field, "negative")
@@ -202,6 +205,18 @@ func (c Config) Validate() error {
 		}
 		if r.HonoursIdempotencyKey && r.IdempotencyWindow <= 0 {
 			bad("idempotency_window", "must be positive when honours_idempotency_key is set")
+		}
+		switch r.ProviderRecord {
+		case "":
+			if r.ProviderRecordSettle != 0 {
+				bad("provider_record_settle", "set without a provider_record")
+			}
+		case ProviderRecordStoredCompletions:
+			if r.Kind != KindOpenAI {
+				bad("provider_record", "stored_completions is an OpenAI API; this route's kind has none")
+			}
+		default:
+			bad("provider_record", fmt.Sprintf(`unknown record %q (want "stored_completions")`, r.ProviderRecord))
 		}
 		if r.Capabilities.ContextTokens < 0 {
 			bad("capabilities.context_tokens", "negative")
@@ -239,6 +254,8 @@ type rawRoute struct {
 	InsecureSkipVerify    string  `yaml:"insecure_skip_verify"`
 	Intermediary          string  `yaml:"intermediary"`
 	HTTPVersion           string  `yaml:"http_version"`
+	ProviderRecord        string  `yaml:"provider_record"`
+	ProviderRecordSettle  string  `yaml:"provider_record_settle"`
 }
 
 type rawCaps struct {
@@ -327,7 +344,7 @@ func (rr rawRoute) route(i int) (Route, []error) {
 		Name: strings.TrimSpace(rr.Name), Kind: strings.TrimSpace(rr.Kind),
 		BaseURL: strings.TrimSpace(rr.BaseURL), Model: strings.TrimSpace(rr.Model),
 		APIKeyEnv: strings.TrimSpace(rr.APIKeyEnv), APIKeyFile: strings.TrimSpace(rr.APIKeyFile),
-		HTTPVersion: strings.TrimSpace(rr.HTTPVersion),
+		HTTPVersion: strings.TrimSpace(rr.HTTPVersion), ProviderRecord: strings.TrimSpace(rr.ProviderRecord),
 	}
 	var errs []error
 	bad := func(field, problem string) {
@@ -357,6 +374,7 @@ func (rr rawRoute) route(i int) (Route, []error) {
 	r.FirstByteTimeout = dur("first_byte_timeout", rr.FirstByteTimeout)
 	r.IdleTimeout = dur("idle_timeout", rr.IdleTimeout)
 	r.IdempotencyWindow = dur("idempotency_window", rr.IdempotencyWindow)
+	r.ProviderRecordSettle = dur("provider_record_settle", rr.ProviderRecordSettle)
 	r.HonoursIdempotencyKey = boolean("honours_idempotency_key", rr.HonoursIdempotencyKey)
 	r.InsecureSkipVerify = boolean("insecure_skip_verify", rr.InsecureSkipVerify)
 	r.Intermediary = boolean("intermediary", rr.Intermediary)

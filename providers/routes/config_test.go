@@ -69,6 +69,19 @@ routes:
     honours_idempotency_key: true
     idempotency_window: 1h
     intermediary: true
+  - name: recorded
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+    provider_record: stored_completions
+  - name: recorded-slow
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+    provider_record: stored_completions
+    provider_record_settle: 2m
 `)
 	cfg, err := LoadConfig(path, noEnv)
 	if err != nil {
@@ -99,6 +112,16 @@ routes:
 			AttemptTimeout: 2 * time.Minute, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
 			HonoursIdempotencyKey: true, IdempotencyWindow: time.Hour, Intermediary: true,
 		},
+		{
+			Name: "recorded", Kind: "openai", BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini", APIKeyEnv: "OPENAI_API_KEY",
+			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
+			ProviderRecord: ProviderRecordStoredCompletions, ProviderRecordSettle: DefaultProviderRecordSettle,
+		},
+		{
+			Name: "recorded-slow", Kind: "openai", BaseURL: "https://api.openai.com/v1", Model: "gpt-4o-mini", APIKeyEnv: "OPENAI_API_KEY",
+			AttemptTimeout: DefaultAttemptTimeout, FirstByteTimeout: DefaultFirstByteTimeout, IdleTimeout: DefaultIdleTimeout,
+			ProviderRecord: ProviderRecordStoredCompletions, ProviderRecordSettle: 2 * time.Minute,
+		},
 	}}
 	// DataTags of routes without tags: nil either way.
 	for i := range cfg.Routes {
@@ -112,7 +135,7 @@ routes:
 	if r, ok := cfg.Route("local"); !ok || r.Model != "llama3" {
 		t.Fatalf("Route(local) = %+v, %v", r, ok)
 	}
-	if m := cfg.RouteMap(); len(m) != 4 || m["filed"].Model != "m" {
+	if m := cfg.RouteMap(); len(m) != 6 || m["filed"].Model != "m" {
 		t.Fatalf("RouteMap = %+v", m)
 	}
 }
@@ -186,6 +209,11 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 			AttemptTimeout: -1, FirstByteTimeout: -1, IdleTimeout: -1, IdempotencyWindow: -1,
 			Capabilities: providers.Capabilities{ContextTokens: -1, DataTags: []string{"eu", " "}}},
 		{Name: "window", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", HonoursIdempotencyKey: true},
+		{Name: "record-ok", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", ProviderRecord: ProviderRecordStoredCompletions, ProviderRecordSettle: time.Minute},
+		{Name: "record-claude", Kind: "anthropic", BaseURL: "https://api.anthropic.com/v1", Model: "m", APIKeyEnv: "K", ProviderRecord: ProviderRecordStoredCompletions},
+		{Name: "record-unknown", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", ProviderRecord: "usage_ledger"},
+		{Name: "settle-alone", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", ProviderRecordSettle: time.Minute},
+		{Name: "settle-negative", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", ProviderRecord: ProviderRecordStoredCompletions, ProviderRecordSettle: -1},
 	}}
 	err := cfg.Validate()
 	if err == nil {
@@ -208,6 +236,8 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		{"negative", "attempt_timeout"}, {"negative", "first_byte_timeout"}, {"negative", "idle_timeout"},
 		{"negative", "idempotency_window"}, {"negative", "capabilities.context_tokens"},
 		{"negative", "capabilities.data_tags[1]"}, {"window", "idempotency_window"},
+		{"record-claude", "provider_record"}, {"record-unknown", "provider_record"}, {"settle-alone", "provider_record_settle"},
+		{"settle-negative", "provider_record_settle"},
 	}
 	for _, k := range want {
 		if !got[k] {
@@ -243,6 +273,8 @@ routes:
     honours_idempotency_key: maybe
     intermediary: perhaps
     http_version: "3"
+    provider_record: stored_completions
+    provider_record_settle: a while
     capabilities:
       context_tokens: lots
   - name: ""
@@ -259,6 +291,7 @@ routes:
 		`route "bad": intermediary: not true or false`,
 		`route "bad": http_version: must be "auto", "2" or "1.1"`,
 		`route "bad": capabilities.context_tokens: not an integer`,
+		`route "bad": provider_record_settle: not a Go duration`,
 		`routes[1]: name: required`,
 		`routes[1]: base_url: required`,
 		`routes[1]: model: required`,
@@ -394,9 +427,9 @@ func TestEndpointJoin(t *testing.T) {
 // The routes file in docs/providers.md is valid as written, so the
 // operator's copy-and-paste works.
 func TestDocsProvidersExampleLoads(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "providers.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "providers.md"))
 	if err != nil {
-		t.Skipf("docs/providers.md not found: %v", err)
+		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
 	yaml, _, closed := strings.Cut(rest, "```")

@@ -26,6 +26,27 @@ const (
 	KindAnthropic = "anthropic"
 )
 
+// The provider records a route may keep (Route.ProviderRecord).
+const (
+	// ProviderRecordStoredCompletions is OpenAI's (and Azure OpenAI's)
+	// stored chat completions: every request carries "store": true and
+	// metadata naming the attempt and the action, and the built-in
+	// reconciler lists them by the attempt's id (GET
+	// {base_url}/chat/completions?metadata[durallm_attempt_id]=...).
+	ProviderRecordStoredCompletions = "stored_completions"
+)
+
+// DefaultProviderRecordSettle is how long past an attempt's deadline the
+// built-in reconciler keeps looking for a provider record it has not
+// found (Route.ProviderRecordSettle). OpenAI documents no bound on how
+// soon a stored completion can be listed; by the attempt's deadline the
+// generation itself is over as far as durallm let it run, so the window
+// only has to cover the store's own lag: 30s is room for a store that
+// indexes in seconds, while an attempt with no record at all reaches the
+// next reconciler, or a person, half a minute after its deadline. A
+// record that is found ends the wait at once.
+const DefaultProviderRecordSettle = 30 * time.Second
+
 // Timeout defaults, applied to a zero Route field by LoadConfig and by
 // the adapters.
 const (
@@ -102,9 +123,23 @@ type Route struct {
 	// route. Explicit and off by default; the caller logs a warning when
 	// it builds the transport.
 	InsecureSkipVerify bool
+	// ProviderRecord names the record the provider keeps of every request
+	// on this route, which the built-in reconciler looks up for an
+	// ambiguous attempt the journal cannot settle: "" (none, the default)
+	// or ProviderRecordStoredCompletions, on a KindOpenAI route only. The
+	// provider then keeps every conversation sent on the route
+	// (docs/providers.md says for how long, and who cannot use it).
+	ProviderRecord string
+	// ProviderRecordSettle is how long past the attempt's deadline the
+	// reconciler keeps looking for a record it has not found, with
+	// backoff: not found is never proof that the provider did not execute
+	// the request, and its store may lag. Zero means
+	// DefaultProviderRecordSettle (30s) on a route with a ProviderRecord.
+	ProviderRecordSettle time.Duration
 }
 
-// WithDefaults returns r with each zero timeout replaced by its default.
+// WithDefaults returns r with each zero timeout (and the settle window of
+// a provider record) replaced by its default.
 func (r Route) WithDefaults() Route {
 	if r.AttemptTimeout == 0 {
 		r.AttemptTimeout = DefaultAttemptTimeout
@@ -114,6 +149,9 @@ func (r Route) WithDefaults() Route {
 	}
 	if r.IdleTimeout == 0 {
 		r.IdleTimeout = DefaultIdleTimeout
+	}
+	if r.ProviderRecord != "" && r.ProviderRecordSettle == 0 {
+		r.ProviderRecordSettle = DefaultProviderRecordSettle
 	}
 	return r
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,7 +28,8 @@ import (
 // Scheme is the prefix of this store's references.
 const Scheme = "pg"
 
-// Store keeps each blob as a row keyed by its SHA-256.
+// Store keeps each blob as a row keyed by its SHA-256, and the actions it
+// was stored for (PutFor) as its claims (resultstore.Expirable).
 type Store struct {
 	// Keys, when set (before first use), encrypts what is stored with the
 	// payload keyring (resultstore.Seal); clients need the same keyring.
@@ -96,4 +98,101 @@ func (s *Store) Get(ctx context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("resultstore: read %s: %w", ref, err)
 	}
 	return resultstore.Unseal(s.Keys, ref, data)
+}
+
+// claimLock is the first key of the transaction-scoped advisory lock a
+// PutFor and a Release take on one result (its digest's hash the
+// second): the two-key space, which never meets the migration's lock.
+const claimLock = 0x64726c72 // "drlr"
+
+// PutFor stores data for the action actionRef: in one transaction, under
+// the result's lock, its claim and the data, so that a Release never
+// deletes data a PutFor has returned.
+func (s *Store) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
+	ref := resultstore.Ref(Scheme, data)
+	stored, err := resultstore.Seal(s.Keys, ref, data)
+	if err != nil {
+		return "", err
+	}
+	if stored == nil {
+		stored = []byte{}
+	}
+	name := strings.TrimPrefix(ref, Scheme+":")
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(claimLock), name); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO result_claims (sha256, action_ref) VALUES ($1, $2)
+			ON CONFLICT (sha256, action_ref) DO UPDATE SET written = now()`, name, actionRef); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`, name, stored)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("resultstore: store %s: %w", ref, err)
+	}
+	return ref, nil
+}
+
+// Older lists the claims last written before t.
+func (s *Store) Older(ctx context.Context, t time.Time, each func(resultstore.Claim) error) error {
+	rows, err := s.pool.Query(ctx, `SELECT sha256, action_ref, written FROM result_claims WHERE written < $1`, t)
+	if err != nil {
+		return fmt.Errorf("resultstore: list claims: %w", err)
+	}
+	var claims []resultstore.Claim
+	for rows.Next() {
+		var c resultstore.Claim
+		var name string
+		if err := rows.Scan(&name, &c.ActionRef, &c.At); err != nil {
+			rows.Close()
+			return fmt.Errorf("resultstore: list claims: %w", err)
+		}
+		c.Ref = Scheme + ":" + name
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("resultstore: list claims: %w", err)
+	}
+	// Called after the rows are read, so each may use the store.
+	for _, c := range claims {
+		if err := each(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release removes the claims and deletes the results no claim is left
+// on, each result in a transaction of its own under its lock.
+func (s *Store) Release(ctx context.Context, claims []resultstore.Claim) (int, error) {
+	byResult := map[string][]string{}
+	for _, c := range claims {
+		name, err := resultstore.Digest(Scheme, c.Ref)
+		if err != nil {
+			return 0, err
+		}
+		byResult[name] = append(byResult[name], c.ActionRef)
+	}
+	deleted := 0
+	for name, actions := range byResult {
+		var gone int64
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(claimLock), name); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM result_claims WHERE sha256 = $1 AND action_ref = ANY($2)`, name, actions); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `DELETE FROM results WHERE sha256 = $1 AND NOT EXISTS (SELECT 1 FROM result_claims WHERE sha256 = $1)`, name)
+			gone = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return deleted, fmt.Errorf("resultstore: release %s:%s: %w", Scheme, name, err)
+		}
+		deleted += int(gone)
+	}
+	return deleted, nil
 }

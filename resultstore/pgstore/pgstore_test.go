@@ -102,3 +102,14 @@ func TestPostgresSealed(t *testing.T) {
 		}
 	})
 }
+
+func TestPostgresExpiry(t *testing.T) {
+	storetest.RunExpiry(t, func(t *testing.T) storetest.Backend {
+		s, err := pgstore.Open(context.Background(), pg.FreshDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return storetest.Backend{Store: s, Scheme: pgstore.Scheme}
+	})
+}

@@ -7,9 +7,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/codec/codectest"
@@ -170,5 +172,158 @@ func readsClearData(t *testing.T, s Storage) {
 	}
 	if got, err := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1"))).Get(ctx, ref); err != nil || !bytes.Equal(got, secret) {
 		t.Fatalf("clear data with encryption on: %q %v", got, err)
+	}
+}
+
+// actions is resultstore.Actions over a map of when each action closed;
+// an action it does not hold is running.
+type actions map[string]time.Time
+
+func (a actions) Closed(_ context.Context, ref string) (time.Time, bool, error) {
+	at, ok := a[ref]
+	return at, ok, nil
+}
+
+// RunExpiry runs the expiry suite on a store that is
+// resultstore.Expirable: results go a retention after the last action
+// that claims them closed, never while one runs; a result stored without
+// a claim is never swept; and no sweep loses a result a PutFor returned.
+func RunExpiry(t *testing.T, open func(t *testing.T) Backend) {
+	t.Run("ExpiredResultsAreSweptAndOpenActionsKept", func(t *testing.T) { expiredSwept(t, open(t)) })
+	t.Run("ASharedResultStaysWhileAnyActionNeedsIt", func(t *testing.T) { sharedResult(t, open(t)) })
+	t.Run("NoSweepLosesAResultAPutForReturned", func(t *testing.T) { sweepRacesPutFor(t, open(t)) })
+}
+
+func expirable(t *testing.T, b Backend) resultstore.Expirable {
+	t.Helper()
+	e, ok := b.Store.(resultstore.Expirable)
+	if !ok {
+		t.Fatalf("%T is not resultstore.Expirable", b.Store)
+	}
+	return e
+}
+
+func expiredSwept(t *testing.T, b Backend) {
+	ctx := context.Background()
+	s := expirable(t, b)
+	now := time.Now()
+	// "closed-recently" closes two days on: at the sweep eight days on, it
+	// has been closed for six.
+	acts := actions{"closed-long-ago": now.Add(-30 * 24 * time.Hour), "closed-recently": now.Add(2 * 24 * time.Hour), "forgotten": {}}
+	refs := map[string]string{}
+	for _, action := range []string{"closed-long-ago", "closed-recently", "running", "forgotten"} {
+		ref, err := s.PutFor(ctx, action, []byte("the answer of "+action))
+		if err != nil || ref != resultstore.Ref(b.Scheme, []byte("the answer of "+action)) {
+			t.Fatalf("put for %s: %q %v", action, ref, err)
+		}
+		refs[action] = ref
+	}
+	unclaimed, err := s.Put(ctx, []byte("stored without a claim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []resultstore.Claim
+	if err := s.Older(ctx, now.Add(time.Minute), func(c resultstore.Claim) error { listed = append(listed, c); return nil }); err != nil || len(listed) != 4 {
+		t.Fatalf("older: %+v %v", listed, err)
+	}
+	for _, c := range listed {
+		if refs[c.ActionRef] != c.Ref || c.At.IsZero() {
+			t.Fatalf("claim %+v", c)
+		}
+	}
+	sw := &resultstore.Sweeper{Store: s, Actions: acts}
+	// Now: every claim is younger than the retention.
+	if r, err := sw.Sweep(ctx, now); err != nil || r.Deleted != 0 {
+		t.Fatalf("sweep now: %+v %v", r, err)
+	}
+	// Eight days on: the action closed a month ago and the one its
+	// server forgot are past the seven days' retention; the one closed six
+	// days before is not, nor the running one.
+	r, err := sw.Sweep(ctx, now.Add(8*24*time.Hour))
+	if err != nil || r.Deleted != 2 || r.Kept != 2 {
+		t.Fatalf("sweep in eight days: %+v %v", r, err)
+	}
+	for action, kept := range map[string]bool{"closed-long-ago": false, "forgotten": false, "closed-recently": true, "running": true} {
+		_, err := s.Get(ctx, refs[action])
+		if kept != (err == nil) || (!kept && !errors.Is(err, resultstore.ErrNotFound)) {
+			t.Errorf("%s: kept %v, want %v (%v)", action, err == nil, kept, err)
+		}
+	}
+	if _, err := s.Get(ctx, unclaimed); err != nil {
+		t.Errorf("a result stored without a claim was swept: %v", err)
+	}
+	// Sweeping again finds nothing more, and storing again works.
+	if r, err := sw.Sweep(ctx, now.Add(8*24*time.Hour)); err != nil || r.Deleted != 0 {
+		t.Fatalf("second sweep: %+v %v", r, err)
+	}
+	if ref, err := s.PutFor(ctx, "closed-long-ago", []byte("the answer of closed-long-ago")); err != nil {
+		t.Fatal(err)
+	} else if got, err := s.Get(ctx, ref); err != nil || string(got) != "the answer of closed-long-ago" {
+		t.Fatalf("stored again: %q %v", got, err)
+	}
+}
+
+func sharedResult(t *testing.T, b Backend) {
+	ctx := context.Background()
+	s := expirable(t, b)
+	data := []byte("the same answer for two actions")
+	for _, action := range []string{"a", "b"} {
+		if _, err := s.PutFor(ctx, action, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref := resultstore.Ref(b.Scheme, data)
+	later := time.Now().Add(8 * 24 * time.Hour)
+	acts := actions{"a": time.Now()}
+	sw := &resultstore.Sweeper{Store: s, Actions: acts}
+	if r, err := sw.Sweep(ctx, later); err != nil || r.Deleted != 0 || r.Kept != 1 {
+		t.Fatalf("one of two actions closed: %+v %v", r, err)
+	}
+	if _, err := s.Get(ctx, ref); err != nil {
+		t.Fatalf("the running action's result was swept: %v", err)
+	}
+	acts["b"] = time.Now()
+	if r, err := sw.Sweep(ctx, later); err != nil || r.Deleted != 1 {
+		t.Fatalf("both closed: %+v %v", r, err)
+	}
+	if _, err := s.Get(ctx, ref); !errors.Is(err, resultstore.ErrNotFound) {
+		t.Fatalf("after both closed: %v", err)
+	}
+}
+
+// A PutFor of data an expired action also claimed, while its claim is
+// released: whatever the interleaving, the data is there once PutFor has
+// returned and the release is over.
+func sweepRacesPutFor(t *testing.T, b Backend) {
+	ctx := context.Background()
+	s := expirable(t, b)
+	data := []byte("contended answer")
+	ref := resultstore.Ref(b.Scheme, data)
+	for i := range 50 {
+		if _, err := s.PutFor(ctx, "expired", data); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Release(ctx, []resultstore.Claim{{Ref: ref, ActionRef: "expired"}}); err != nil {
+				t.Error(err)
+			}
+		}()
+		live := "live-" + strconv.Itoa(i)
+		go func() {
+			defer wg.Done()
+			if _, err := s.PutFor(ctx, live, data); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Wait()
+		if got, err := s.Get(ctx, ref); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("round %d: the result a PutFor returned is gone: %v", i, err)
+		}
+		if _, err := s.Release(ctx, []resultstore.Claim{{Ref: ref, ActionRef: live}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -29,6 +29,7 @@ const (
 	kindHintsThenRefuse
 	kindToolCall
 	kindAnswerOrCallTool
+	kindListStored
 )
 
 // lastMode says how a GOAWAY behaviour picks its last-stream-id.
@@ -129,6 +130,7 @@ type Behavior struct {
 	closeAfter   bool      // AnswerThenClose: Connection: close on HTTP/1.1
 	keepOpen     bool      // AnswerThenKeepOpen: the stream's body never ends
 	tool         *ToolCall // AnswerToolCall
+	unstored     bool      // Unstored: no stored completion
 }
 
 // String returns the Behavior's name as recorded in [Record.Behavior], for

@@ -32,7 +32,8 @@
 //     server; it is not a request and is not recorded.
 //
 // Every path is accepted and recorded; responses have the shape of
-// POST /v1/chat/completions, with text ([Answer]) or a tool call
+// POST /v1/chat/completions (a GET of .../chat/completions lists the
+// stored completions, below), with text ([Answer]) or a tool call
 // ([AnswerToolCall], and [AnswerOrCallTool], a model that calls a declared
 // tool once and then answers, which durallm dev's demo provider uses).
 // [WithStrictIdleStreams] makes the HTTP/2 side
@@ -62,6 +63,20 @@
 // with [Provider.ExecutedCount] or [Provider.AttemptExecutions], to prove
 // "executed exactly once" or "never executed" independently of what the
 // client believes.
+//
+// # Stored completions
+//
+// A request whose body says "store": true is kept as OpenAI keeps a
+// stored chat completion, with its "metadata": the provider stores the
+// completion an answering behaviour ([Answer], [AnswerToolCall],
+// [AnswerOrCallTool]) generates when the execution starts, so it is kept
+// even when the client leaves before the answer (a worker killed
+// mid-generation). Faults, stalls and cut streams keep none, nor does a
+// behaviour marked [Behavior.Unstored]. GET .../chat/completions with
+// metadata[KEY]=VALUE lists them ([ListStored]), never taking a queued
+// behaviour; [Provider.SetStoreLag] makes the store eventually
+// consistent, [Provider.DropStored] forgets a record and
+// [Provider.Stored] shows them all.
 //
 // # Lifetime
 //

@@ -33,6 +33,7 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 		c.p.addProcessed(st.rec)
 	}
 	c.mu.Unlock()
+	c.p.keep(&req, b)
 
 	if !c.pause(st, b) {
 		return
@@ -88,6 +89,9 @@ func (c *conn) runStream(st *stream, req Request, b Behavior) {
 		c.cut(st, b.cut)
 	case kindHold:
 		<-st.done
+	case kindListStored:
+		body := c.p.storedList(req)
+		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
 	}
 }
 
@@ -239,7 +243,7 @@ func (c *conn) answer(st *stream, req Request, b Behavior) {
 	if err := c.writeHeaders(st, sseFields(), false); err != nil {
 		return
 	}
-	id, created := c.p.nextID(), time.Now().Unix()
+	id, created := c.p.idFor(req), time.Now().Unix()
 	for i, w := range splitWords(text) {
 		if err := c.writeData(st, c.p.chunkEvent(id, created, w, i == 0), false); err != nil {
 			return
@@ -337,7 +341,7 @@ func sseEvent(data []byte) []byte {
 // completionJSON renders a chat.completion; a nil text means "no choices".
 func (p *Provider) completionJSON(req Request, text *string) []byte {
 	cc := chatCompletion{
-		ID:      p.nextID(),
+		ID:      p.idFor(req),
 		Object:  "chat.completion",
 		Created: time.Now().Unix(),
 		Model:   p.model,

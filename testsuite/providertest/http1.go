@@ -179,6 +179,7 @@ func (c *h1conn) serveRequest(hr *http.Request, seq int) bool {
 	if b.executed() {
 		p.addProcessed(rec)
 	}
+	p.keep(&req, b)
 
 	// While the behaviour waits, a close by the client must end the wait:
 	// one read watches for it. The client sends nothing else before the
@@ -256,6 +257,8 @@ func (c *h1conn) act(req Request, b Behavior, gone <-chan struct{}) bool {
 	case kindHold:
 		c.wait(gone)
 		return false
+	case kindListStored:
+		return c.respond(http.StatusOK, nil, p.storedList(req), false) == nil
 	default:
 		// CloseAfterRead, and the HTTP/2-only GOAWAY and RST_STREAM
 		// behaviours: close without a byte of answer.
@@ -281,7 +284,7 @@ func (c *h1conn) answer(req Request, b Behavior, gone <-chan struct{}) bool {
 	if c.head(http.StatusOK, sseHeader(), -1, closeAfter) != nil {
 		return false
 	}
-	id, created := p.nextID(), time.Now().Unix()
+	id, created := p.idFor(req), time.Now().Unix()
 	for i, w := range splitWords(text) {
 		if c.chunk(p.chunkEvent(id, created, w, i == 0)) != nil {
 			return false

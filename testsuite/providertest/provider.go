@@ -109,6 +109,10 @@ type Request struct {
 	Body []byte
 	// Header holds every regular request header, keys in canonical form.
 	Header http.Header
+
+	// respID and callID are the ids of the answer and its tool call when
+	// the provider stored the completion before answering (keep).
+	respID, callID string
 }
 
 // Record is one request as the provider saw it, in [Provider.Received]
@@ -172,6 +176,8 @@ type Provider struct {
 	script        func(Request) (Behavior, bool)
 	received      []*Record // pointers: the read loop fills in body fields later
 	processed     []Record
+	stored        []StoredCompletion
+	storeLag      time.Duration
 }
 
 // NewProvider starts a provider listening on four fresh loopback ports
@@ -431,13 +437,15 @@ func (p *Provider) StreamsOpen() int {
 	return n
 }
 
-// Reset clears the records, the queue and the script. It keeps the
-// default behaviour, the connections and the accepted-connection count.
+// Reset clears the records, the stored completions, the queue and the
+// script. It keeps the default behaviour, the store lag, the connections
+// and the accepted-connection count.
 func (p *Provider) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.received = nil
 	p.processed = nil
+	p.stored = nil
 	p.queue = nil
 	p.script = nil
 }
@@ -453,6 +461,11 @@ func (p *Provider) next(req Request) Behavior {
 		if b, ok := script(req); ok {
 			return b
 		}
+	}
+	if isStoredList(req) {
+		// A lookup of the store never takes a behaviour meant for a
+		// model request.
+		return ListStored()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -125,9 +125,9 @@ func (p *Provider) nextCallID() string {
 func (p *Provider) toolCompletionJSON(req Request, call *ToolCall) []byte {
 	reason := "tool_calls"
 	return mustJSON(chatCompletion{
-		ID: p.nextID(), Object: "chat.completion", Created: time.Now().Unix(), Model: p.model,
+		ID: p.idFor(req), Object: "chat.completion", Created: time.Now().Unix(), Model: p.model,
 		Choices: []choice{{Index: 0, FinishReason: &reason, Message: &message{Role: "assistant", ToolCalls: []toolCallJSON{{
-			ID: p.nextCallID(), Type: "function", Function: toolFunctionJSON{Name: call.Name, Arguments: call.Arguments},
+			ID: p.callIDFor(req), Type: "function", Function: toolFunctionJSON{Name: call.Name, Arguments: call.Arguments},
 		}}}}},
 		Usage: usageFor(req, call.Arguments),
 	})
@@ -137,7 +137,7 @@ func (p *Provider) toolCompletionJSON(req Request, call *ToolCall) []byte {
 // name, then its arguments, then the finish reason with usage, then
 // [DONE].
 func (p *Provider) toolEvents(req Request, call *ToolCall) [][]byte {
-	id, created, zero := p.nextID(), time.Now().Unix(), 0
+	id, created, zero := p.idFor(req), time.Now().Unix(), 0
 	chunk := func(msg *message, reason *string) []byte {
 		cc := chatCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: p.model, Choices: []choice{{Index: 0, Delta: msg, FinishReason: reason}}}
 		if reason != nil {
@@ -147,7 +147,7 @@ func (p *Provider) toolEvents(req Request, call *ToolCall) [][]byte {
 	}
 	reason := "tool_calls"
 	return [][]byte{
-		chunk(&message{Role: "assistant", ToolCalls: []toolCallJSON{{Index: &zero, ID: p.nextCallID(), Type: "function", Function: toolFunctionJSON{Name: call.Name}}}}, nil),
+		chunk(&message{Role: "assistant", ToolCalls: []toolCallJSON{{Index: &zero, ID: p.callIDFor(req), Type: "function", Function: toolFunctionJSON{Name: call.Name}}}}, nil),
 		chunk(&message{ToolCalls: []toolCallJSON{{Index: &zero, Function: toolFunctionJSON{Arguments: call.Arguments}}}}, nil),
 		append(chunk(&message{}, &reason), "data: [DONE]\n\n"...),
 	}

@@ -59,6 +59,18 @@ type Report struct {
 		Reconciled, NotProcessed, LeftToPerson int
 		LeftBy                                 map[string]int
 	}
+	// Provider counts what a route's provider record decided (a run with
+	// ProviderRecord): attempts settled from the provider's stored answer
+	// (completed, by provider), and, for the actions left to a person,
+	// what the lookup found (LeftBy: "not_found", "unreadable", ...).
+	Provider struct {
+		Settled int
+		LeftBy  map[string]int
+	}
+	// Left says, for each action left to a person, why: what the journal
+	// and the provider's record held for its last attempt, and whether
+	// the provider ever received it.
+	Left []string
 	// GoAways counts GOAWAY frames the engine received, by code; Conns the
 	// connections it opened (one per drain, when recovery works).
 	GoAways map[string]int64
@@ -113,20 +125,17 @@ func (r *Report) checkJournal(p *providertest.Provider, j journal.Journal, id st
 	}
 	var v []string
 	for _, a := range res.Attempts {
+		if a.VerdictBy == attempt.ByProvider && a.Verdict == attempt.VerdictCompleted {
+			r.Provider.Settled++
+			v = append(v, settledRight(p, id, "the provider's record", a, res)...)
+		}
 		if a.VerdictBy != attempt.ByJournal {
 			continue
 		}
 		switch a.Verdict {
 		case attempt.VerdictCompleted:
 			r.Journal.Reconciled++
-			if res.Response == nil || res.Response.Text == "" {
-				v = append(v, fmt.Sprintf("%s reconciled from the journal without a response", id))
-			} else if BehaviorOf(p, a.Evidence.AttemptID) == defaultAnswer && strings.TrimSpace(res.Response.Text) != "ok" {
-				v = append(v, fmt.Sprintf("%s reconciled from the journal with %d bytes of text the provider never sent", id, len(res.Response.Text)))
-			}
-			if n := p.AttemptExecutions(a.Evidence.AttemptID); n != 1 {
-				v = append(v, fmt.Sprintf("%s reconciled from the journal, but the provider executed its attempt %d times", id, n))
-			}
+			v = append(v, settledRight(p, id, "the journal", a, res)...)
 		case attempt.VerdictNotExecuted:
 			r.Journal.NotProcessed++
 			if n := p.AttemptExecutions(a.Evidence.AttemptID); n != 0 {
@@ -148,18 +157,73 @@ func (r *Report) checkJournal(p *providertest.Provider, j journal.Journal, id st
 		if e, ok, err := j.Lookup(context.Background(), last.Evidence.AttemptID); err == nil && ok && e.State == journal.Received {
 			v = append(v, fmt.Sprintf("%s was left to a person although the journal holds the response a worker received", id))
 		}
+		received := "the provider never received it"
+		if b := BehaviorOf(p, last.Evidence.AttemptID); b != "" {
+			received = "the provider did " + b + " with it"
+		}
+		r.Left = append(r.Left, fmt.Sprintf("%s attempt %d (%s, %s): journal %s, provider record %s; %s",
+			id, last.N, last.Classification.Class, last.Classification.Reason, orNone(last.JournalState), orNone(last.ProviderRecord), received))
+		if last.ProviderRecord != "" {
+			if r.Provider.LeftBy == nil {
+				r.Provider.LeftBy = map[string]int{}
+			}
+			r.Provider.LeftBy[last.ProviderRecord]++
+			if last.ProviderRecord == attempt.ProviderRecordNotFound && stored(p, last.Evidence.AttemptID) {
+				v = append(v, fmt.Sprintf("%s was left to a person, the lookup finding nothing, although the provider stored its attempt's answer", id))
+			}
+		}
 	}
 	return v
 }
 
-// defaultAnswer is what the chaos provider's default behaviour records.
-var defaultAnswer = providertest.Answer("ok").String()
+func orNone(s string) string {
+	if s == "" {
+		return "not consulted"
+	}
+	return s
+}
+
+// settledRight checks an action settled from a record (the journal, the
+// provider's): it carries the answer the provider sent (for an attempt the
+// provider answered by default, its "ok"), and the provider executed the
+// attempt once.
+func settledRight(p *providertest.Provider, id, from string, a workflows.AttemptRecord, res workflows.ActionResult) []string {
+	var v []string
+	if res.Response == nil || res.Response.Text == "" {
+		v = append(v, fmt.Sprintf("%s reconciled from %s without a response", id, from))
+	} else if BehaviorOf(p, a.Evidence.AttemptID) == defaultAnswer && strings.TrimSpace(res.Response.Text) != "ok" {
+		v = append(v, fmt.Sprintf("%s reconciled from %s with %d bytes of text the provider never sent", id, from, len(res.Response.Text)))
+	}
+	if n := p.AttemptExecutions(a.Evidence.AttemptID); n != 1 {
+		v = append(v, fmt.Sprintf("%s reconciled from %s, but the provider executed its attempt %d times", id, from, n))
+	}
+	return v
+}
+
+// stored reports whether the provider keeps a stored completion for the
+// attempt.
+func stored(p *providertest.Provider, attemptID string) bool {
+	for _, s := range p.Stored() {
+		if s.AttemptID == attemptID {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultAnswer is what the chaos provider's default behaviour records;
+// listStored what a lookup of its stored completions records.
+var (
+	defaultAnswer = providertest.Answer("ok").String()
+	listStored    = providertest.ListStored().String()
+)
 
 // AddFaults counts the faults the provider injected: every behaviour it
-// recorded but its default answer.
+// recorded but its default answer and the lookups of its stored
+// completions.
 func (r *Report) AddFaults(p *providertest.Provider, defaultBehavior string) {
 	for _, rec := range p.Received() {
-		if rec.Behavior != "" && rec.Behavior != defaultBehavior {
+		if rec.Behavior != "" && rec.Behavior != defaultBehavior && rec.Behavior != listStored {
 			r.Faults[rec.Behavior]++
 		}
 	}
@@ -307,9 +371,14 @@ func BehaviorOf(p *providertest.Provider, attemptID string) string {
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if r.Provider.Settled > 0 || len(r.Provider.LeftBy) > 0 {
+		// Deferred before the journal's line, so printed after it.
+		defer fmt.Fprintf(w, "provider's record: %d attempts settled from the provider's record (completed, by provider)%s\n",
+			r.Provider.Settled, leftBy("of those left to a person, the lookup", r.Provider.LeftBy))
+	}
 	if r.Journal.Reconciled+r.Journal.NotProcessed+r.Journal.LeftToPerson > 0 {
 		defer fmt.Fprintf(w, "\nattempt journal: %d reconciled from a response a worker received, %d proven not processed (sent on), %d left to a person%s\n",
-			r.Journal.Reconciled, r.Journal.NotProcessed, r.Journal.LeftToPerson, leftBy(r.Journal.LeftBy))
+			r.Journal.Reconciled, r.Journal.NotProcessed, r.Journal.LeftToPerson, leftBy("journal", r.Journal.LeftBy))
 	}
 	fmt.Fprintf(tw, "actions\t%d\nserver restarts\t%d\nworker processes SIGKILLed\t%d\nhaproxy reloads\t%d\nattempts\t%d\nexecuted by the provider\t%d\n", r.Actions, r.Restarts, r.Kills, r.Reloads, r.Attempts, r.ProviderRun)
 	// Only a run with an in-process worker counts its engine's connections.
@@ -358,6 +427,12 @@ func (r *Report) Print(w io.Writer) {
 	for _, id := range r.Twice {
 		fmt.Fprintf(w, "EXECUTED TWICE %s\n", id)
 	}
+	if len(r.Left) > 0 {
+		fmt.Fprintln(w, "\nleft to a person:")
+	}
+	for _, l := range r.Left {
+		fmt.Fprintln(w, "  "+l)
+	}
 	if len(r.Violations) == 0 {
 		fmt.Fprintln(w, "\ninvariants: all held")
 		return
@@ -377,9 +452,9 @@ func sortedKeys[K ~string, V any](m map[K]V) []string {
 	return ks
 }
 
-// leftBy renders what the journal held for the actions left to a person,
-// in a stable order.
-func leftBy(m map[string]int) string {
+// leftBy renders what a source (the journal, the provider's record) held
+// for the actions left to a person, in a stable order.
+func leftBy(source string, m map[string]int) string {
 	if len(m) == 0 {
 		return ""
 	}
@@ -392,5 +467,5 @@ func leftBy(m map[string]int) string {
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
-	return " (journal: " + strings.Join(parts, ", ") + ")"
+	return " (" + source + ": " + strings.Join(parts, ", ") + ")"
 }

@@ -23,8 +23,19 @@ import (
 // real HTTP/2, so the invariants are checked against its own record.
 func send(t *testing.T, p *providertest.Provider, action, attempt string) {
 	t.Helper()
+	sendBody(t, p, action, attempt, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+}
+
+// sendStored is send with a request that asks the provider to store it.
+func sendStored(t *testing.T, p *providertest.Provider, action, attempt string) {
+	t.Helper()
+	sendBody(t, p, action, attempt, `{"model":"m","store":true,"metadata":{"durallm_attempt_id":"`+attempt+`"},"messages":[{"role":"user","content":"hi"}]}`)
+}
+
+func sendBody(t *testing.T, p *providertest.Provider, action, attempt, body string) {
+	t.Helper()
 	c := &http.Client{Transport: &http2.Transport{TLSClientConfig: p.ClientTLSConfig()}}
-	req, err := http.NewRequest(http.MethodPost, p.URL()+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	req, err := http.NewRequest(http.MethodPost, p.URL()+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,5 +246,58 @@ func TestExecutedTwiceOnlyWhereAnOutcomeLetAnotherAttemptFollow(t *testing.T) {
 				t.Fatalf("Report.Twice %v, Failed %v, violations %v", r.Twice, r.Failed(), r.Violations)
 			}
 		})
+	}
+}
+
+// The provider record's invariants: an action settled from it carries the
+// provider's answer, executed once, and none is left to a person with the
+// lookup finding nothing while the provider holds its answer.
+func TestProviderRecordInvariants(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sendStored(t, p, "settled", "s-1")
+	sendStored(t, p, "missed", "m-1")
+	send(t, p, "unstored", "u-1")
+	j := journal.Dir{Path: t.TempDir()}
+	settled := record(1, "s-1", evidence.Ambiguous)
+	settled.Verdict, settled.VerdictBy, settled.ProviderRecord = attempt.VerdictCompleted, attempt.ByProvider, attempt.ProviderRecordFound
+	leftWith := func(id, found string) workflows.ActionResult {
+		a := record(1, id, evidence.Ambiguous)
+		a.ProviderRecord = found
+		return workflows.ActionResult{Status: workflows.Status{State: workflows.StateIndeterminate, Reason: "reconcile_timeout", Attempts: []workflows.AttemptRecord{a}}}
+	}
+	r := New(4)
+	r.Add(p, j, "settled", workflows.ActionResult{Status: workflows.Status{State: workflows.StateReconciled, Attempts: []workflows.AttemptRecord{settled}},
+		Response: &providers.Response{Text: "ok"}}, nil, false)
+	r.Add(p, j, "unstored", leftWith("u-1", attempt.ProviderRecordNotFound), nil, false)
+	if len(r.Violations) != 0 || r.Provider.Settled != 1 || r.Provider.LeftBy[attempt.ProviderRecordNotFound] != 1 {
+		t.Fatalf("violations %v provider %+v", r.Violations, r.Provider)
+	}
+	r.Add(p, j, "settled", workflows.ActionResult{Status: workflows.Status{State: workflows.StateReconciled, Attempts: []workflows.AttemptRecord{settled}},
+		Response: &providers.Response{Text: "not what the provider said"}}, nil, false)
+	r.Add(p, j, "missed", leftWith("m-1", attempt.ProviderRecordNotFound), nil, false)
+	got := strings.Join(r.Violations, "\n")
+	if len(r.Violations) != 2 || !strings.Contains(got, "from the provider's record with") || !strings.Contains(got, "although the provider stored its attempt's answer") {
+		t.Fatalf("violations %v", r.Violations)
+	}
+	r.Add(p, j, "never-sent", leftWith("n-1", attempt.ProviderRecordNotFound), nil, false)
+	// A lookup of the store is no fault.
+	c := &http.Client{Transport: &http2.Transport{TLSClientConfig: p.ClientTLSConfig()}}
+	if resp, err := c.Get(p.URL() + "/v1/chat/completions?metadata[durallm_attempt_id]=s-1"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	r.AddFaults(p, defaultAnswer)
+	var out bytes.Buffer
+	r.Print(&out)
+	got = out.String()
+	if !strings.Contains(got, "provider's record: 2 attempts settled from the provider's record") || !strings.Contains(got, "the lookup: not_found 3") ||
+		!strings.Contains(got, "never-sent attempt 1 (ambiguous, ): journal not consulted, provider record not_found; the provider never received it") ||
+		!strings.Contains(got, "unstored attempt 1") || len(r.Faults) != 0 {
+		t.Fatalf("faults %v, report:\n%s", r.Faults, got)
 	}
 }

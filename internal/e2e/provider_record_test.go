@@ -1,0 +1,157 @@
+package e2e_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/converter"
+
+	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/journal"
+	"github.com/durallm/durallm/providers/routes"
+	"github.com/durallm/durallm/testsuite/providertest"
+	"github.com/durallm/durallm/worker"
+	"github.com/durallm/durallm/workflows"
+)
+
+// recordSettle is the provider record's settle window in these tests.
+const recordSettle = 2 * time.Second
+
+// withProviderRecord gives the stack's routes stored completions.
+func withProviderRecord(o *worker.Options) {
+	for i := range o.Config.Routes {
+		o.Config.Routes[i].ProviderRecord, o.Config.Routes[i].ProviderRecordSettle = routes.ProviderRecordStoredCompletions, recordSettle
+	}
+}
+
+// killWhileGenerating starts action id on a worker process whose routes
+// keep a provider record, waits until the provider is generating its
+// answer (held at gate) and the worker has journaled the request as
+// sent, SIGKILLs the worker, and lets a worker in this process take over.
+func (s *stack) killWhileGenerating(id string, in workflows.ActionInput, b providertest.Behavior) {
+	s.t.Helper()
+	dir := s.t.TempDir()
+	s.p.Push(b)
+	cmd := s.helperWorker("DURALLM_HELPER_JOURNAL="+dir, "DURALLM_HELPER_PROVIDER_RECORD="+recordSettle.String())
+	ctx := context.Background()
+	if _, err := s.c.Start(ctx, id, in); err != nil {
+		s.t.Fatal(err)
+	}
+	waitFor(s.t, func() bool { return s.p.ExecutedCount(id) == 1 })
+	waitFor(s.t, func() bool {
+		e, ok, _ := journal.Dir{Path: dir}.Lookup(ctx, entryID(s.t, dir))
+		return ok && e.State == journal.Sent
+	})
+	if in.Request.Stream {
+		// Content reached the worker, and its heartbeat told Temporal so.
+		waitFor(s.t, func() bool {
+			d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+			if err != nil || len(d.GetPendingActivities()) == 0 || d.GetPendingActivities()[0].GetHeartbeatDetails() == nil {
+				return false
+			}
+			var p attempt.Progress
+			return converter.GetDefaultDataConverter().FromPayloads(d.GetPendingActivities()[0].GetHeartbeatDetails(), &p) == nil && p.ContentStarted
+		})
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		s.t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	s.startWorker(withProviderRecord, func(o *worker.Options) { o.Journal = journal.Dir{Path: dir} })
+}
+
+// A worker SIGKILLed while a provider-record route is generating: the
+// provider stored what it generated, and the built-in reconciler settles
+// the action with exactly that, by the provider, executed once, no person
+// asked. Non-streamed, the attempt is ambiguous; streamed, with content
+// already delivered, it is a partial committed on a lost worker, whose
+// whole text the record holds.
+func TestE2EWorkerKilledWhileGeneratingIsSettledFromTheProvidersRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a worker process")
+	}
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		class  evidence.Class
+	}{
+		{"non-streamed", false, evidence.Ambiguous},
+		{"streamed, content delivered", true, evidence.CommittedPartial},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack(t)
+			gate := make(chan struct{})
+			defer close(gate)
+			b := providertest.Answer("the answer the provider generated and kept").WaitFor(gate)
+			if tc.stream {
+				b = providertest.Answer("the answer the provider generated and kept").MidStreamWaitFor(gate)
+			}
+			id := "killed-generating-" + strings.Fields(tc.name)[0]
+			s.killWhileGenerating(id, actionInput(tc.stream), b)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			res, err := s.c.Get(id).Result(ctx)
+			if err != nil {
+				t.Fatalf("err %v notes %v", err, res.Notes)
+			}
+			if res.State != workflows.StateReconciled || res.Response == nil || res.Response.Text != "the answer the provider generated and kept" || res.Response.FinishReason != "stop" {
+				t.Fatalf("state %s response %+v notes %v", res.State, res.Response, res.Notes)
+			}
+			a := res.Attempts[0]
+			if len(res.Attempts) != 1 || a.Classification.Class != tc.class || a.Verdict != attempt.VerdictCompleted || a.VerdictBy != attempt.ByProvider || a.ProviderRecord != attempt.ProviderRecordFound {
+				t.Fatalf("attempts %+v", res.Attempts)
+			}
+			for _, n := range res.Notes {
+				if strings.Contains(n.What, "could not tell") || strings.Contains(n.What, "via signal") || strings.Contains(n.What, "via update") {
+					t.Fatalf("a person was asked: %v", res.Notes)
+				}
+			}
+			if n := s.p.ExecutedCount(id); n != 1 {
+				t.Fatalf("executed %d times", n)
+			}
+		})
+	}
+}
+
+// With a store that lags longer than the settle window, the lookup finds
+// nothing, which proves nothing: the action waits for a person, and the
+// note says the lookup found nothing.
+func TestE2EAStoreLaggingPastTheSettleWindowLeavesTheActionToAPerson(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a worker process")
+	}
+	s := newStack(t)
+	s.p.SetStoreLag(time.Hour)
+	gate := make(chan struct{})
+	defer close(gate)
+	in := actionInput(false)
+	// A short attempt, so that the window ends soon after the kill.
+	in.AttemptTimeout, in.QueueTimeout = 3*time.Second, time.Second
+	s.killWhileGenerating("lagging-store", in, providertest.Answer("stored, not yet listed").WaitFor(gate))
+	st := s.waitState("lagging-store", workflows.StateAwaitingReconciliation)
+	ctx := context.Background()
+	deadline := time.Now().Add(60 * time.Second)
+	for st.Attempts[0].ProviderRecord == "" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		st, _ = s.c.Status(ctx, "lagging-store")
+	}
+	if st.State != workflows.StateAwaitingReconciliation || st.Attempts[0].ProviderRecord != attempt.ProviderRecordNotFound {
+		t.Fatalf("state %s, provider record %q, notes %v", st.State, st.Attempts[0].ProviderRecord, st.Notes)
+	}
+	found := false
+	for _, n := range st.Notes {
+		found = found || (strings.Contains(n.What, "could not tell") && strings.Contains(n.What, "lookup found nothing") && strings.Contains(n.What, "not proof"))
+	}
+	if !found {
+		t.Fatalf("no note says the lookup found nothing: %v", st.Notes)
+	}
+	if n := s.p.ExecutedCount("lagging-store"); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+	if err := s.c.Reconcile(ctx, "lagging-store", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon}); err != nil {
+		t.Fatal(err)
+	}
+}
