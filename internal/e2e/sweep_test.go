@@ -1,11 +1,11 @@
-package journalsweep
+package e2e_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,39 +25,54 @@ import (
 	"github.com/durallm/durallm/workflows"
 )
 
-var (
-	pg  *pgserver.Server
-	srv *devserver.Server
-	tc  client.Client
-)
-
-func TestMain(m *testing.M) {
-	os.Exit(pgserver.ForTests(runWithTemporal{m}, &pg))
+// The sweep tests share one PostgreSQL and one embedded Temporal server,
+// started by the first of them and stopped when the package's tests end
+// (TestMain).
+var sweep struct {
+	once sync.Once
+	err  error
+	pg   *pgserver.Server
+	srv  *devserver.Server
+	tc   client.Client
+	dir  string
 }
 
-type runWithTemporal struct{ m *testing.M }
+// sweepServers starts them, once.
+func sweepServers(t *testing.T) (*pgserver.Server, client.Client) {
+	t.Helper()
+	sweep.once.Do(func() {
+		if sweep.pg, sweep.err = pgserver.Start(context.Background(), pgserver.Options{}); sweep.err != nil {
+			return
+		}
+		if sweep.dir, sweep.err = os.MkdirTemp("", "durallm-sweep-"); sweep.err != nil {
+			return
+		}
+		if sweep.srv, sweep.err = devserver.Start(context.Background(), devserver.Options{DataDir: sweep.dir, FrontendPort: devserver.FreePort, DisableUI: true,
+			SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler)}); sweep.err != nil {
+			return
+		}
+		sweep.tc, sweep.err = client.Dial(client.Options{HostPort: sweep.srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	})
+	if sweep.err != nil {
+		t.Fatal(sweep.err)
+	}
+	return sweep.pg, sweep.tc
+}
 
-func (r runWithTemporal) Run() int {
-	dir, err := os.MkdirTemp("", "journalsweep-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+// stopSweepServers stops what sweepServers started.
+func stopSweepServers() {
+	if sweep.tc != nil {
+		sweep.tc.Close()
 	}
-	defer os.RemoveAll(dir)
-	srv, err = devserver.Start(context.Background(), devserver.Options{DataDir: dir, FrontendPort: devserver.FreePort, DisableUI: true,
-		SearchAttributes: workflows.SearchAttributes, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if sweep.srv != nil {
+		_ = sweep.srv.Stop()
 	}
-	defer srv.Stop()
-	tc, err = client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if sweep.dir != "" {
+		os.RemoveAll(sweep.dir)
 	}
-	defer tc.Close()
-	return r.m.Run()
+	if sweep.pg != nil {
+		_ = sweep.pg.Stop()
+	}
 }
 
 // hold is an action that runs until it is signalled "release".
@@ -86,7 +101,7 @@ func untilGone(t *testing.T, what string, present func() (bool, error)) {
 	}
 }
 
-func backends(t *testing.T) map[string]func(t *testing.T) journal.Expirable {
+func backends(pg *pgserver.Server) map[string]func(t *testing.T) journal.Expirable {
 	return map[string]func(t *testing.T) journal.Expirable{
 		"dir": func(t *testing.T) journal.Expirable { return journal.Dir{Path: filepath.Join(t.TempDir(), "journal")} },
 		"postgres": func(t *testing.T) journal.Expirable {
@@ -104,6 +119,7 @@ func backends(t *testing.T) map[string]func(t *testing.T) journal.Expirable {
 // running action are kept however old; entries of an action Temporal no
 // longer knows are past its retention and go.
 func TestSweepExpiresOnlyEntriesOfActionsClosedLongerThanTheRetention(t *testing.T) {
+	pg, tc := sweepServers(t)
 	ctx := context.Background()
 	queue := "hold-" + t.Name()
 	w := sdkworker.New(tc, queue, sdkworker.Options{})
@@ -128,7 +144,7 @@ func TestSweepExpiresOnlyEntriesOfActionsClosedLongerThanTheRetention(t *testing
 	}
 	defer tc.TerminateWorkflow(ctx, running.GetID(), "", "test over")
 
-	for name, open := range backends(t) {
+	for name, open := range backends(pg) {
 		t.Run(name, func(t *testing.T) {
 			j := open(t)
 			for _, e := range []journal.Entry{
@@ -172,12 +188,13 @@ func TestSweepExpiresOnlyEntriesOfActionsClosedLongerThanTheRetention(t *testing
 // A durallm worker sweeps its journal by itself: the entry of an action
 // that ended goes once the (here, tiny) retention has passed.
 func TestTheWorkerSweepsItsJournal(t *testing.T) {
+	pg, tc := sweepServers(t)
 	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for name, open := range backends(t) {
+	for name, open := range backends(pg) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			j := open(t)

@@ -1,4 +1,4 @@
-package journalsweep
+package e2e_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	durallm "github.com/durallm/durallm"
+	"github.com/durallm/durallm/internal/pgserver"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/resultstore"
@@ -22,7 +23,7 @@ import (
 	"github.com/durallm/durallm/workflows"
 )
 
-func resultBackends() map[string]func(t *testing.T) resultstore.Expirable {
+func resultBackends(pg *pgserver.Server) map[string]func(t *testing.T) resultstore.Expirable {
 	return map[string]func(t *testing.T) resultstore.Expirable{
 		"dir": func(t *testing.T) resultstore.Expirable {
 			return resultstore.Dir{Path: filepath.Join(t.TempDir(), "results")}
@@ -43,13 +44,14 @@ func resultBackends() map[string]func(t *testing.T) resultstore.Expirable {
 // the result of an action that still runs, and one stored for no action,
 // are kept.
 func TestTheWorkerSweepsItsResults(t *testing.T) {
+	pg, tc := sweepServers(t)
 	p, err := providertest.NewProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	p.SetDefault(providertest.Answer("an answer too large for history, in this test"))
-	for name, open := range resultBackends() {
+	for name, open := range resultBackends(pg) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			store := open(t)
