@@ -59,6 +59,95 @@ func (c Config) Names() []string {
 // ErrInvalidConfig is wrapped by every FieldError.
 var ErrInvalidConfig = errors.New("routes: invalid config")
 
+// check reports, through bad, every problem of r that the other routes
+// have no part in.
+func (r Route) check(bad func(field, problem string)) {
+	switch r.Kind {
+	case KindOpenAI:
+	case KindAnthropic:
+		if r.Capabilities.StructuredOutput {
+			// CallAnthropic refuses response_format; declaring the
+			// capability would let the workflow pick this route for
+			// actions it can only fail.
+			bad("capabilities.structured_output", "the anthropic adapter has no structured output (it refuses response_format); leave it false")
+		}
+	case "":
+		bad("kind", `required ("openai" or "anthropic")`)
+	default:
+		bad("kind", fmt.Sprintf(`unknown kind %q (want "openai" or "anthropic")`, r.Kind))
+	}
+	loopback := false
+	if r.BaseURL == "" {
+		bad("base_url", "required")
+	} else if u, err := url.Parse(r.BaseURL); err != nil {
+		bad("base_url", "unparseable: "+urlReason(err).Error())
+	} else {
+		switch {
+		case u.Scheme != "http" && u.Scheme != "https":
+			bad("base_url", "scheme must be http or https")
+		case u.Host == "":
+			bad("base_url", "no host")
+		case u.User != nil:
+			bad("base_url", "must not carry credentials; use api_key_env or api_key_file")
+		default:
+			loopback = isLoopbackURL(u)
+		}
+	}
+	if r.Model == "" {
+		bad("model", "required")
+	}
+	if _, err := recovery.ParseHTTPVersion(r.HTTPVersion); err != nil {
+		bad("http_version", `must be "auto", "2" or "1.1"`)
+	}
+	switch {
+	case r.APIKeyEnv != "" && r.APIKeyFile != "":
+		bad("api_key_env", "api_key_env and api_key_file are both set; choose one")
+	case r.APIKeyEnv == "" && r.APIKeyFile == "" && !loopback:
+		bad("api_key_env", "api_key_env or api_key_file is required (only a loopback base_url may go without a key)")
+	}
+	if r.APIKeyEnv != "" && !validEnvName(r.APIKeyEnv) {
+		// Possibly a key pasted into the wrong field: never repeat it.
+		bad("api_key_env", "not an environment variable name")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"attempt_timeout", r.AttemptTimeout},
+		{"first_byte_timeout", r.FirstByteTimeout},
+		{"idle_timeout", r.IdleTimeout},
+		{"idempotency_window", r.IdempotencyWindow},
+		{"provider_record_settle", r.ProviderRecordSettle},
+	} {
+		if d.v < 0 {
+			bad(d.field, "negative")
+		}
+	}
+	if r.HonoursIdempotencyKey && r.IdempotencyWindow <= 0 {
+		bad("idempotency_window", "must be positive when honours_idempotency_key is set")
+	}
+	switch r.ProviderRecord {
+	case "":
+		if r.ProviderRecordSettle != 0 {
+			bad("provider_record_settle", "set without a provider_record")
+		}
+	case ProviderRecordStoredCompletions:
+		if r.Kind != KindOpenAI {
+			bad("provider_record", "stored_completions is an OpenAI API; this route's kind has none")
+		}
+	default:
+		bad("provider_record", fmt.Sprintf(`unknown record %q (want "stored_completions")`, r.ProviderRecord))
+	}
+	if r.Capabilities.ContextTokens < 0 {
+		bad("capabilities.context_tokens", "negative")
+	}
+	for j, t := range r.Capabilities.DataTags {
+		if strings.TrimSpace(t) == "" {
+			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "empty")
+		}
+	}
+}
+
 // FieldError is one configuration problem. Config.Validate and LoadConfig
 // return all of them joined with errors.Join; errors.As finds the first.
 // Problems never quote a value that could be a secret.
@@ -142,90 +231,7 @@ func (c Config) Validate() error {
 				prefixes[p] = i
 			}
 		}
-		switch r.Kind {
-		case KindOpenAI:
-		case KindAnthropic:
-			if r.Capabilities.StructuredOutput {
-				// CallAnthropic refuses response_format; declaring the
-				// capability would let the workflow pick this route for
-				// actions it can only fail.
-				bad("capabilities.structured_output", "the anthropic adapter has no structured output (it refuses response_format); leave it false")
-			}
-		case "":
-			bad("kind", `required ("openai" or "anthropic")`)
-		default:
-			bad("kind", fmt.Sprintf(`unknown kind %q (want "openai" or "anthropic")`, r.Kind))
-		}
-		loopback := false
-		if r.BaseURL == "" {
-			bad("base_url", "required")
-		} else if u, err := url.Parse(r.BaseURL); err != nil {
-			bad("base_url", "unparseable: "+urlReason(err).Error())
-		} else {
-			switch {
-			case u.Scheme != "http" && u.Scheme != "https":
-				bad("base_url", "scheme must be http or https")
-			case u.Host == "":
-				bad("base_url", "no host")
-			case u.User != nil:
-				bad("base_url", "must not carry credentials; use api_key_env or api_key_file")
-			default:
-				loopback = isLoopbackURL(u)
-			}
-		}
-		if r.Model == "" {
-			bad("model", "required")
-		}
-		if _, err := recovery.ParseHTTPVersion(r.HTTPVersion); err != nil {
-			bad("http_version", `must be "auto", "2" or "1.1"`)
-		}
-		switch {
-		case r.APIKeyEnv != "" && r.APIKeyFile != "":
-			bad("api_key_env", "api_key_env and api_key_file are both set; choose one")
-		case r.APIKeyEnv == "" && r.APIKeyFile == "" && !loopback:
-			bad("api_key_env", "api_key_env or api_key_file is required (only a loopback base_url may go without a key)")
-		}
-		if r.APIKeyEnv != "" && !validEnvName(r.APIKeyEnv) {
-			// Possibly a key pasted into the wrong field: never repeat it.
-			bad("api_key_env", "not an environment variable name")
-		}
-		for _, d := range []struct {
-			field string
-			v     time.Duration
-		}{
-			{"attempt_timeout", r.AttemptTimeout},
-			{"first_byte_timeout", r.FirstByteTimeout},
-			{"idle_timeout", r.IdleTimeout},
-			{"idempotency_window", r.IdempotencyWindow},
-			{"provider_record_settle", r.ProviderRecordSettle},
-		} {
-			if d.v < 0 {
-				bad(d.field, "negative")
-			}
-		}
-		if r.HonoursIdempotencyKey && r.IdempotencyWindow <= 0 {
-			bad("idempotency_window", "must be positive when honours_idempotency_key is set")
-		}
-		switch r.ProviderRecord {
-		case "":
-			if r.ProviderRecordSettle != 0 {
-				bad("provider_record_settle", "set without a provider_record")
-			}
-		case ProviderRecordStoredCompletions:
-			if r.Kind != KindOpenAI {
-				bad("provider_record", "stored_completions is an OpenAI API; this route's kind has none")
-			}
-		default:
-			bad("provider_record", fmt.Sprintf(`unknown record %q (want "stored_completions")`, r.ProviderRecord))
-		}
-		if r.Capabilities.ContextTokens < 0 {
-			bad("capabilities.context_tokens", "negative")
-		}
-		for j, t := range r.Capabilities.DataTags {
-			if strings.TrimSpace(t) == "" {
-				bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "empty")
-			}
-		}
+		r.check(bad)
 	}
 	return errors.Join(errs...)
 }
