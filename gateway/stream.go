@@ -150,147 +150,184 @@ func content(ev activities.StreamEvent) bool {
 func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session, so streamOptions) {
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	ch := &chunker{who: s.who, includeUsage: so.includeUsage}
-	events := g.follow(ctx, s.who.ID, so.after)
+	st := &streamRun{g: g, s: s, so: so,
+		sw: &sseWriter{w: w, rc: http.NewResponseController(w)}, ch: &chunker{who: s.who, includeUsage: so.includeUsage},
+		events: g.follow(ctx, s.who.ID, so.after), keepAlive: time.NewTicker(g.o.KeepAlive)}
+	defer st.keepAlive.Stop()
 	wt := g.newWaiter(s)
 	defer wt.cancel()
-
-	hold := time.NewTimer(g.o.StreamHold)
-	defer hold.Stop()
-	poll := time.NewTimer(g.o.StatePoll)
-	defer poll.Stop()
-	keepAlive := time.NewTicker(g.o.KeepAlive)
-	defer keepAlive.Stop()
-	var done *waitDone
-	write := func(ev activities.StreamEvent) bool {
-		if ev.Kind == activities.EventEnd || ev.Kind == activities.EventIncomplete {
-			return true
-		}
-		if b, ok := ch.chunk(ev); ok {
-			keepAlive.Reset(g.o.KeepAlive)
-			return sw.data(ev.Seq, b) == nil
-		}
-		return true
+	done, ok := st.untilResult(ctx, wt)
+	if !ok {
+		return
 	}
-	begin := func() bool {
-		state := "running"
-		if s.replayed {
-			state = ""
-		}
-		return sw.begin(state) == nil
-	}
-
-	// Until the result: events as they come.
-	for done == nil {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			if !sw.started {
-				if !content(ev) {
-					continue
-				}
-				if !begin() {
-					return
-				}
-			}
-			if !write(ev) {
-				return
-			}
-		case d := <-wt.result:
-			done = &d
-		case <-hold.C:
-			if !sw.started && !begin() {
-				return
-			}
-		case <-keepAlive.C:
-			if sw.started && sw.keepAlive() != nil {
-				return
-			}
-		case <-poll.C:
-			if ch.streamed() {
-				// Committed: the action cannot come to await a verdict.
-				continue
-			}
-			if st, awaiting := wt.poll(ctx); awaiting {
-				g.fail(sw, awaitingError(s.who.ID, st.AwaitingAttempt), string(st.State))
-				return
-			}
-			poll.Reset(wt.nextPoll())
-		case <-ctx.Done():
-			g.disconnected(s)
-			return
-		}
-	}
-
 	if done.err != nil {
-		g.fail(sw, g.waitError(s, done.err), "")
+		g.fail(st.sw, g.waitError(s, done.err), "")
 		return
 	}
 	res := done.res
 	o := outcomeOf(res)
-	if o.Err != nil && !sw.started {
+	if o.Err != nil && !st.sw.started {
 		w.Header().Set("X-Durallm-State", string(res.State))
 		writeError(w, o.Err)
 		return
 	}
-	if !sw.started && !begin() {
+	if !st.sw.started && !st.begin() {
 		return
 	}
 	// The events published before the result: all in this process's hub
 	// already, which the end closes.
 	g.endLocal(s.who.ID, res.State)
 	bound := drainBound
-	if !ch.streamed() {
+	if !st.ch.streamed() {
 		// Nothing came before the result: a worker elsewhere that cannot
 		// be read, or no stream at all. The result has the answer.
 		bound = drainNothing
 	}
-	drain := time.NewTimer(bound)
-	defer drain.Stop()
-	for events != nil {
+	if !st.drain(ctx, bound) {
+		return
+	}
+	st.finish(res, o)
+}
+
+// streamRun is one streamed answer as serveStream writes it.
+type streamRun struct {
+	g         *Gateway
+	s         *session
+	so        streamOptions
+	sw        *sseWriter
+	ch        *chunker
+	events    <-chan activities.StreamEvent
+	keepAlive *time.Ticker
+}
+
+// write sends ev's chunk, if it makes one; false means the client left.
+func (st *streamRun) write(ev activities.StreamEvent) bool {
+	if ev.Kind == activities.EventEnd || ev.Kind == activities.EventIncomplete {
+		return true
+	}
+	if b, ok := st.ch.chunk(ev); ok {
+		st.keepAlive.Reset(st.g.o.KeepAlive)
+		return st.sw.data(ev.Seq, b) == nil
+	}
+	return true
+}
+
+// begin sends the status and headers.
+func (st *streamRun) begin() bool {
+	state := "running"
+	if st.s.replayed {
+		state = ""
+	}
+	return st.sw.begin(state) == nil
+}
+
+// untilResult relays events as they come until the action's result: the
+// status is held until the first content (or StreamHold), keep-alives go
+// out while the stream is quiet, and an action that comes to await a
+// verdict before the commit ends the stream with that error. ok is false
+// when the stream has ended already.
+func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone, ok bool) {
+	g := st.g
+	hold := time.NewTimer(g.o.StreamHold)
+	defer hold.Stop()
+	poll := time.NewTimer(g.o.StatePoll)
+	defer poll.Stop()
+	for {
 		select {
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
+		case ev, open := <-st.events:
+			if !open {
+				st.events = nil
 				continue
 			}
-			if !write(ev) {
-				return
+			if !st.sw.started {
+				if !content(ev) {
+					continue
+				}
+				if !st.begin() {
+					return done, false
+				}
 			}
-		case <-drain.C:
-			events = nil
+			if !st.write(ev) {
+				return done, false
+			}
+		case d := <-wt.result:
+			return d, true
+		case <-hold.C:
+			if !st.sw.started && !st.begin() {
+				return done, false
+			}
+		case <-st.keepAlive.C:
+			if st.sw.started && st.sw.keepAlive() != nil {
+				return done, false
+			}
+		case <-poll.C:
+			if st.ch.streamed() {
+				// Committed: the action cannot come to await a verdict.
+				continue
+			}
+			if state, awaiting := wt.poll(ctx); awaiting {
+				g.fail(st.sw, awaitingError(st.s.who.ID, state.AwaitingAttempt), string(state.State))
+				return done, false
+			}
+			poll.Reset(wt.nextPoll())
 		case <-ctx.Done():
-			return
+			g.disconnected(st.s)
+			return done, false
 		}
 	}
+}
+
+// drain relays the events still on their way after the result, for at
+// most bound; false means the client left.
+func (st *streamRun) drain(ctx context.Context, bound time.Duration) bool {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for st.events != nil {
+		select {
+		case ev, open := <-st.events:
+			if !open {
+				st.events = nil
+				continue
+			}
+			if !st.write(ev) {
+				return false
+			}
+		case <-t.C:
+			st.events = nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// finish writes what the result has that the events did not, then the
+// stream's end: [DONE], or the in-band error of a row that is no success.
+func (st *streamRun) finish(res workflows.ActionResult, o outcome) {
 	if o.Err != nil {
-		g.fail(sw, o.Err, string(res.State))
+		st.g.fail(st.sw, o.Err, string(res.State))
 		return
 	}
 	resp := res.Response
 	if resp == nil {
 		resp = emptyResponse()
 	}
-	seq := sw.lastID
-	for _, b := range ch.rest(resp) {
+	seq := st.sw.lastID
+	for _, b := range st.ch.rest(resp) {
 		seq++
-		if seq <= so.after {
+		if seq <= st.so.after {
 			continue
 		}
-		if sw.data(seq, b) != nil {
+		if st.sw.data(seq, b) != nil {
 			return
 		}
 	}
 	if o.Incomplete != "" {
-		_ = sw.raw(errorBody(&apiError{Type: typeStreamIncomplete, Code: o.Incomplete,
+		_ = st.sw.raw(errorBody(&apiError{Type: typeStreamIncomplete, Code: o.Incomplete,
 			Message: "the answer was cut after it started (" + o.Incomplete + "): what arrived is all there is, and no second answer follows"}))
 		return
 	}
-	_ = sw.raw([]byte("[DONE]"))
+	_ = st.sw.raw([]byte("[DONE]"))
 }
 
 // fail ends a stream with e: as the answer's status before the 200, as
