@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/workflows"
+)
+
+// waitEnd says how a wait for an action ended.
+type waitEnd int
+
+const (
+	waitResult   waitEnd = iota // the action ended: res
+	waitAwaiting                // it awaits reconciliation: res.Status
+	waitTimeout                 // max_wait passed
+	waitGone                    // the caller went away
+	waitFailed                  // Temporal failed: err
+)
+
+// waiter follows one action to its result, watching for the state that
+// has no result (awaiting_reconciliation).
+type waiter struct {
+	g      *Gateway
+	s      *session
+	result chan waitDone
+	cancel context.CancelFunc
+	every  time.Duration
+}
+
+// maxStatePoll bounds the interval between a long wait's state checks.
+const maxStatePoll = 4 * time.Second
+
+// nextPoll is the wait before the next state check: StatePoll, doubling
+// to maxStatePoll, so a long wait costs a few queries, not hundreds.
+func (wt *waiter) nextPoll() time.Duration {
+	if wt.every == 0 {
+		wt.every = wt.g.o.StatePoll
+	}
+	wt.every = min(2*wt.every, max(maxStatePoll, wt.g.o.StatePoll))
+	return wt.every
+}
+
+type waitDone struct {
+	res workflows.ActionResult
+	err error
+}
+
+func (g *Gateway) newWaiter(s *session) *waiter {
+	ctx, cancel := context.WithCancel(context.Background())
+	wt := &waiter{g: g, s: s, result: make(chan waitDone, 1), cancel: cancel}
+	go func() {
+		res, err := s.act.Result(ctx)
+		var ae *durallm.ActionError
+		if errors.As(err, &ae) {
+			res, err = ae.Result, nil
+		}
+		wt.result <- waitDone{res, err}
+	}()
+	return wt
+}
+
+// poll checks the action's state; it reports the status when it awaits
+// reconciliation.
+func (wt *waiter) poll(ctx context.Context) (workflows.Status, bool) {
+	st, err := wt.g.c.Status(ctx, wt.s.who.ID)
+	return st, err == nil && st.State == workflows.StateAwaitingReconciliation
+}
+
+// serveJSON waits for the action, at most max_wait, and answers it.
+func (g *Gateway) serveJSON(w http.ResponseWriter, r *http.Request, s *session) {
+	wt := g.newWaiter(s)
+	defer wt.cancel()
+	ctx := r.Context()
+	limit := time.NewTimer(s.model.maxWait())
+	defer limit.Stop()
+	poll := time.NewTimer(g.o.StatePoll)
+	defer poll.Stop()
+	for {
+		select {
+		case d := <-wt.result:
+			g.answerJSON(w, s, d)
+			return
+		case <-poll.C:
+			if st, awaiting := wt.poll(ctx); awaiting {
+				w.Header().Set("X-Durallm-State", string(st.State))
+				writeError(w, awaitingError(s.who.ID, st.AwaitingAttempt))
+				return
+			}
+			poll.Reset(wt.nextPoll())
+		case <-limit.C:
+			w.Header().Set("X-Durallm-State", "running")
+			writeError(w, &apiError{Status: http.StatusConflict, Type: typeInProgress, Code: codeStillRunning,
+				Message: "the action is still running after the gateway's max_wait: GET /v1/actions/" + s.who.ID + ", or send the request again with the same Idempotency-Key to wait again"})
+			return
+		case <-ctx.Done():
+			g.disconnected(s)
+			return
+		}
+	}
+}
+
+// answerJSON writes an ended action's answer.
+func (g *Gateway) answerJSON(w http.ResponseWriter, s *session, d waitDone) {
+	if d.err != nil {
+		writeError(w, g.waitError(s, d.err))
+		return
+	}
+	res := d.res
+	w.Header().Set("X-Durallm-State", string(res.State))
+	o := outcomeOf(res)
+	if o.Err != nil {
+		writeError(w, o.Err)
+		return
+	}
+	if o.Incomplete != "" {
+		w.Header().Set("X-Durallm-Incomplete", o.Incomplete)
+	}
+	resp := res.Response
+	if resp == nil {
+		resp = emptyResponse()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(completionJSON(s.who, resp))
+}
+
+// waitError is the answer when the wait itself failed.
+func (g *Gateway) waitError(s *session, err error) *apiError {
+	if errors.Is(err, durallm.ErrInvalidInput) {
+		return badRequest("", err.Error())
+	}
+	g.log.Warn("gateway: waiting for the action failed", "action_id", s.who.ID, "error", err)
+	return &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: codeTemporalUnreachable,
+		Message: "the action started but its result could not be read: GET /v1/actions/" + s.who.ID + " later"}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "encode the answer"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
