@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,13 +13,10 @@ import (
 
 	durallm "github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/pgserver"
-	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/resultstore/pgstore"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
-	"github.com/durallm/durallm/workflows"
 )
 
 func resultBackends(pg *pgserver.Server) map[string]func(t *testing.T) resultstore.Expirable {
@@ -57,28 +53,12 @@ func TestTheWorkerSweepsItsResults(t *testing.T) {
 			store := open(t)
 			queue := "results-" + name
 			newWorker := func(retention time.Duration) *worker.Worker {
-				w, err := worker.New(tc, worker.Options{TaskQueue: queue, TLS: p.ClientTLSConfig(), SearchAttributes: true,
-					Logger: slog.New(slog.DiscardHandler),
-					Config: routes.Config{Routes: []routes.Route{{Name: "r", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
-					// Every response goes to the store.
-					Results: store, LargeResponseBytes: 1, ResultRetention: retention, JournalSweepEvery: 100 * time.Millisecond})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := w.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return w
+				// Every response goes to the store.
+				return startSweepingWorker(t, tc, p, worker.Options{TaskQueue: queue, Results: store, LargeResponseBytes: 1, ResultRetention: retention})
 			}
 			// The first worker does not sweep (negative retention).
 			w := newWorker(-1)
-			c := durallm.NewClient(tc, queue).WithResults(store)
-			a, err := c.Start(ctx, "results-swept-"+name, workflows.ActionInput{Routes: []string{"r"},
-				Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hello")}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := a.Result(ctx)
+			res, err := runHello(ctx, durallm.NewClient(tc, queue).WithResults(store), "results-swept-"+name)
 			if err != nil || res.ResultRef == "" || res.Response == nil {
 				t.Fatalf("result %+v %v: want a response resolved from the store", res, err)
 			}

@@ -185,6 +185,34 @@ func TestSweepExpiresOnlyEntriesOfActionsClosedLongerThanTheRetention(t *testing
 	}
 }
 
+// startSweepingWorker starts a durallm worker on o's task queue, with one
+// route to p, that sweeps every 100 ms; o says what it keeps and for how
+// long.
+func startSweepingWorker(t *testing.T, tc client.Client, p *providertest.Provider, o worker.Options) *worker.Worker {
+	t.Helper()
+	o.TLS, o.SearchAttributes, o.Logger = p.ClientTLSConfig(), true, slog.New(slog.DiscardHandler)
+	o.Config = routes.Config{Routes: []routes.Route{{Name: "r", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}}
+	o.JournalSweepEvery = 100 * time.Millisecond
+	w, err := worker.New(tc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// runHello runs a one-message action id on route r and waits for it.
+func runHello(ctx context.Context, c *durallm.Client, id string) (workflows.ActionResult, error) {
+	a, err := c.Start(ctx, id, workflows.ActionInput{Routes: []string{"r"},
+		Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hello")}}})
+	if err != nil {
+		return workflows.ActionResult{}, err
+	}
+	return a.Result(ctx)
+}
+
 // A durallm worker sweeps its journal by itself: the entry of an action
 // that ended goes once the (here, tiny) retention has passed.
 func TestTheWorkerSweepsItsJournal(t *testing.T) {
@@ -200,27 +228,11 @@ func TestTheWorkerSweepsItsJournal(t *testing.T) {
 			j := open(t)
 			queue := "sweep-" + name
 			newWorker := func(retention time.Duration) *worker.Worker {
-				w, err := worker.New(tc, worker.Options{TaskQueue: queue, TLS: p.ClientTLSConfig(), SearchAttributes: true,
-					Logger:  slog.New(slog.DiscardHandler),
-					Config:  routes.Config{Routes: []routes.Route{{Name: "r", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
-					Journal: j, JournalRetention: retention, JournalSweepEvery: 100 * time.Millisecond})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := w.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return w
+				return startSweepingWorker(t, tc, p, worker.Options{TaskQueue: queue, Journal: j, JournalRetention: retention})
 			}
 			// The first worker does not sweep (negative retention).
 			w := newWorker(-1)
-			c := durallm.NewClient(tc, queue)
-			a, err := c.Start(ctx, "swept-"+name, workflows.ActionInput{Routes: []string{"r"},
-				Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "hello")}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := a.Result(ctx)
+			res, err := runHello(ctx, durallm.NewClient(tc, queue), "swept-"+name)
 			if err != nil {
 				t.Fatal(err)
 			}
