@@ -260,4 +260,5 @@ func TestE2EStepEarlyReturnThenAVerdictByUpdate(t *testing.T) {
 	if err != nil || res.State != workflows.StateCompleted || res.Response.Text != "after the verdict" || res.Used != 2 {
 		t.Fatalf("action: %s %+v %v", res.State, res.Response, err)
 	}
+	s.saveHistoryAt("patient", filepath.Join("testdata", "step_early_return.json"))
 }
