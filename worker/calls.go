@@ -70,8 +70,10 @@ func (c *Calls) AwaitCall(ctx context.Context, q workflows.CallQuery) (workflows
 			if !events.HasNext() {
 				// The history ended: the action closed, which the next
 				// look finds. Never a busy loop, whatever the server says.
-				if err := sleep(ctx, time.Second); err != nil {
-					return pos, err
+				select {
+				case <-ctx.Done():
+					return pos, ctx.Err()
+				case <-time.After(time.Second):
 				}
 				break
 			}
@@ -208,15 +210,4 @@ func (c *Calls) heartbeat(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

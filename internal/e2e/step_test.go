@@ -52,6 +52,7 @@ func registerParents(w sdkworker.Registry) {
 	w.RegisterWorkflow(agent.Agent)
 	w.RegisterActivity(&agent.Activities{})
 	w.RegisterWorkflow(patientParent)
+	registerIdentityParents(w)
 }
 
 func (s *stack) agentInput(stream bool) agent.Input {
