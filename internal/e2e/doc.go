@@ -7,6 +7,6 @@
 // benchmarks are in recovery/, the journal's in activities/.
 //
 //	go test ./internal/e2e                                  # the tests
-//	go test -run TestE2E -update-histories ./internal/e2e   # re-record workflows/testdata
+//	go test -run TestE2E -update-histories ./internal/e2e   # re-record the histories under testdata/ (workflows, internal/e2e, examples/agent)
 //	go test -run '^$' -bench . ./internal/e2e               # the benchmarks (docs/performance.md)
 package e2e

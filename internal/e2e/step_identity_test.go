@@ -206,28 +206,28 @@ func TestE2EStepARetriedParentGetsItsFirstCall(t *testing.T) {
 	}
 }
 
-// resetToStart resets workflow id to its first workflow task, as
-// `temporal workflow reset --type FirstWorkflowTask` does, and returns
-// the new run's id.
-func (s *stack) resetToStart(id string) string {
+// resetTo resets workflow id's current run to its first workflow task
+// (first), as `temporal workflow reset --type FirstWorkflowTask` does, or
+// to its last (`LastWorkflowTask`), and returns the new run's id.
+func (s *stack) resetTo(id string, first bool) string {
 	s.t.Helper()
 	ctx := context.Background()
-	var first int64
+	var point int64
 	iter := s.tc.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() && first == 0 {
+	for iter.HasNext() && !(first && point != 0) {
 		ev, err := iter.Next()
 		if err != nil {
 			s.t.Fatal(err)
 		}
 		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
-			first = ev.GetEventId()
+			point = ev.GetEventId()
 		}
 	}
 	resp, err := s.tc.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
 		Namespace:                 s.ts.GetDefaultNamespace(),
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id},
 		Reason:                    "test",
-		WorkflowTaskFinishEventId: first,
+		WorkflowTaskFinishEventId: point,
 		RequestId:                 uuid.NewString(),
 	})
 	if err != nil {
@@ -236,8 +236,10 @@ func (s *stack) resetToStart(id string) string {
 	return resp.GetRunId()
 }
 
-// A parent reset to its start after its call completed makes the call
-// again and gets its result: executed once.
+// A parent reset after its call completed gets the call's result,
+// executed once: reset to a point after the call (its end is in the new
+// run's history), then, once that run completed, to its start (the new
+// run makes the call again and reaches it).
 func TestE2EStepAParentResetAfterItsCallCompletedGetsIt(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
@@ -245,12 +247,18 @@ func TestE2EStepAParentResetAfterItsCallCompletedGetsIt(t *testing.T) {
 	s.p.Push(providertest.Answer("the plan"))
 	s.startParent("reset-after", q, planThenWait, s.callIn())
 	s.waitState("reset-after-plan", workflows.StateCompleted)
-	runID := s.resetToStart("reset-after")
-	if err := s.tc.SignalWorkflow(context.Background(), "reset-after", runID, "finish", nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := result[string](t, s.tc.GetWorkflow(context.Background(), "reset-after", runID)); got != "the plan" {
-		t.Fatalf("parent: %q", got)
+	for _, first := range []bool{false, true} {
+		runID := s.resetTo("reset-after", first)
+		if err := s.tc.SignalWorkflow(context.Background(), "reset-after", runID, "finish", nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := result[string](t, s.tc.GetWorkflow(context.Background(), "reset-after", runID)); got != "the plan" {
+			t.Fatalf("parent reset to its first task %v: %q", first, got)
+		}
+		// Reset to its start, the run reached the call it had made.
+		if s.scheduled("reset-after", runID, workflows.DescribeCall) != first {
+			t.Fatalf("parent reset to its first task %v: DescribeCall scheduled %v", first, !first)
+		}
 	}
 	if n := s.p.ExecutedCount("reset-after-plan"); n != 1 || len(s.p.Received()) != 1 {
 		t.Fatalf("executed %d, received %d", n, len(s.p.Received()))
@@ -267,7 +275,7 @@ func TestE2EStepAParentResetWhileItsCallRunsAttachesToIt(t *testing.T) {
 	s.p.Push(providertest.Answer("the plan").WaitFor(release))
 	s.startParent("reset-during", q, planThenWait, s.callIn())
 	waitFor(t, func() bool { return len(s.p.Received()) == 1 })
-	runID := s.resetToStart("reset-during")
+	runID := s.resetTo("reset-during", true)
 	waitFor(t, func() bool { return s.scheduled("reset-during", runID, workflows.AwaitCall) })
 	close(release)
 	if err := s.tc.SignalWorkflow(context.Background(), "reset-during", runID, "finish", nil); err != nil {
