@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -204,6 +205,7 @@ func TestE2EStepARetriedParentGetsItsFirstCall(t *testing.T) {
 	if n := s.p.ExecutedCount("retried-plan"); n != 1 || len(s.p.Received()) != 1 {
 		t.Fatalf("executed %d, received %d", n, len(s.p.Received()))
 	}
+	s.saveHistoryAt("retried", filepath.Join("testdata", "step_retried.json"))
 }
 
 // resetTo resets workflow id's current run to its first workflow task

@@ -26,6 +26,10 @@ func TestReplayRecordedStepParents(t *testing.T) {
 	}{
 		{"step_early_return.json", "patient", patientParent},
 		{"step_early_return_before_identity.json", "patient", patientParent},
+		{"step_retried.json", "retried", planThenFailOnce},
+		// A retry that failed at its call, as it did before a call's
+		// identity outlived its runs.
+		{"step_retried_before_identity.json", "retried", planThenFailOnce},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
