@@ -294,7 +294,7 @@ func (c *call) start() {
 // id), it makes the call under an id of this chain's own.
 func (c *call) follow(ctx workflow.Context) {
 	f := c.f
-	for range 3 {
+	for range 5 {
 		if c.child == nil {
 			f.fail(temporal.NewCanceledError("step: the call's workflow was canceled before the call started"))
 			return
@@ -327,7 +327,10 @@ func (c *call) follow(ctx workflow.Context) {
 			f.fail(err)
 			return
 		case !pos.Found:
-			// Gone since (its retention ended): start it again.
+			// Not yet started (this run's own start of the same name,
+			// still on its way) or gone since (its retention ended):
+			// look again after a second, by starting it.
+			_ = workflow.Sleep(ctx, time.Second)
 		case pos.OtherChain && !c.derived:
 			c.derived, f.id = true, fitID(c.base+"@"+c.chain)
 		default:

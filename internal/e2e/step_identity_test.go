@@ -45,7 +45,7 @@ type callIn struct {
 func (s *stack) callIn() callIn { return callIn{Input: actionInput(false), TaskQueue: s.tq} }
 
 func registerIdentityParents(w sdkworker.Registry) {
-	for _, wf := range []any{planThenFailOnce, planThenWait, planOnce, planTwice, planAcrossContinueAsNew, earlyReturnThenCanceled, patientThenFailOnce, attachTo} {
+	for _, wf := range []any{planThenFailOnce, planThenWait, planOnce, planTwice, planAcrossContinueAsNew, earlyReturnThenCanceled, patientThenFailOnce, attachTo, planTwiceAtOnce} {
 		w.RegisterWorkflow(wf)
 	}
 }
@@ -89,6 +89,24 @@ func planTwice(ctx workflow.Context, in callIn) ([]string, error) {
 	var out []string
 	for range 2 {
 		res, err := step.Call(ctx, "plan", in.Input, step.TaskQueue(in.TaskQueue))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res.Response.Text)
+	}
+	return out, nil
+}
+
+// planTwiceAtOnce starts the same call twice in one go, then waits for
+// both.
+func planTwiceAtOnce(ctx workflow.Context, in callIn) ([]string, error) {
+	fs := []*step.Future{
+		step.StartCall(ctx, "plan", in.Input, step.TaskQueue(in.TaskQueue)),
+		step.StartCall(ctx, "plan", in.Input, step.TaskQueue(in.TaskQueue)),
+	}
+	var out []string
+	for _, f := range fs {
+		res, err := f.Get(ctx)
 		if err != nil {
 			return out, err
 		}
@@ -314,18 +332,26 @@ func TestE2EStepARunAfterContinueAsNewGetsTheCallStartedBefore(t *testing.T) {
 	}
 }
 
-// The same name twice in one run is the same call.
+// The same name twice in one run is the same call: one after the other,
+// or both at once (the second start refused by the SDK itself while the
+// first is on its way).
 func TestE2EStepTheSameNameTwiceIsTheSameCall(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
 	q := s.parents()
-	s.p.Push(providertest.Answer("the plan"))
-	got := result[[]string](t, s.startParent("twice", q, planTwice, s.callIn()))
-	if len(got) != 2 || got[0] != "the plan" || got[1] != "the plan" {
-		t.Fatalf("parent: %q", got)
+	for _, wf := range []any{planTwice, planTwiceAtOnce} {
+		id := fmt.Sprintf("twice-%d", len(s.p.Received()))
+		s.p.Push(providertest.Answer("the plan"))
+		got := result[[]string](t, s.startParent(id, q, wf, s.callIn()))
+		if len(got) != 2 || got[0] != "the plan" || got[1] != "the plan" {
+			t.Fatalf("%s: %q", id, got)
+		}
+		if n := s.p.ExecutedCount(id + "-plan"); n != 1 {
+			t.Fatalf("%s: executed %d", id, n)
+		}
 	}
-	if n := s.p.ExecutedCount("twice-plan"); n != 1 || len(s.p.Received()) != 1 {
-		t.Fatalf("executed %d, received %d", n, len(s.p.Received()))
+	if n := len(s.p.Received()); n != 2 {
+		t.Fatalf("received %d", n)
 	}
 }
 
