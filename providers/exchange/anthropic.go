@@ -472,7 +472,7 @@ func (t *anthropicTx) toolUses(field string, raw json.RawMessage) []any {
 		if name == "" {
 			t.invalid(cf+".function.name", "required")
 		}
-		input, ok := toolInput(f.Arguments)
+		input, ok := AnthropicToolInput(f.Arguments)
 		if !ok {
 			t.unsupported(cf+".function.arguments", "not a JSON object (tool_use input must be one)")
 			continue
@@ -480,30 +480,6 @@ func (t *anthropicTx) toolUses(field string, raw json.RawMessage) []any {
 		out = append(out, toolUseBlock{Type: "tool_use", ID: id, Name: name, Input: input})
 	}
 	return out
-}
-
-// toolInput reads OpenAI function arguments (a JSON-encoded string, or
-// the object itself from some compatible providers) as a JSON object.
-// Empty arguments are the empty object.
-func toolInput(raw json.RawMessage) (json.RawMessage, bool) {
-	tr := bytes.TrimSpace(raw)
-	if isNull(tr) {
-		return json.RawMessage(`{}`), true
-	}
-	if tr[0] == '"' {
-		tr = bytes.TrimSpace([]byte(str(tr)))
-		if len(tr) == 0 {
-			return json.RawMessage(`{}`), true
-		}
-	}
-	if tr[0] != '{' || !json.Valid(tr) {
-		return nil, false
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, tr) != nil {
-		return nil, false
-	}
-	return b.Bytes(), true
 }
 
 // toolResult translates a tool message into a tool_result block.
@@ -566,13 +542,8 @@ func (t *anthropicTx) toolChoice(raw json.RawMessage) *anthropicChoice {
 		return nil
 	}
 	if tr[0] == '"' {
-		switch str(tr) {
-		case "auto":
-			return &anthropicChoice{Type: "auto"}
-		case "none":
-			return &anthropicChoice{Type: "none"}
-		case "required":
-			return &anthropicChoice{Type: "any"}
+		if mode, ok := AnthropicToolChoice(str(tr)); ok {
+			return &anthropicChoice{Type: mode}
 		}
 		t.unsupported("tool_choice", `not "auto", "none", "required" or a function`)
 		return nil

@@ -396,7 +396,7 @@ func (x *exchange) whole(in io.Reader) (Result, error) {
 		// gets the whole answer as one delta.
 		if x.call.Request.Stream && x.call.Sink != nil {
 			if cs, ok := x.call.Sink.(ChunkSink); ok {
-				cs.Chunk(wholeChunk(r))
+				cs.Chunk(WholeChunk(r))
 			} else if r.Text != "" {
 				x.call.Sink.Delta(r.Text)
 			}
