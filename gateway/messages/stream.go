@@ -42,6 +42,8 @@ type Encoder struct {
 	text   int
 	tools  map[int]int
 	open   []int
+	// args holds each tool block's input so far, by block index.
+	args map[int]*strings.Builder
 	// What was delivered, to complete the stream from the action's result.
 	sentText, sentRefusal strings.Builder
 	finish                string
@@ -52,7 +54,7 @@ type Encoder struct {
 
 // NewEncoder returns an encoder for the answer who names.
 func NewEncoder(who Identity) *Encoder {
-	return &Encoder{who: who, text: -1, tools: map[int]int{}}
+	return &Encoder{who: who, text: -1, tools: map[int]int{}, args: map[int]*strings.Builder{}}
 }
 
 // Streamed reports whether any content was rendered.
@@ -172,10 +174,12 @@ func (e *Encoder) toolDelta(d exchange.ToolCallDelta) {
 		e.blocks++
 		e.tools[d.Index] = idx
 		e.open = append(e.open, idx)
+		e.args[idx] = &strings.Builder{}
 		e.event("content_block_start", wireBlockStart{Type: "content_block_start", Index: idx,
 			ContentBlock: wireToolUse{Type: "tool_use", ID: d.ID, Name: d.Name, Input: json.RawMessage("{}")}})
 	}
 	if d.Arguments != "" {
+		e.args[idx].WriteString(d.Arguments)
 		e.event("content_block_delta", wireBlockDelta{Type: "content_block_delta", Index: idx, Delta: wireJSONDelta{Type: "input_json_delta", PartialJSON: d.Arguments}})
 	}
 }
@@ -240,10 +244,14 @@ func (e *Encoder) Complete(r *providers.Response) []byte {
 }
 
 // Incomplete ends the stream of an answer cut after it started
-// (completed_partial): what r has that the events did not carry, then one
-// error event, api_error with error_code durallm_stream_incomplete, naming
-// why (reason). No message_delta or message_stop follows: the SDKs raise
-// the error after the content they accumulated, and no second answer comes.
+// (completed_partial): what r has that the events did not carry, the stop
+// of every open block that is whole (the text block, and each tool_use
+// block whose input is complete JSON: anthropic-sdk-go refreshes a block's
+// typed view on its stop, and empties a cut input it finds there), then
+// one error event, api_error with error_code durallm_stream_incomplete,
+// naming why (reason). No message_delta or message_stop follows: the SDKs
+// raise the error after the content they accumulated, and no second
+// answer comes.
 func (e *Encoder) Incomplete(r *providers.Response, reason string) []byte {
 	e.buf = e.buf[:0]
 	if e.ended {
@@ -254,6 +262,12 @@ func (e *Encoder) Incomplete(r *providers.Response, reason string) []byte {
 	}
 	e.start()
 	e.owed(r)
+	e.stopText()
+	for _, i := range e.open {
+		if json.Valid([]byte(e.args[i].String())) {
+			e.event("content_block_stop", wireBlockStop{Type: "content_block_stop", Index: i})
+		}
+	}
 	e.ended = true
 	e.buf = append(e.buf, ErrorFor(Problem{Kind: KindIncomplete, Reason: reason}).Event()...)
 	return e.out()
