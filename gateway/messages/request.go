@@ -23,10 +23,14 @@ type Request struct {
 	// user (from metadata.user_id) and parallel_tool_calls as params.
 	Envelope providers.Request
 	// Ignored names the members that were read and set aside as harmless
-	// (IgnoredMembers), sorted, each once; the gateway announces them in
-	// the X-Durallm-Ignored header.
+	// (IgnoredMembers), sorted, each once, for the answer's IgnoredHeader.
 	Ignored []string
 }
+
+// IgnoredHeader is the answer's header that names, comma-separated, the
+// members of its request that were set aside (Request.Ignored), so that
+// leaving them out is never silent.
+const IgnoredHeader = "X-Durallm-Ignored"
 
 // IgnoredMembers are the members a Messages request may carry that the
 // envelope cannot, and that are set aside rather than refused because
