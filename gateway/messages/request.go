@@ -20,7 +20,12 @@ type Request struct {
 	// Envelope is what the action carries: the request in the OpenAI
 	// chat-completions shape every route reads (docs/providers.md), with
 	// max_tokens, stop (from stop_sequences), temperature, top_p, top_k,
-	// user (from metadata.user_id) and parallel_tool_calls as params.
+	// user (from metadata.user_id) and parallel_tool_calls (false, from
+	// disable_parallel_tool_use, when there are tools) as params. They go
+	// upstream under those names: max_tokens is the one every
+	// OpenAI-compatible server reads (OpenAI's reasoning models want
+	// max_completion_tokens and refuse it), and top_k is not OpenAI's (its
+	// API refuses it; local servers read it).
 	Envelope providers.Request
 	// Ignored names the members that were read and set aside as harmless
 	// (IgnoredMembers), sorted, each once, for the answer's IgnoredHeader.
@@ -283,6 +288,11 @@ func (p *parser) request(body []byte) (Request, *Error) {
 			params["parallel_tool_calls"] = json.RawMessage("false")
 		}
 	}
+	if len(r.Tools) == 0 {
+		// Without tools there are no parallel calls to turn off, and an
+		// OpenAI-compatible server refuses the member.
+		delete(params, "parallel_tool_calls")
+	}
 	r.Params = params
 	// The envelope's own check; its message never quotes a value.
 	if err := r.Validate(); err != nil {
@@ -390,6 +400,18 @@ func (p *parser) image(path string, m map[string]json.RawMessage) (imagePart, *E
 	return imagePart{}, unsupported(sp + ".type")
 }
 
+// part reads a text or image block as the envelope's content part; any
+// other block is refused.
+func (p *parser) part(path string, m map[string]json.RawMessage) (any, *Error) {
+	switch typeOf(m) {
+	case "text":
+		return p.text(path, m)
+	case "image":
+		return p.image(path, m)
+	}
+	return nil, unsupported(path + ".type")
+}
+
 // message reads one entry of messages into envelope messages: a user turn
 // becomes its tool results (one tool message each, in order) and user
 // messages for the blocks between them; an assistant turn one assistant
@@ -455,18 +477,12 @@ func (p *parser) user(path string, blocks []json.RawMessage) ([]providers.Messag
 			return nil, invalid(bp, "must be a content block")
 		}
 		switch typeOf(m) {
-		case "text":
-			t, err := p.text(bp, m)
+		case "text", "image":
+			part, err := p.part(bp, m)
 			if err != nil {
 				return nil, err
 			}
-			parts = append(parts, t)
-		case "image":
-			im, err := p.image(bp, m)
-			if err != nil {
-				return nil, err
-			}
-			parts = append(parts, im)
+			parts = append(parts, part)
 		case "tool_result":
 			flush()
 			tm, err := p.toolResult(bp, m)
@@ -523,22 +539,11 @@ func (p *parser) toolResult(path string, m map[string]json.RawMessage) (provider
 		if !ok {
 			return providers.Message{}, invalid(bp, "must be a content block")
 		}
-		switch typeOf(bm) {
-		case "text":
-			t, err := p.text(bp, bm)
-			if err != nil {
-				return providers.Message{}, err
-			}
-			parts = append(parts, t)
-		case "image":
-			im, err := p.image(bp, bm)
-			if err != nil {
-				return providers.Message{}, err
-			}
-			parts = append(parts, im)
-		default:
-			return providers.Message{}, unsupported(bp + ".type")
+		part, err := p.part(bp, bm)
+		if err != nil {
+			return providers.Message{}, err
 		}
+		parts = append(parts, part)
 	}
 	if len(parts) > 0 {
 		msg.Content, _ = json.Marshal(parts)

@@ -118,6 +118,11 @@ func TestParseRequest(t *testing.T) {
 			want: `{"messages":[{"role":"tool","content":"x","tool_call_id":"t"}],"tool_choice":"auto","params":{"max_tokens":8}}`,
 		},
 		{
+			name: "parallel tool use turned off without tools is nothing to send",
+			body: `{"model":"claude","max_tokens":8,"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"hi"}]}`,
+			want: `{"messages":[{"role":"user","content":"hi"}],"tool_choice":"auto","params":{"max_tokens":8}}`,
+		},
+		{
 			name:    "service_tier set aside",
 			body:    `{"model":"claude","max_tokens":8,"service_tier":"standard_only","messages":[{"role":"user","content":"hi"}]}`,
 			want:    `{"messages":[{"role":"user","content":"hi"}],"params":{"max_tokens":8}}`,

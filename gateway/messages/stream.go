@@ -204,15 +204,10 @@ func (e *Encoder) stopTools() {
 // open block's stop, message_delta with the stop_reason (StopReason) and
 // the usage, and message_stop.
 func (e *Encoder) Complete(r *providers.Response) []byte {
-	e.buf = e.buf[:0]
-	if e.ended {
+	r, ok := e.end(r)
+	if !ok {
 		return nil
 	}
-	if r == nil {
-		r = &providers.Response{}
-	}
-	e.start()
-	e.owed(r)
 	e.stopText()
 	e.stopTools()
 	fin := *r
@@ -239,7 +234,6 @@ func (e *Encoder) Complete(r *providers.Response) []byte {
 	e.event("message_stop", struct {
 		Type string `json:"type"`
 	}{"message_stop"})
-	e.ended = true
 	return e.out()
 }
 
@@ -253,22 +247,15 @@ func (e *Encoder) Complete(r *providers.Response) []byte {
 // raise the error after the content they accumulated, and no second
 // answer comes.
 func (e *Encoder) Incomplete(r *providers.Response, reason string) []byte {
-	e.buf = e.buf[:0]
-	if e.ended {
+	if _, ok := e.end(r); !ok {
 		return nil
 	}
-	if r == nil {
-		r = &providers.Response{}
-	}
-	e.start()
-	e.owed(r)
 	e.stopText()
 	for _, i := range e.open {
 		if json.Valid([]byte(e.args[i].String())) {
 			e.event("content_block_stop", wireBlockStop{Type: "content_block_stop", Index: i})
 		}
 	}
-	e.ended = true
 	e.buf = append(e.buf, ErrorFor(Problem{Kind: KindIncomplete, Reason: reason}).Event()...)
 	return e.out()
 }
@@ -283,6 +270,23 @@ func (e *Encoder) Fail(err *Error) []byte {
 	}
 	e.ended = true
 	return err.Event()
+}
+
+// end begins the stream's end with an answer r (nil: none): message_start
+// if it was not sent, and what r has that the events did not carry. ok is
+// false when the stream had ended already.
+func (e *Encoder) end(r *providers.Response) (_ *providers.Response, ok bool) {
+	e.buf = e.buf[:0]
+	if e.ended {
+		return nil, false
+	}
+	e.ended = true
+	if r == nil {
+		r = &providers.Response{}
+	}
+	e.start()
+	e.owed(r)
+	return r, true
 }
 
 // owed renders what r has that the events did not carry: the rest of the
