@@ -50,7 +50,9 @@ var openaiDialect = dialect{
 //   - the recovery engine as its transport, in an http.Client that does
 //     not follow redirects (a redirect would be a second request);
 //   - a service built from explicit options only, never from the
-//     OPENAI_* environment, so the key is the route's and nothing else.
+//     OPENAI_* environment, so the key is the route's and nothing else;
+//   - the request sent with the exchange's context, so no timer of the
+//     client's can end a body the exchange reads.
 //
 // The client does not read the response. A middleware takes the
 // provider's response as it arrives and hands the client an empty body,
@@ -65,7 +67,7 @@ func sendChatCompletion(ctx context.Context, rt http.RoundTripper, o outgoing) (
 	if err != nil {
 		return nil, err
 	}
-	return viaClient(rt, o.route, o.key, func(opts ...option.RequestOption) error {
+	return viaClient(ctx, rt, o.route, o.key, func(opts ...option.RequestOption) error {
 		opts = append(opts, option.WithHeader("Accept", acceptFor(o.request)))
 		if o.request.Stream {
 			// As the client's own NewStreaming does.
@@ -79,9 +81,10 @@ func sendChatCompletion(ctx context.Context, rt http.RoundTripper, o outgoing) (
 
 // viaClient runs do, one call of the official client, configured as
 // sendChatCompletion says, and returns the provider's response with its
-// body unread, or the transport's error.
-func viaClient(rt http.RoundTripper, route routes.Route, key string, do func(opts ...option.RequestOption) error) (*http.Response, error) {
-	t := &answerTaker{}
+// body unread, or the transport's error. The request goes out under ctx,
+// whatever context the client derives for it.
+func viaClient(ctx context.Context, rt http.RoundTripper, route routes.Route, key string, do func(opts ...option.RequestOption) error) (*http.Response, error) {
+	t := &answerTaker{ctx: ctx}
 	opts := []option.RequestOption{
 		option.WithBaseURL(route.BaseURL),
 		option.WithAPIKey(key),
