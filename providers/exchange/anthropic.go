@@ -96,9 +96,10 @@ var anthropicDialect = dialect{
 // anywhere else: retries off, the recovery engine as its transport with
 // redirects not followed, a service built from explicit options only
 // (never ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, a profile or any other
-// part of the SDK's credential chain), and its OpenTelemetry spans off (a
-// span would carry the request's content when the environment asks for
-// it, and the trace headers would go upstream).
+// part of the SDK's credential chain), the request sent with the
+// exchange's context, and its OpenTelemetry spans off (a span would carry
+// the request's content when the environment asks for it, and the trace
+// headers would go upstream).
 //
 // What differs from the OpenAI adapter, and why (docs/providers.md):
 //   - The body is this adapter's own encoding (anthropicRequestBody), given
@@ -114,11 +115,11 @@ var anthropicDialect = dialect{
 //   - The URL is the route's endpoint ({base_url}/messages): the client's
 //     path is fixed at v1/messages under its base URL, and a route's
 //     base_url already names the version (https://api.anthropic.com/v1).
-//   - The request goes out with the exchange's context, not the one the
-//     client derives from it: for a non-streamed request the client arms a
-//     timer of its own (ten minutes, or what max_tokens suggests) and
-//     cancels it as soon as it hands back an error status, before the
-//     exchange has read the provider's error body
+//   - The exchange's context matters here: for a non-streamed request the
+//     client arms a timer of its own (ten minutes, when the attempt may run
+//     longer) and cancels it as soon as it hands back an error status,
+//     which under its context would end the request before the exchange
+//     read the provider's error body
 //     (TestAnthropicErrorBodyIsReadOnALongAttempt).
 //
 // As with the OpenAI client, the response is not read by the client.
