@@ -13,7 +13,8 @@
 // anthropic-sdk-go's MessageNewParams: unmarshalling into the SDK's params
 // (v2.15.0) silently drops temperature, top_p and top_k (it has no such
 // fields: its API version refuses them) and every member it does not know,
-// so it could neither carry them nor refuse what the envelope cannot carry.
+// so it could neither carry them nor refuse what the envelope cannot carry
+// (TestWhyRequestsAreReadWithTheirOwnWireStructs).
 // The answers are checked against the SDK's own types and stream decoder
 // (sdk_test.go): the official SDK is the judge of what this package writes.
 //

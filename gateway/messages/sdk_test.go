@@ -392,3 +392,23 @@ func TestTheSDKGetsA501ForCountTokens(t *testing.T) {
 		t.Fatalf("err %v, sent %d times", err, d.requests.Load())
 	}
 }
+
+// Why a request is read with this package's wire structs rather than the
+// SDK's MessageNewParams (package documentation): unmarshalling into the
+// params drops the sampling members and every member they do not know, so
+// neither could be carried or refused. When an SDK release keeps them, the
+// decision is worth revisiting.
+func TestWhyRequestsAreReadWithTheirOwnWireStructs(t *testing.T) {
+	body := `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}],"temperature":0.5,"top_k":3,"container":"c"}`
+	var p anthropic.MessageNewParams
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatal(err)
+	}
+	back, _ := json.Marshal(p)
+	if strings.Contains(string(back), `"temperature"`) && strings.Contains(string(back), `"top_k"`) && strings.Contains(string(back), `"container"`) {
+		t.Fatalf("the SDK's params now keep every member: %s", back)
+	}
+	if _, err := messages.ParseRequest([]byte(body)); err == nil || !strings.HasPrefix(err.Message, "container: ") {
+		t.Fatalf("err %v", err)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 
@@ -137,4 +139,30 @@ func TestAnthropicLargeMaxTokensWithoutStreamingIsSent(t *testing.T) {
 	if len(sent) != 1 {
 		t.Fatalf("sent %d times", len(sent))
 	}
+}
+
+// Why the adapter encodes the Messages body itself and hands the client its
+// JSON (docs/providers.md): the SDK's typed params have no sampling
+// members, write extra fields in map order, and have no string content.
+// When an SDK release changes this, the decision is worth revisiting.
+func TestWhyTheAnthropicBodyIsTheAdaptersOwn(t *testing.T) {
+	bodies := map[string]bool{}
+	for range 100 {
+		p := anthropic.MessageNewParams{Model: "m", MaxTokens: 8, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+		p.SetExtraFields(map[string]any{"temperature": 0.2, "top_p": 0.9, "top_k": 40, "stream": true})
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies[string(b)] = true
+	}
+	var typed anthropic.MessageNewParams
+	if err := json.Unmarshal([]byte(`{"model":"m","max_tokens":8,"system":"s","messages":[{"role":"user","content":"hi"}],"temperature":0.5}`), &typed); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := json.Marshal(typed)
+	if len(bodies) == 1 && strings.Contains(string(again), `"temperature"`) && strings.Contains(string(again), `"content":"hi"`) {
+		t.Fatalf("the SDK's params now keep the body as the adapter writes it: %s", again)
+	}
+	t.Logf("%d distinct bodies from one request's params in 100 marshals; the params read back: %s", len(bodies), again)
 }
