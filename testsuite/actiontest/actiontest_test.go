@@ -2,11 +2,8 @@ package actiontest_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -17,38 +14,20 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/internal/actionshape"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/recovery"
-	"github.com/durallm/durallm/step"
 	"github.com/durallm/durallm/testsuite/actiontest"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
 
-// call is what the parent below saw of its one call: the result, and
-// what errors.As and errors.Is made of the error.
-type call struct {
-	Result   workflows.ActionResult `json:"result"`
-	Err      bool                   `json:"err"`
-	Action   *durallm.ActionError   `json:"action,omitempty"`
-	Awaiting bool                   `json:"awaiting"`
-}
-
-// oneCall is a parent that makes one call and reports it.
-func oneCall(ctx workflow.Context, in workflows.ActionInput) (call, error) {
-	res, err := step.Call(ctx, "ask", in)
-	c := call{Result: res, Err: err != nil, Awaiting: errors.Is(err, durallm.ErrAwaitingReconciliation)}
-	var ae *durallm.ActionError
-	if errors.As(err, &ae) {
-		c.Action = ae
-	}
-	return c, nil
-}
+// call is what the parent saw of its one call.
+type call = actionshape.Call
 
 func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
@@ -61,7 +40,7 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 
 func execute(t *testing.T, env *testsuite.TestWorkflowEnvironment, in workflows.ActionInput) call {
 	t.Helper()
-	env.ExecuteWorkflow(oneCall, in)
+	env.ExecuteWorkflow(actionshape.Parent, actionshape.Input{Action: in})
 	if err := env.GetWorkflowError(); err != nil || !env.IsWorkflowCompleted() {
 		t.Fatalf("parent: %v", err)
 	}
@@ -154,7 +133,7 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 			}
 			scripted := execute(t, env, tt.in)
 
-			if d := diff(shape(t, real), shape(t, scripted)); d != "" {
+			if d := actionshape.Diff(shape(t, real), shape(t, scripted)); d != "" {
 				t.Fatalf("the scripted action differs from the real one:\n%s", d)
 			}
 			if got := len(p.Received()); got != len(tt.real) {
@@ -164,81 +143,14 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 	}
 }
 
-// volatile are the keys whose values differ from run to run; they are
-// compared by presence only.
-var volatile = map[string]bool{
-	"at": true, "scheduled": true, "deadline": true, "duration": true, "elapsed": true, "first_byte": true,
-	"attempt_id": true, "conn_ref": true, "authority": true, "request_bytes": true, "response_bytes": true,
-	"id": true, "created": true, "model": true, "debug_len": true, "prompt_tokens": true, "completion_tokens": true, "total_tokens": true, "stream_id": true,
-}
-
-// shape is v as JSON with volatile values replaced by their kind.
+// shape is v's shape (actionshape.Of).
 func shape(t *testing.T, v any) any {
 	t.Helper()
-	b, err := json.Marshal(v)
+	s, err := actionshape.Of(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(any) any
-	walk = func(v any) any {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				if volatile[k] {
-					x[k] = fmt.Sprintf("<%T>", e)
-					continue
-				}
-				x[k] = walk(e)
-			}
-		case []any:
-			for i, e := range x {
-				x[i] = walk(e)
-			}
-		}
-		return v
-	}
-	return walk(m)
-}
-
-// diff lists the paths where a and b differ.
-func diff(a, b any) string {
-	var out []string
-	var walk func(path string, a, b any)
-	walk = func(path string, a, b any) {
-		am, aok := a.(map[string]any)
-		bm, bok := b.(map[string]any)
-		if aok && bok {
-			keys := map[string]bool{}
-			for k := range am {
-				keys[k] = true
-			}
-			for k := range bm {
-				keys[k] = true
-			}
-			for k := range keys {
-				walk(path+"."+k, am[k], bm[k])
-			}
-			return
-		}
-		as, aok := a.([]any)
-		bs, bok := b.([]any)
-		if aok && bok && len(as) == len(bs) {
-			for i := range as {
-				walk(fmt.Sprintf("%s[%d]", path, i), as[i], bs[i])
-			}
-			return
-		}
-		if !reflect.DeepEqual(a, b) {
-			out = append(out, fmt.Sprintf("%s: real %v, scripted %v", path, a, b))
-		}
-	}
-	walk("", a, b)
-	sort.Strings(out)
-	return strings.Join(out, "\n")
+	return s
 }
 
 // recorder is a testing.TB that keeps the errors actiontest reports.
