@@ -99,9 +99,10 @@ func Of(v any) (any, error) {
 	return walk(m), nil
 }
 
-// Diff lists, one a line and sorted, the paths where two shapes differ,
-// calling the first real and the second scripted; empty when they agree.
-func Diff(real, scripted any) string {
+// Diff lists, one a line and sorted, the paths where shapes a and b
+// differ, each with the two values under the names given; empty when they
+// agree.
+func Diff(aName string, a any, bName string, b any) string {
 	var out []string
 	var walk func(path string, a, b any)
 	walk = func(path string, a, b any) {
@@ -129,10 +130,10 @@ func Diff(real, scripted any) string {
 			return
 		}
 		if !reflect.DeepEqual(a, b) {
-			out = append(out, fmt.Sprintf("%s: real %v, scripted %v", path, a, b))
+			out = append(out, fmt.Sprintf("%s: %s %v, %s %v", path, aName, a, bName, b))
 		}
 	}
-	walk("", real, scripted)
+	walk("", a, b)
 	sort.Strings(out)
 	return strings.Join(out, "\n")
 }

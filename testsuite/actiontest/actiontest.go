@@ -39,8 +39,10 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/attempt"
@@ -63,14 +65,37 @@ type Actions struct {
 	// The one scripted provider connection, as the engine's pool keeps
 	// it: its number (0: none), the next stream id, how many were dialed.
 	conn, nextStream, conns int
+	// wires are the started attempts by attempt id: where each went on
+	// the wire, and whether a cancel settled it.
+	wires map[string]*wire
+	// intercepted are the attempts the interceptor saw scheduled.
+	intercepted map[string]bool
+}
+
+// wire is where a started attempt went: its connection and stream,
+// chosen when it started, as the engine's pool would.
+type wire struct {
+	conn   string
+	stream uint32
+	fresh  bool
+	// settled: a cancel settled the attempt (Interceptor); what its
+	// mocked activity returns later goes nowhere and must change nothing.
+	settled bool
 }
 
 // Register registers LLMAction (the real workflow, under its name
 // workflows.WorkflowName) in env together with scripted activities, and
 // returns the scripts, empty. Register once per environment, before
 // ExecuteWorkflow.
+//
+// Register also sets env's worker options, to install the actions'
+// Interceptor. A test that sets worker options of its own sets them after
+// Register, with actions.Interceptor() among their Interceptors: an
+// attempt that runs without it fails the test.
 func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
-	a := &Actions{t: t, env: env, calls: map[string]string{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{}}
+	a := &Actions{t: t, env: env, calls: map[string]string{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{},
+		wires: map[string]*wire{}, intercepted: map[string]bool{}}
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{a.Interceptor()}})
 	// A method, not a closure: the SDK tells workflow functions apart by
 	// the last element of their name, and a test's own closures are
 	// "func1" too.
@@ -255,8 +280,8 @@ func (a *Actions) reconcile(id string, r workflows.ReconcileRequest) {
 
 // Attempt is what one scripted attempt does. Build one with Answer,
 // Respond, Partial, Refused, Misdirected, Throttled, ServerError,
-// Rejected, Ambiguous or Hold, and adjust it with its methods, which
-// return a copy.
+// Rejected, Ambiguous, Hold or HoldAfter, and adjust it with its
+// methods, which return a copy.
 type Attempt struct {
 	kind     kind
 	response providers.Response
@@ -279,6 +304,7 @@ const (
 	kindStatus
 	kindAmbiguous
 	kindHold
+	kindHoldAfter
 )
 
 // Answer completes the attempt with text: the action ends completed with
@@ -291,9 +317,13 @@ func Answer(text string) Attempt {
 // (r.ToolCalls, the OpenAI "tool_calls" array) or a refusal.
 func Respond(r providers.Response) Attempt { return Attempt{kind: kindAnswer, response: r} }
 
-// Partial delivers text and then loses the stream (a reset): the attempt
-// is committed_partial and the action ends completed_partial with the
-// text and Incomplete "reset".
+// Partial delivers text and then loses the stream (a reset). On a
+// streamed request the attempt is committed_partial and the action ends
+// completed_partial with the text and Incomplete "reset". On a request
+// that is not streamed nothing reaches the caller before the whole body,
+// so a body cut short is what a real worker makes of it: no content,
+// ambiguous (body_failed_before_content), and the action awaits a
+// verdict (ThenVerdict).
 func Partial(text string) Attempt {
 	return Attempt{kind: kindPartial, response: providers.Response{Text: text, Partial: true, Incomplete: providers.IncompleteReset}}
 }
@@ -327,16 +357,28 @@ func Rejected(status int) Attempt { return Attempt{kind: kindStatus, status: sta
 // reconcile_timeout.
 func Ambiguous() Attempt { return Attempt{kind: kindAmbiguous} }
 
-// Hold is an attempt the provider keeps generating, until the action is
-// canceled (CanceledAfter, or a cancel of the calling workflow) or the
-// attempt's timeout: canceled, it ends canceled with no move of health;
-// timed out, ambiguous. A mocked attempt cannot end early in the test
-// environment, so a canceled Hold ends, in virtual time, when its hold
-// would have: CanceledAfter ends it a second after the cancel, as the
-// real attempt's heartbeat does.
+// Hold is an attempt the provider keeps generating, with nothing sent
+// back, until the action is canceled (CanceledAfter, a cancel of the
+// calling workflow, a cancel signal) or the attempt's timeout. Canceled,
+// it settles a second after the cancel (as the real attempt's heartbeat
+// delivers it) with its evidence (the request sent, on its connection and
+// stream), classified canceled, with no move of health: the action ends
+// canceled. Timed out, it is ambiguous.
 func Hold() Attempt { return Attempt{kind: kindHold} }
 
-// Taking makes the attempt last d of virtual time before it ends.
+// HoldAfter delivers text on a stream and then holds, as Hold does: the
+// provider has sent part of its answer and goes on generating. The
+// content committed the attempt, so canceled it ends canceled after the
+// commit: the action ends canceled with the text delivered (response
+// partial, Incomplete "canceled"); timed out, completed_partial. On a
+// request that is not streamed nothing reaches the caller before the
+// whole body, and it is Hold.
+func HoldAfter(text string) Attempt {
+	return Attempt{kind: kindHoldAfter, response: providers.Response{Text: text, Partial: true}}
+}
+
+// Taking makes the attempt last d of virtual time before it ends. A
+// cancel meanwhile settles it as it would Hold.
 func (at Attempt) Taking(d time.Duration) Attempt {
 	at.taking = d
 	return at
@@ -361,7 +403,7 @@ func (at Attempt) ThenReconciled(r providers.Response, after time.Duration) Atte
 
 // CanceledAfter cancels the action through Temporal d after this attempt
 // started, as a canceled parent does (origin parent_canceled); meant for
-// a Hold.
+// a Hold or HoldAfter.
 func (at Attempt) CanceledAfter(d time.Duration) Attempt {
 	at.cancelAfter = d
 	return at
@@ -371,11 +413,22 @@ func (at Attempt) CanceledAfter(d time.Duration) Attempt {
 // attempt has no timeout of its own (the workflow always sets one).
 const defaultHold = 60 * time.Second
 
-// start runs when the attempt starts (virtual time) and says how long it
-// lasts.
+// held reports whether the attempt runs until a cancel or its timeout.
+func (at Attempt) held() bool { return at.kind == kindHold || at.kind == kindHoldAfter }
+
+// start runs when the attempt starts (virtual time): it puts the attempt
+// on its connection and says how long it lasts.
 func (a *Actions) start(at Attempt, in attempt.Input) time.Duration {
+	conn, stream, fresh := a.connFor(in)
+	a.mu.Lock()
+	a.wires[in.AttemptID] = &wire{conn: conn, stream: stream, fresh: fresh}
+	intercepted := a.intercepted[in.AttemptID]
+	a.mu.Unlock()
+	if !intercepted {
+		a.t.Errorf("actiontest: attempt %d of %s ran without actiontest's interceptor: worker options set after Register must have actions.Interceptor() among their Interceptors", in.Attempt, in.ActionRef)
+	}
 	d := at.taking
-	if at.kind == kindHold && d == 0 {
+	if at.held() && d == 0 {
 		d = in.Timeout
 		if d <= 0 {
 			d = defaultHold
@@ -384,46 +437,91 @@ func (a *Actions) start(at Attempt, in attempt.Input) time.Duration {
 	if at.cancelAfter > 0 {
 		id := in.ActionRef
 		a.env.RegisterDelayedCallback(func() { a.env.CancelWorkflowByID(id, "") }, at.cancelAfter)
-		// The cancel reaches the attempt with its next heartbeat.
-		d = min(d, at.cancelAfter+time.Second)
+		// The cancel settles the attempt a little later (Interceptor);
+		// the mocked activity need not outlast it.
+		d = min(d, at.cancelAfter+cancelDelivery)
 	}
 	return d
 }
 
-// run ends the attempt as scripted: its outcome, from evidence the real
-// engine would have recorded, classified by evidence.Classify.
-func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attempt.Outcome, error) {
-	route := a.route(in.Route)
-	conn, stream, fresh := a.connFor(in)
+// sent is the evidence of an attempt whose request left on its wire: the
+// route, the connection and stream, the request's size.
+func (a *Actions) sent(in attempt.Input, route attempt.RouteInfo, w wire) evidence.Evidence {
 	body, _ := json.Marshal(in.Request)
-	ev := evidence.Evidence{
+	return evidence.Evidence{
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
 		Provider: route.Kind, Model: route.Model, Authority: "provider.actiontest.invalid:443", HTTPVersion: "HTTP/2.0",
-		ConnRef: conn, ConnFresh: fresh, AfterMisdirected: in.AfterMisdirected,
-		RequestSent: true, StreamID: stream, RequestBytes: int64(len(body)),
+		ConnRef: w.conn, ConnFresh: w.fresh, AfterMisdirected: in.AfterMisdirected,
+		RequestSent: true, StreamID: w.stream, RequestBytes: int64(len(body)),
 	}
+}
+
+// wireOf is the attempt's wire, and whether a cancel has settled it.
+func (a *Actions) wireOf(in attempt.Input) (wire, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, ok := a.wires[in.AttemptID]
+	if !ok {
+		return wire{}, false
+	}
+	return *w, w.settled
+}
+
+// errSettled is what the mocked activity of an attempt a cancel settled
+// returns; it goes nowhere (the environment has dropped the activity).
+var errSettled = temporal.NewCanceledError()
+
+// run ends the attempt as scripted: its outcome, from evidence the real
+// engine would have recorded, classified by evidence.Classify.
+func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.Outcome, error) {
+	w, settled := a.wireOf(in)
+	if settled {
+		return attempt.Outcome{}, errSettled
+	}
+	route := a.route(in.Route)
+	ev := a.sent(in, route, w)
 	defer func() {
 		if ev.ConnClosed || ev.GoAway != nil || ev.Status == 421 {
-			a.dropConn(conn)
+			a.dropConn(w.conn)
 		}
 	}()
 	var resp *providers.Response
 	switch at.kind {
-	case kindAnswer, kindPartial:
+	case kindAnswer:
 		r := a.response(at, in, route)
 		ev.ResponseHeaders, ev.Status, ev.ContentStarted, ev.ResponseBytes = true, 200, true, int64(len(r.Raw))
 		ev.FirstByte = max(at.taking, time.Millisecond)
-		if in.Request.Stream || at.kind == kindPartial {
+		if in.Request.Stream {
 			ev.ResponseBytes = int64(len(r.Text)) + 100
 		}
 		resp = &r
-		if at.kind == kindPartial {
+	case kindPartial, kindHoldAfter:
+		if !in.Request.Stream {
+			if at.kind == kindHoldAfter {
+				ev.TimedOut = true
+				break
+			}
+			// A JSON body cut short: headers and part of a body, no
+			// usable answer, so nothing committed.
+			ev.ResponseHeaders, ev.Status, ev.ResponseBytes = true, 200, int64(len(at.response.Text))+60
 			ev.RSTStream = code(evidence.CodeInternalError)
-			ev.BodyFailed, ev.Signal = true, evidence.SignalStreamIncomplete
+			ev.BodyFailed, ev.Signal = true, evidence.SignalEmptyResponse
+			break
 		}
+		r := a.response(at, in, route)
+		ev.ResponseHeaders, ev.Status, ev.ContentStarted = true, 200, true
+		ev.ResponseBytes, ev.FirstByte = int64(len(r.Text))+100, time.Millisecond
+		ev.Signal = evidence.SignalStreamIncomplete
+		if at.kind == kindPartial {
+			ev.RSTStream, ev.BodyFailed = code(evidence.CodeInternalError), true
+		} else {
+			// The attempt's own timer ended the stream mid-body.
+			ev.TimedOut, ev.BodyFailed, r.Incomplete = true, true, providers.IncompleteAttemptTimeout
+		}
+		resp = &r
 	case kindRefused:
 		// As a provider draining its connection answers the first stream.
-		ev.GoAway = &evidence.GoAway{LastStreamID: max(stream, 2) - 2, Code: evidence.CodeNoError, DebugLen: len("actiontest")}
+		ev.GoAway = &evidence.GoAway{LastStreamID: max(w.stream, 2) - 2, Code: evidence.CodeNoError, DebugLen: len("actiontest")}
 		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
 	case kindMisdirected:
 		// The body is the provider's own error object, as a provider sends.
@@ -434,15 +532,10 @@ func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attemp
 		// The activity finds no usable body where the connection ended.
 		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
 	case kindHold:
-		ev.Elapsed = max(at.taking, time.Millisecond)
-		if ctx.Err() == nil {
-			ev.TimedOut = true
-			break
-		}
-		ev.Canceled, ev.Stop = true, evidence.StopScope
-		out := attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
-		// As the real activity does: a cancellation carrying the outcome.
-		return out, fmt.Errorf("durallm: attempt %d of %s canceled: %w (%w)", in.Attempt, in.ActionRef, ctx.Err(), temporal.NewCanceledError(out))
+		ev.TimedOut = true
+	}
+	if ev.TimedOut && !ev.ContentStarted {
+		ev.Signal = evidence.SignalEmptyResponse
 	}
 	ev.Elapsed = max(ev.Elapsed, at.taking, time.Millisecond)
 	out := attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
@@ -465,6 +558,36 @@ func (a *Actions) run(ctx context.Context, at Attempt, in attempt.Input) (attemp
 		a.env.RegisterDelayedCallback(func() { a.reconcile(id, v) }, after)
 	}
 	return out, nil
+}
+
+// canceled is the outcome of a started attempt a cancel reached after it
+// had been running for elapsed: canceled with what it had done, the text
+// it had delivered if any. ok is false for an attempt that never started.
+func (a *Actions) canceled(in attempt.Input, elapsed time.Duration) (out attempt.Outcome, ok bool) {
+	at, scripted := a.scripted(in)
+	a.mu.Lock()
+	w := a.wires[in.AttemptID]
+	if w != nil {
+		w.settled = true
+	}
+	a.mu.Unlock()
+	if !scripted || w == nil {
+		return attempt.Outcome{}, false
+	}
+	route := a.route(in.Route)
+	ev := a.sent(in, route, *w)
+	ev.Canceled, ev.Stop, ev.Elapsed = true, evidence.StopScope, elapsed
+	ev.Signal = evidence.SignalEmptyResponse
+	if at.kind == kindHoldAfter && in.Request.Stream {
+		r := a.response(at, in, route)
+		r.Incomplete = providers.IncompleteCanceled
+		ev.ResponseHeaders, ev.Status, ev.ContentStarted = true, 200, true
+		ev.ResponseBytes, ev.FirstByte = int64(len(r.Text))+100, time.Millisecond
+		ev.Signal = evidence.SignalStreamIncomplete
+		out.Response = &r
+	}
+	out.Evidence, out.Classification = ev, evidence.Classify(ev)
+	return out, true
 }
 
 func code(c evidence.ErrCode) *evidence.ErrCode { return &c }
@@ -505,7 +628,8 @@ const (
 
 // response is the scripted response as the provider layer would have read
 // it: the provider's id, model and token counts, and for a response that
-// was not streamed its whole body (Raw).
+// was not streamed its whole body (Raw), whose assistant message has no
+// content member when there is no text (a tool call).
 func (a *Actions) response(at Attempt, in attempt.Input, route attempt.RouteInfo) providers.Response {
 	r := at.response
 	a.mu.Lock()
@@ -529,7 +653,10 @@ func (a *Actions) response(at Attempt, in attempt.Input, route attempt.RouteInfo
 		r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
 	}
 	if r.Raw == nil && !in.Request.Stream && !r.Partial {
-		msg := map[string]any{"role": "assistant", "content": r.Text}
+		msg := map[string]any{"role": "assistant"}
+		if r.Text != "" || len(r.ToolCalls) == 0 {
+			msg["content"] = r.Text
+		}
 		if len(r.ToolCalls) > 0 {
 			msg["tool_calls"] = r.ToolCalls
 		}

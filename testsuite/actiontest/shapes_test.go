@@ -1,0 +1,106 @@
+package actiontest_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/testsuite/actiontest"
+	"github.com/durallm/durallm/workflows"
+)
+
+// ask is the request these tests make, streamed or not.
+func ask(stream bool) workflows.ActionInput {
+	return workflows.ActionInput{
+		Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", "say hello")}, Stream: stream},
+		Routes:  []string{"primary", "fallback"},
+	}
+}
+
+// A scripted tool call's body is a provider's: the assistant message has
+// no content member at all, as a real one that calls a tool.
+func TestAScriptedToolCallHasNoRawContent(t *testing.T) {
+	env := newEnv(t)
+	actiontest.Register(t, env).On("ask", actiontest.Respond(providers.Response{ToolCalls: json.RawMessage(`[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{}"}}]`)}))
+	c := execute(t, env, ask(false))
+	var body struct {
+		Choices []struct {
+			Message map[string]json.RawMessage `json:"message"`
+		} `json:"choices"`
+	}
+	if c.Err || c.Result.Response == nil || json.Unmarshal(c.Result.Response.Raw, &body) != nil || len(body.Choices) != 1 {
+		t.Fatalf("call %+v", c)
+	}
+	if content, ok := body.Choices[0].Message["content"]; ok {
+		t.Fatalf("the tool call's message has content %s; a provider's has none", content)
+	}
+}
+
+// Partial on a request that is not streamed is what the real action does
+// with a JSON body cut short: nothing reached the caller before the whole
+// body, so nothing committed, and the attempt is ambiguous; never
+// completed_partial, which the real action reaches only on a stream.
+func TestPartialOnANonStreamedRequestIsWhatTheRealActionReturns(t *testing.T) {
+	env := newEnv(t)
+	actiontest.Register(t, env).On("ask", actiontest.Partial("chunk1 chunk2"))
+	in := ask(false)
+	in.ReconcileTimeout = time.Minute
+	c := execute(t, env, in)
+	a := c.Result.Attempts[0]
+	if c.Result.State != workflows.StateIndeterminate || a.Classification.Class != evidence.Ambiguous || a.Evidence.ContentStarted || c.Result.Response != nil {
+		t.Fatalf("state %s, attempt %s (%s), content started %v, response %+v", c.Result.State, a.Classification.Class, a.Classification.Reason, a.Evidence.ContentStarted, c.Result.Response)
+	}
+}
+
+// A canceled attempt settles as on a Temporal server: with its evidence
+// (the request sent, on its connection and stream) a second after the
+// cancel, when the real attempt's heartbeat has delivered it. The SDK's
+// test environment by itself settles a canceled activity at once, with
+// nothing.
+func TestAScriptedCancelKeepsItsEvidenceAndEndsASecondAfterTheCancel(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		attempt      actiontest.Attempt
+		cancelParent bool
+	}{
+		{"the action canceled through Temporal", actiontest.Hold().CanceledAfter(time.Second), false},
+		{"the parent canceled", actiontest.Hold(), true},
+		{"the parent canceled during an answer", actiontest.Answer("late").Taking(time.Minute), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newEnv(t)
+			actiontest.Register(t, env).On("ask", tt.attempt)
+			if tt.cancelParent {
+				env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
+			}
+			c := execute(t, env, ask(false))
+			a := c.Result.Attempts[0]
+			ev := a.Evidence
+			if c.Result.State != workflows.StateCanceled || a.Classification.Class != evidence.Canceled || ev.Stop != evidence.StopScope ||
+				!ev.RequestSent || ev.ConnRef == "" || ev.StreamID == 0 || ev.HTTPVersion == "" {
+				t.Fatalf("state %s, attempt %+v", c.Result.State, a)
+			}
+			if a.Duration != 2*time.Second || ev.Elapsed != 2*time.Second {
+				t.Fatalf("the attempt settled after %s (elapsed %s), want 2s: a second after the cancel", a.Duration, ev.Elapsed)
+			}
+		})
+	}
+}
+
+// A cancel after the commit: the stream had delivered text when the
+// parent was canceled, so the action ends canceled with that text, as the
+// contract's cancel after the commit says (response partial, incomplete
+// canceled), and step.Call's error carries it.
+func TestACancelAfterTheCommitCanBeScripted(t *testing.T) {
+	env := newEnv(t)
+	actiontest.Register(t, env).On("ask", actiontest.HoldAfter("Hello, wor"))
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
+	c := execute(t, env, ask(true))
+	r := c.Result.Response
+	if c.Action == nil || c.Action.State != workflows.StateCanceled || c.Action.Origin != workflows.OriginParentCanceled ||
+		r == nil || r.Text != "Hello, wor" || !r.Partial || r.Incomplete != providers.IncompleteCanceled || !c.Result.Attempts[0].Evidence.ContentStarted {
+		t.Fatalf("call %+v, response %+v", c, r)
+	}
+}
