@@ -48,6 +48,7 @@ import (
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/step"
 	"github.com/durallm/durallm/workflows"
 )
@@ -70,6 +71,8 @@ type Actions struct {
 	wires map[string]*wire
 	// intercepted are the attempts the interceptor saw scheduled.
 	intercepted map[string]bool
+	// results keeps answers stored by reference; nil until one is.
+	results *resultstore.Dir
 }
 
 // wire is where a started attempt went: its connection and stream,
@@ -101,6 +104,7 @@ func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
 	// "func1" too.
 	env.RegisterWorkflowWithOptions(a.llmAction, workflow.RegisterOptions{Name: workflows.WorkflowName})
 	env.RegisterActivityWithOptions(a.describeRoutes, activity.RegisterOptions{Name: attempt.DescribeRoutes})
+	env.RegisterActivityWithOptions(a.reconciler, activity.RegisterOptions{Name: attempt.Reconcile})
 	env.RegisterActivityWithOptions(a.unscripted, activity.RegisterOptions{Name: attempt.CallModel})
 	env.OnActivity(attempt.CallModel, mock.Anything, mock.MatchedBy(func(in attempt.Input) bool {
 		_, ok := a.scripted(in)
@@ -210,14 +214,45 @@ func (a *Actions) route(name string) attempt.RouteInfo {
 		Capabilities: providers.Capabilities{Tools: true, StructuredOutput: true, Streaming: true, Vision: true}}
 }
 
-// describeRoutes is DescribeRoutes for the scripted routes: no reconciler
-// (a verdict comes from the script or the test), no search attributes.
-func (a *Actions) describeRoutes(_ context.Context, in attempt.PlanInput) (attempt.Plan, error) {
+// describeRoutes is DescribeRoutes for the scripted routes, with no
+// search attributes. The worker has a reconciler for a call one of whose
+// attempts scripts its answer (ThenReconciler); for any other, verdicts
+// come from the script or the test.
+func (a *Actions) describeRoutes(ctx context.Context, in attempt.PlanInput) (attempt.Plan, error) {
 	p := attempt.Plan{StateUpserts: attempt.CurrentStateUpserts, DeadlineTimer: attempt.CurrentDeadlineTimer}
 	for _, name := range in.Routes {
 		p.Routes = append(p.Routes, a.route(name))
 	}
+	p.Reconciler = a.asksReconciler(activity.GetInfo(ctx).WorkflowExecution.ID)
 	return p, nil
+}
+
+// asksReconciler reports whether an attempt of the action id's script
+// has the worker's reconciler answer.
+func (a *Actions) asksReconciler(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.scripts[id]
+	if !ok {
+		s = a.scripts[a.calls[id]]
+	}
+	return slices.ContainsFunc(s, func(at Attempt) bool { return at.reconciler != nil })
+}
+
+// reconciler is the worker's reconciler (the Reconcile activity): the
+// attempt's scripted answer (ThenReconciler), its completed response
+// stored by reference when too large for history, as a worker does; or,
+// for an attempt with none, an answer that cannot tell.
+func (a *Actions) reconciler(_ context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
+	at, ok := a.scripted(attempt.Input{ActionRef: in.ActionRef, Attempt: in.Attempt})
+	if !ok || at.reconciler == nil {
+		return attempt.ReconcileOutput{Note: "actiontest: no reconciler answer scripted for this attempt"}, nil
+	}
+	out := *at.reconciler
+	if out.Verdict == attempt.VerdictCompleted && out.Response != nil && large(out.Response) {
+		out.Response, out.ResultRef = nil, a.store(out.Response)
+	}
+	return out, nil
 }
 
 // unscripted answers an attempt nobody scripted: the test fails, and the
@@ -246,6 +281,16 @@ func (a *Actions) Reconcile(name string, r workflows.ReconcileRequest) {
 	}
 	a.mu.Unlock()
 	a.reconcile(id, r)
+}
+
+// signalVerdict sends a verdict to action id by the reconcile signal.
+func (a *Actions) signalVerdict(id string, r workflows.ReconcileRequest) {
+	if r.By == "" {
+		r.By = "actiontest"
+	}
+	if err := a.env.SignalWorkflowByID(id, workflows.SignalReconcile, r); err != nil {
+		a.t.Errorf("actiontest: signal the %s verdict to %s: %v", r.Verdict, id, err)
+	}
 }
 
 func (a *Actions) reconcile(id string, r workflows.ReconcileRequest) {
@@ -280,8 +325,8 @@ func (a *Actions) reconcile(id string, r workflows.ReconcileRequest) {
 
 // Attempt is what one scripted attempt does. Build one with Answer,
 // Respond, Partial, Refused, Misdirected, Throttled, ServerError,
-// Rejected, Ambiguous, Hold or HoldAfter, and adjust it with its
-// methods, which return a copy.
+// Rejected, ContentFiltered, Ambiguous, Hold or HoldAfter, and adjust it
+// with its methods, which return a copy.
 type Attempt struct {
 	kind     kind
 	response providers.Response
@@ -291,7 +336,10 @@ type Attempt struct {
 
 	verdict      *workflows.ReconcileRequest
 	verdictAfter time.Duration
+	bySignal     bool
+	reconciler   *attempt.ReconcileOutput
 	cancelAfter  time.Duration
+	byReference  bool
 }
 
 type kind int
@@ -305,6 +353,7 @@ const (
 	kindAmbiguous
 	kindHold
 	kindHoldAfter
+	kindFiltered
 )
 
 // Answer completes the attempt with text: the action ends completed with
@@ -350,6 +399,13 @@ func ServerError(status int) Attempt { return Attempt{kind: kindStatus, status: 
 // Rejected is a 4xx other than 408, 421 and 429: the request is wrong,
 // and the action ends rejected.
 func Rejected(status int) Attempt { return Attempt{kind: kindStatus, status: status} }
+
+// ContentFiltered is the provider's content filter blocking the request:
+// a 400 whose error object has code "content_filter" (as Azure OpenAI
+// answers a prompt its filter takes). The action ends rejected, outcome
+// content_filtered, with no retry and no fallback (another route would
+// only route around the filter), and the error object as its response.
+func ContentFiltered() Attempt { return Attempt{kind: kindFiltered, status: 400} }
 
 // Ambiguous is a connection closed after the request left, with no
 // GOAWAY: the provider may have executed it, so the action awaits a
@@ -398,6 +454,40 @@ func (at Attempt) ThenVerdict(v attempt.Verdict, after time.Duration) Attempt {
 // reconciled with r.
 func (at Attempt) ThenReconciled(r providers.Response, after time.Duration) Attempt {
 	at.verdict, at.verdictAfter = &workflows.ReconcileRequest{Verdict: attempt.VerdictCompleted, Response: &r}, after
+	return at
+}
+
+// BySignal delivers the verdict of ThenVerdict or ThenReconciled through
+// the reconcile signal instead of the Update, as a program that sends it
+// fire-and-forget does (temporal workflow signal --name reconcile). The
+// action records it as a person's, via signal.
+func (at Attempt) BySignal() Attempt {
+	at.bySignal = true
+	return at
+}
+
+// ThenReconciler has the worker's own reconciler answer out for this
+// attempt, once it is ambiguous: a journal, a provider's record or an
+// application's reconciler (activities.Reconciler), as out.By says
+// (attempt.ByJournal, ByProvider; empty means ByReconciler). The worker
+// then has a reconciler, so every ambiguous attempt of the call asks it
+// first (one not scripted so gets an answer that cannot tell). A verdict
+// settles the attempt as that source's (a completed one with a response
+// too large for history by reference); out.Verdict empty means it cannot
+// tell (out.Note says why), and the action waits for a person's
+// (ThenVerdict).
+func (at Attempt) ThenReconciler(out attempt.ReconcileOutput) Attempt {
+	at.reconciler = &out
+	return at
+}
+
+// ByReference stores the attempt's answer in the result store, as a
+// worker stores one too large for history, whatever its size: the
+// action's result has ResultRef and no Response, and Actions.Results
+// resolves it. An answer over resultstore.DefaultThreshold (256 KiB of
+// JSON) is stored so without asking, as on a durallm worker.
+func (at Attempt) ByReference() Attempt {
+	at.byReference = true
 	return at
 }
 
@@ -528,6 +618,9 @@ func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.
 		ev.ResponseHeaders, ev.Status, ev.ResponseBytes, ev.ProviderError = true, 421, int64(len(errorBody)), true
 	case kindStatus:
 		ev.ResponseHeaders, ev.Status, ev.RetryAfter, ev.ResponseBytes, ev.ProviderError = true, at.status, at.retry, int64(len(errorBody)), true
+	case kindFiltered:
+		ev.ResponseHeaders, ev.Status, ev.ResponseBytes, ev.ProviderError = true, at.status, int64(len(filteredBody)), true
+		ev.Signal = evidence.SignalContentFiltered
 	case kindAmbiguous:
 		// The activity finds no usable body where the connection ended.
 		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
@@ -542,10 +635,15 @@ func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.
 	switch out.Classification.Class {
 	case evidence.Completed, evidence.CommittedPartial:
 		out.Response = resp
-	case evidence.Rejected, evidence.ContentFiltered:
+		if at.byReference || large(resp) {
+			out.Response, out.ResponseRef = nil, a.store(resp)
+		}
+	case evidence.Rejected:
 		// As the real activity does: the provider's error object is the
 		// caller's answer.
 		out.Response = &providers.Response{Error: &providers.APIError{Type: errorType, Message: errorMessage}}
+	case evidence.ContentFiltered:
+		out.Response = &providers.Response{Error: &providers.APIError{Code: filteredCode, Param: "prompt", Message: errorMessage}}
 	}
 	if at.verdict != nil {
 		v := *at.verdict
@@ -554,10 +652,51 @@ func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.
 		if after <= 0 {
 			after = time.Second
 		}
-		id := in.ActionRef
-		a.env.RegisterDelayedCallback(func() { a.reconcile(id, v) }, after)
+		id, bySignal := in.ActionRef, at.bySignal
+		a.env.RegisterDelayedCallback(func() {
+			if bySignal {
+				a.signalVerdict(id, v)
+				return
+			}
+			a.reconcile(id, v)
+		}, after)
 	}
 	return out, nil
+}
+
+// large reports whether a worker would store r by reference: its JSON is
+// over resultstore.DefaultThreshold.
+func large(r *providers.Response) bool {
+	b, err := json.Marshal(r)
+	return err == nil && len(b) > resultstore.DefaultThreshold
+}
+
+// store puts r in the actions' result store and returns its reference.
+func (a *Actions) store(r *providers.Response) string {
+	b, err := json.Marshal(r)
+	if err == nil {
+		var ref string
+		if ref, err = a.Results().Put(context.Background(), b); err == nil {
+			return ref
+		}
+	}
+	a.t.Errorf("actiontest: store a response by reference: %v", err)
+	return ""
+}
+
+// Results is the result store the scripted attempts keep answers stored
+// by reference in (ByReference, or over resultstore.DefaultThreshold): a
+// resultstore.Dir in a directory of the test's, whose references are a
+// worker's ("file:<sha256>"). Hand it to the code under test that
+// resolves a reference (durallm.Client.WithResults, an activity of
+// yours).
+func (a *Actions) Results() resultstore.Store {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.results == nil {
+		a.results = &resultstore.Dir{Path: a.t.TempDir()}
+	}
+	return a.results
 }
 
 // canceled is the outcome of a started attempt a cancel reached after it
@@ -617,13 +756,19 @@ func (a *Actions) dropConn(ref string) {
 	}
 }
 
-// errorBody is the body of a scripted error status.
-const errorBody = `{"error":{"type":"` + errorType + `","message":"` + errorMessage + `"}}`
+// errorBody is the body of a scripted error status, filteredBody that of
+// a request the content filter blocked.
+const (
+	errorBody    = `{"error":{"type":"` + errorType + `","message":"` + errorMessage + `"}}`
+	filteredBody = `{"error":{"code":"` + filteredCode + `","param":"prompt","message":"` + errorMessage + `","status":400}}`
+)
 
-// The scripted error object's type and message.
+// The scripted error object's type and message, and a content filter's
+// code.
 const (
 	errorType    = "invalid_request_error"
 	errorMessage = "scripted by actiontest"
+	filteredCode = "content_filter"
 )
 
 // response is the scripted response as the provider layer would have read

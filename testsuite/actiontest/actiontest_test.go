@@ -1,6 +1,7 @@
 package actiontest_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/recovery"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/testsuite/actiontest"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
@@ -76,6 +78,7 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 		}
 	}
 	toolCall := json.RawMessage(`[{"id":"call_durallm_1","type":"function","function":{"name":"lookup_order","arguments":"{\"order_id\":\"42\"}"}}]`)
+	large := strings.Repeat("many words ", 30000) // over resultstore.DefaultThreshold
 	cancelParent := func(env *testsuite.TestWorkflowEnvironment) func() { return env.CancelWorkflow }
 	streamed := in
 	streamed.Request.Stream = true
@@ -92,6 +95,9 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 		// real is what the provider does, one behaviour per attempt; nil
 		// when the real shape is the one recorded on a server.
 		real []providertest.Behavior
+		// worker sets up the real worker's activities beyond routes and
+		// engine (a result store, a reconciler).
+		worker func(t *testing.T, a *activities.Activities)
 		// event runs at virtual time at in the real environment, and in
 		// the scripted one too when scriptOn (else the script does it).
 		at       time.Duration
@@ -115,6 +121,37 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 			scripted: []actiontest.Attempt{actiontest.Partial("chunk1 chunk2").ThenVerdict(attempt.VerdictNotExecuted, time.Minute), actiontest.Answer("second")},
 			real:     []providertest.Behavior{providertest.BodyCut(200, nil, `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"chunk1`, providertest.CutReset), providertest.Answer("second")},
 			at:       time.Minute, event: verdict(attempt.VerdictNotExecuted)},
+		{name: "blocked by the content filter", in: in, scripted: []actiontest.Attempt{actiontest.ContentFiltered()},
+			real: []providertest.Behavior{providertest.Status(400, nil, `{"error":{"code":"content_filter","param":"prompt","message":"scripted by actiontest","status":400}}`)}},
+		{name: "completes by reference", in: in, scripted: []actiontest.Attempt{actiontest.Answer("hello there").ByReference()}, real: []providertest.Behavior{providertest.Answer("hello there")},
+			worker: func(t *testing.T, a *activities.Activities) {
+				a.Results, a.LargeResponseBytes = resultstore.Dir{Path: t.TempDir()}, 1
+			}},
+		{name: "completes with an answer too large for history: by reference", in: in, scripted: []actiontest.Attempt{actiontest.Answer(large)}, real: []providertest.Behavior{providertest.Answer(large)},
+			worker: func(t *testing.T, a *activities.Activities) { a.Results = resultstore.Dir{Path: t.TempDir()} }},
+		{name: "a verdict from the worker's reconciler", in: in,
+			scripted: []actiontest.Attempt{actiontest.Ambiguous().ThenReconciler(attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "from the ledger"}})},
+			real:     []providertest.Behavior{providertest.CloseAfterRead()},
+			worker: func(_ *testing.T, a *activities.Activities) {
+				a.Reconciler = ledger{attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "from the ledger"}}}
+			}},
+		{name: "the worker's reconciler cannot tell, then not_executed arrives", in: in,
+			scripted: []actiontest.Attempt{actiontest.Ambiguous().ThenReconciler(attempt.ReconcileOutput{Note: "no record of it"}).ThenVerdict(attempt.VerdictNotExecuted, time.Minute), actiontest.Answer("second")},
+			real:     []providertest.Behavior{providertest.CloseAfterRead(), providertest.Answer("second")},
+			worker: func(_ *testing.T, a *activities.Activities) {
+				a.Reconciler = ledger{attempt.ReconcileOutput{Note: "no record of it"}}
+			},
+			at: time.Minute, event: verdict(attempt.VerdictNotExecuted)},
+		{name: "a verdict by the reconcile signal", in: in,
+			scripted: []actiontest.Attempt{actiontest.Ambiguous().ThenVerdict(attempt.VerdictNotExecuted, time.Minute).BySignal(), actiontest.Answer("second")},
+			real:     []providertest.Behavior{providertest.CloseAfterRead(), providertest.Answer("second")},
+			at:       time.Minute, event: func(env *testsuite.TestWorkflowEnvironment) func() {
+				return func() {
+					if err := env.SignalWorkflowByID("parent-ask", workflows.SignalReconcile, workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictNotExecuted, By: "actiontest"}); err != nil {
+						t.Error(err)
+					}
+				}
+			}},
 		{name: "canceled by parent_canceled: the parent canceled", in: in, scripted: []actiontest.Attempt{actiontest.Hold()},
 			at: time.Second, event: cancelParent, scriptOn: true},
 		{name: "canceled by parent_canceled: the action canceled through Temporal", in: in, scripted: []actiontest.Attempt{actiontest.Hold().CanceledAfter(time.Second)}},
@@ -136,7 +173,7 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 					t.Fatalf("no shape recorded on a server for %q (go test -run TestE2ERealActionShapesOnAServer ./internal/e2e -args -update-shapes)", tt.name)
 				}
 			} else {
-				real = shape(t, runReal(t, tt.in, tt.real, tt.at, tt.event))
+				real = shape(t, runReal(t, tt.in, tt.real, tt.worker, tt.at, tt.event))
 			}
 
 			env := newEnv(t)
@@ -153,10 +190,18 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 	}
 }
 
+// ledger is an application's reconciler (activities.Reconciler) that
+// always answers out.
+type ledger struct{ out attempt.ReconcileOutput }
+
+func (l ledger) Reconcile(context.Context, attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
+	return l.out, nil
+}
+
 // runReal runs the parent's call with the real LLMAction and the real
 // activities in the test environment, against a provider that behaves as
 // behaviours say, one per attempt, with event (if any) at virtual time at.
-func runReal(t *testing.T, in workflows.ActionInput, behaviours []providertest.Behavior, at time.Duration, event func(env *testsuite.TestWorkflowEnvironment) func()) call {
+func runReal(t *testing.T, in workflows.ActionInput, behaviours []providertest.Behavior, worker func(*testing.T, *activities.Activities), at time.Duration, event func(env *testsuite.TestWorkflowEnvironment) func()) call {
 	t.Helper()
 	p, err := providertest.NewProvider()
 	if err != nil {
@@ -171,10 +216,14 @@ func runReal(t *testing.T, in workflows.ActionInput, behaviours []providertest.B
 		{Name: "primary", Kind: "openai", BaseURL: p.URL() + "/v1", Model: "primary", Capabilities: caps},
 		{Name: "fallback", Kind: "openai", BaseURL: p.URL() + "/v1", Model: "fallback", Capabilities: caps},
 	}}
-	env.RegisterActivity(&activities.Activities{
+	acts := &activities.Activities{
 		Engine: recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler)}),
 		Routes: cfg.RouteMap(), Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if worker != nil {
+		worker(t, acts)
+	}
+	env.RegisterActivity(acts)
 	if event != nil {
 		env.RegisterDelayedCallback(event(env), at)
 	}

@@ -1,10 +1,14 @@
 package actiontest_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/testsuite/actiontest"
@@ -102,5 +106,78 @@ func TestACancelAfterTheCommitCanBeScripted(t *testing.T) {
 	if c.Action == nil || c.Action.State != workflows.StateCanceled || c.Action.Origin != workflows.OriginParentCanceled ||
 		r == nil || r.Text != "Hello, wor" || !r.Partial || r.Incomplete != providers.IncompleteCanceled || !c.Result.Attempts[0].Evidence.ContentStarted {
 		t.Fatalf("call %+v, response %+v", c, r)
+	}
+}
+
+// A request the provider's content filter blocked: the action ends
+// rejected, outcome content_filtered, with the provider's error object
+// as its response (a gateway passes it back).
+func TestContentFilteredCanBeScripted(t *testing.T) {
+	env := newEnv(t)
+	actiontest.Register(t, env).On("ask", actiontest.ContentFiltered())
+	c := execute(t, env, ask(false))
+	r := c.Result.Response
+	if c.Action == nil || c.Action.State != workflows.StateRejected || c.Action.Outcome != string(evidence.ContentFiltered) || r == nil || r.Error == nil || r.Error.Code != "content_filter" {
+		t.Fatalf("call %+v, response %+v", c, r)
+	}
+}
+
+// An answer stored by reference, as a worker stores one too large for
+// history: the result carries a reference and no response, and the
+// actions' result store (a real one) resolves it to the answer.
+func TestAnAnswerStoredByReferenceCanBeScripted(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		attempt actiontest.Attempt
+		text    string
+	}{
+		{"asked for", actiontest.Answer("a short answer").ByReference(), "a short answer"},
+		{"too large for history", actiontest.Answer(strings.Repeat("many words ", 30000)), strings.Repeat("many words ", 30000)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newEnv(t)
+			actions := actiontest.Register(t, env)
+			actions.On("ask", tt.attempt)
+			c := execute(t, env, ask(false))
+			if c.Err || c.Result.State != workflows.StateCompleted || c.Result.Response != nil || c.Result.ResultRef == "" {
+				t.Fatalf("state %s, response %v, ref %q", c.Result.State, c.Result.Response != nil, c.Result.ResultRef)
+			}
+			b, err := actions.Results().Get(context.Background(), c.Result.ResultRef)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r providers.Response
+			if err := json.Unmarshal(b, &r); err != nil || r.Text != tt.text || r.FinishReason != "stop" {
+				t.Fatalf("stored response %.80q (%v)", r.Text, err)
+			}
+		})
+	}
+}
+
+// The worker's own reconciler settles an ambiguous attempt, as a
+// journal, a provider's record or an application's reconciler does on a
+// real worker: the verdict is recorded as theirs, and a person is asked
+// only when it cannot tell.
+func TestAVerdictFromTheWorkersReconcilerCanBeScripted(t *testing.T) {
+	env := newEnv(t)
+	actiontest.Register(t, env).On("ask", actiontest.Ambiguous().ThenReconciler(attempt.ReconcileOutput{
+		Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "from the journal"}, By: attempt.ByJournal, JournalState: "received"}))
+	c := execute(t, env, ask(false))
+	a := c.Result.Attempts[0]
+	if c.Err || c.Result.State != workflows.StateReconciled || c.Result.Response == nil || c.Result.Response.Text != "from the journal" ||
+		a.Verdict != attempt.VerdictCompleted || a.VerdictBy != attempt.ByJournal || a.JournalState != "received" {
+		t.Fatalf("call %+v", c)
+	}
+}
+
+// A verdict by the reconcile signal, the fire-and-forget way a program
+// may send one: the notes say so.
+func TestAVerdictBySignalCanBeScripted(t *testing.T) {
+	env := newEnv(t)
+	actiontest.Register(t, env).On("ask", actiontest.Ambiguous().ThenVerdict(attempt.VerdictAbandon, time.Minute).BySignal())
+	c := execute(t, env, ask(false))
+	if c.Action == nil || c.Action.State != workflows.StateIndeterminate || c.Result.Attempts[0].VerdictBy != "person" ||
+		!strings.Contains(fmt.Sprint(c.Result.Notes), "reconcile abandon by actiontest via signal for attempt 1") {
+		t.Fatalf("call %+v", c)
 	}
 }
