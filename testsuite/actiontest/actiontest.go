@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +74,8 @@ type Actions struct {
 	intercepted map[string]bool
 	// results keeps answers stored by reference; nil until one is.
 	results *resultstore.Dir
+	// given is what each started attempt was given, by action id.
+	given map[string][]attempt.Input
 }
 
 // wire is where a started attempt went: its connection and stream,
@@ -97,7 +100,7 @@ type wire struct {
 // attempt that runs without it fails the test.
 func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
 	a := &Actions{t: t, env: env, calls: map[string]string{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{},
-		wires: map[string]*wire{}, intercepted: map[string]bool{}}
+		wires: map[string]*wire{}, intercepted: map[string]bool{}, given: map[string][]attempt.Input{}}
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{a.Interceptor()}})
 	// A method, not a closure: the SDK tells workflow functions apart by
 	// the last element of their name, and a test's own closures are
@@ -260,10 +263,78 @@ func (a *Actions) reconciler(_ context.Context, in attempt.ReconcileInput) (atte
 func (a *Actions) unscripted(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
 	a.mu.Lock()
 	name := a.calls[in.ActionRef]
+	a.given[in.ActionRef] = append(a.given[in.ActionRef], in)
 	a.mu.Unlock()
 	err := fmt.Errorf("actiontest: attempt %d of call %q (action %s) is not scripted", in.Attempt, name, in.ActionRef)
 	a.t.Error(err)
 	return attempt.Outcome{}, temporal.NewNonRetryableApplicationError(err.Error(), "Unscripted", nil)
+}
+
+// Sent returns what each attempt of the call named name (or of the
+// action with that id) was given to send, in the order they started,
+// scripted or not: its route, its request, its idempotency key, the
+// connections it had to avoid. Nil when none started. A test asserts with
+// it what the workflow under test asked the model (Request for the
+// request alone).
+func (a *Actions) Sent(name string) []attempt.Input {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ids []string
+	for id := range a.given {
+		if id == name || a.calls[id] == name {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var out []attempt.Input
+	for _, id := range ids {
+		out = append(out, a.given[id]...)
+	}
+	return out
+}
+
+// Request returns the request the call named name (or the action with
+// that id) sent: every attempt of an action sends the same one. A call
+// that sent nothing fails the test, and gets the zero Request.
+func (a *Actions) Request(name string) providers.Request {
+	sent := a.Sent(name)
+	if len(sent) == 0 {
+		a.t.Errorf("actiontest: call %q sent no request", name)
+		return providers.Request{}
+	}
+	return sent[0].Request
+}
+
+// AssertExpectations fails t (Errorf) for each scripted attempt that
+// never ran, naming its call and number, and reports whether every one
+// ran. Call it after ExecuteWorkflow. env.AssertExpectations checks the
+// same along with the test's own mocks, less legibly (each scripted
+// attempt is a CallModel mock called once); attempts past a script fail
+// the test as they run, whatever either says.
+func (a *Actions) AssertExpectations(t testing.TB) bool {
+	t.Helper()
+	a.mu.Lock()
+	names := slices.Sorted(maps.Keys(a.scripts))
+	ran := map[string]int{}
+	for id, ins := range a.given {
+		for _, in := range ins {
+			for _, name := range []string{id, a.calls[id]} {
+				if _, ok := a.scripts[name]; ok {
+					ran[name] = max(ran[name], in.Attempt)
+				}
+			}
+		}
+	}
+	scripts := maps.Clone(a.scripts)
+	a.mu.Unlock()
+	ok := true
+	for _, name := range names {
+		for n := ran[name] + 1; n <= len(scripts[name]); n++ {
+			t.Errorf("actiontest: call %q: attempt %d of %d never ran", name, n, len(scripts[name]))
+			ok = false
+		}
+	}
+	return ok
 }
 
 // Reconcile delivers a verdict to the action of call name (or id) through
@@ -512,6 +583,7 @@ func (a *Actions) start(at Attempt, in attempt.Input) time.Duration {
 	conn, stream, fresh := a.connFor(in)
 	a.mu.Lock()
 	a.wires[in.AttemptID] = &wire{conn: conn, stream: stream, fresh: fresh}
+	a.given[in.ActionRef] = append(a.given[in.ActionRef], in)
 	intercepted := a.intercepted[in.AttemptID]
 	a.mu.Unlock()
 	if !intercepted {
@@ -534,9 +606,9 @@ func (a *Actions) start(at Attempt, in attempt.Input) time.Duration {
 	return d
 }
 
-// sent is the evidence of an attempt whose request left on its wire: the
+// sentEvidence is the evidence of an attempt whose request left on its wire: the
 // route, the connection and stream, the request's size.
-func (a *Actions) sent(in attempt.Input, route attempt.RouteInfo, w wire) evidence.Evidence {
+func (a *Actions) sentEvidence(in attempt.Input, route attempt.RouteInfo, w wire) evidence.Evidence {
 	body, _ := json.Marshal(in.Request)
 	return evidence.Evidence{
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route,
@@ -569,7 +641,7 @@ func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.
 		return attempt.Outcome{}, errSettled
 	}
 	route := a.route(in.Route)
-	ev := a.sent(in, route, w)
+	ev := a.sentEvidence(in, route, w)
 	defer func() {
 		if ev.ConnClosed || ev.GoAway != nil || ev.Status == 421 {
 			a.dropConn(w.conn)
@@ -714,7 +786,7 @@ func (a *Actions) canceled(in attempt.Input, elapsed time.Duration) (out attempt
 		return attempt.Outcome{}, false
 	}
 	route := a.route(in.Route)
-	ev := a.sent(in, route, *w)
+	ev := a.sentEvidence(in, route, *w)
 	ev.Canceled, ev.Stop, ev.Elapsed = true, evidence.StopScope, elapsed
 	ev.Signal = evidence.SignalEmptyResponse
 	if at.kind == kindHoldAfter && in.Request.Stream {

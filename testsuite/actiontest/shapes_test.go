@@ -181,3 +181,52 @@ func TestAVerdictBySignalCanBeScripted(t *testing.T) {
 		t.Fatalf("call %+v", c)
 	}
 }
+
+// Sent is what each attempt of a call was given to send, in order: what a
+// test asserts about the request a workflow built (the messages, the
+// tools, a tool's result sent back).
+func TestSentIsWhatEachAttemptOfACallWasGiven(t *testing.T) {
+	env := newEnv(t)
+	actions := actiontest.Register(t, env)
+	actions.On("ask", actiontest.Refused(), actiontest.Answer("hello"))
+	in := ask(false)
+	in.Request.Messages = append(in.Request.Messages, providers.TextMessage("tool", "order 42: shipped"))
+	execute(t, env, in)
+	sent := actions.Sent("ask")
+	if len(sent) != 2 || sent[0].Attempt != 1 || sent[1].Attempt != 2 || sent[1].Route != "primary" || len(sent[1].Avoid) != 1 || sent[0].IdempotencyKey != "parent-ask" {
+		t.Fatalf("sent %+v", sent)
+	}
+	req := actions.Request("ask")
+	if len(req.Messages) != 2 || req.Messages[1].Role != "tool" {
+		t.Fatalf("request %+v", req)
+	}
+	if got := actions.Sent("parent-ask"); len(got) != 2 {
+		t.Fatalf("by action id: %d attempts", len(got))
+	}
+	if got := actions.Sent("other"); got != nil {
+		t.Fatalf("a call never made sent %+v", got)
+	}
+}
+
+// AssertExpectations fails the test for each scripted attempt that never
+// ran, naming its call and number; a script run to its end passes.
+func TestAssertExpectationsNamesAScriptedAttemptThatNeverRan(t *testing.T) {
+	env := newEnv(t)
+	actions := actiontest.Register(t, env)
+	actions.On("ask", actiontest.Answer("first"), actiontest.Answer("never needed"))
+	actions.On("unused", actiontest.Answer("never asked"))
+	execute(t, env, ask(false))
+	rec := &recorder{TB: t}
+	if actions.AssertExpectations(rec) || len(rec.errs) != 2 ||
+		!strings.Contains(rec.errs[0], `call "ask": attempt 2 of 2 never ran`) || !strings.Contains(rec.errs[1], `call "unused": attempt 1 of 1 never ran`) {
+		t.Fatalf("errors %q", rec.errs)
+	}
+
+	env = newEnv(t)
+	actions = actiontest.Register(t, env)
+	actions.On("ask", actiontest.Refused(), actiontest.Answer("second"))
+	execute(t, env, ask(false))
+	if !actions.AssertExpectations(t) || !env.AssertExpectations(t) {
+		t.Fatal("a script run to its end fails AssertExpectations")
+	}
+}
