@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.temporal.io/sdk/worker"
+
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/testsuite/providertest"
@@ -80,6 +82,12 @@ func runCheckPath(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "durallm check-path: the recovery runbook through %s\n", *via)
 		fmt.Fprintf(stdout, "  to the fault-injecting provider: HTTP/2 %s, h2c %s, HTTP/1.1 %s, HTTP/1.1 TLS %s\n\n", p.URL(), p.H2CURL(), p.HTTP1URL(), p.HTTP1TLSURL())
 	}
+	// The cases run in the SDK's test environment, which names its worker
+	// by the binary's checksum unless told one: hashing this 250 MB
+	// binary, inside the first case's first workflow task, outlasted the
+	// deadlock detection on a busy machine. This process runs no worker
+	// of its own that a checksum would tell apart.
+	worker.SetBinaryChecksum("durallm-check-path")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := runbook.Run(ctx, runbook.Setup{Provider: p, Route: route, TLS: &tls.Config{RootCAs: roots}, AllowH2C: *allowH2C, Timeout: *timeout})
