@@ -2,8 +2,8 @@
 // SDK's test environment, so a unit test of a workflow that calls
 // step.Call can say what each call does ("this one completes with this
 // text", "this one ends awaiting a verdict, then not_executed arrives",
-// "this one is canceled through Temporal") in virtual time, with no
-// worker, no provider and no model.
+// "this one is canceled after it delivered some text") in virtual time,
+// with no worker, no provider and no model.
 //
 //	var s testsuite.WorkflowTestSuite
 //	env := s.NewTestWorkflowEnvironment()
@@ -11,18 +11,27 @@
 //	actions.On("ask", actiontest.Answer("It is sunny."))
 //	actions.On("check", actiontest.Ambiguous().ThenVerdict(attempt.VerdictNotExecuted, time.Minute), actiontest.Answer("checked"))
 //	env.ExecuteWorkflow(MyWorkflow, in)
+//	msgs := actions.Request("check").Messages // what the workflow asked
+//	actions.AssertExpectations(t)             // every scripted attempt ran
 //
 // What runs is the real LLMAction workflow; only its activities are
 // scripted, each attempt's outcome built from evidence and classified by
 // the recovery engine's own Classify. So a scripted call returns exactly
 // what a real one does in the same case: the same states, outcomes,
-// reasons, decisions and timeline, and the same errors from step.Call
-// (TestScriptedActionsReturnWhatTheRealOnesReturn checks this against
-// the real activities over the fault-injecting provider).
+// reasons, decisions and timeline, and the same errors from step.Call.
+// Every shape a caller must handle can be scripted: answers inline or by
+// reference (ByReference, Results), partial streams, refusals and
+// retries, rejections and the content filter, cancels with their
+// evidence and after the commit (Hold, HoldAfter), verdicts by Update,
+// by signal (BySignal) or by the worker's own reconciler
+// (ThenReconciler). TestScriptedActionsReturnWhatTheRealOnesReturn
+// checks each against the real activities over the fault-injecting
+// provider, and the cancels against a Temporal server's.
 //
 // Attempts are scripted per call name (the name given to step.Call) or
 // per action id, one value per attempt in order. An attempt nobody
-// scripted fails the test and ends as an activity failure.
+// scripted fails the test and ends as an activity failure; one scripted
+// that never ran fails AssertExpectations.
 package actiontest
 
 import (

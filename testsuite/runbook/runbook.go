@@ -113,7 +113,9 @@ type Setup struct {
 	// AllowH2C makes an http:// BaseURL with HTTPVersion auto speak
 	// cleartext HTTP/2, as durallm worker --allow-h2c does.
 	AllowH2C bool
-	// Timeout bounds each case's wait for the path. Zero means 20s.
+	// Timeout bounds each case's wait for the path, and how long one of
+	// a case's workflow tasks may take before the SDK's deadlock
+	// detection calls it stuck. Zero means 20s.
 	Timeout time.Duration
 }
 
