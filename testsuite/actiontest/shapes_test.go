@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
@@ -168,6 +171,20 @@ func TestAVerdictFromTheWorkersReconcilerCanBeScripted(t *testing.T) {
 		a.Verdict != attempt.VerdictCompleted || a.VerdictBy != attempt.ByJournal || a.JournalState != "received" {
 		t.Fatalf("call %+v", c)
 	}
+
+	// A completed verdict too large for history comes by reference, as
+	// the worker's reconciler stores it.
+	env = newEnv(t)
+	actions := actiontest.Register(t, env)
+	large := strings.Repeat("many words ", 30000)
+	actions.On("ask", actiontest.Ambiguous().ThenReconciler(attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: large}}))
+	c = execute(t, env, ask(false))
+	if c.Result.State != workflows.StateReconciled || c.Result.Response != nil || c.Result.ResultRef == "" || c.Result.Attempts[0].VerdictBy != attempt.ByReconciler {
+		t.Fatalf("state %s, response %v, ref %q", c.Result.State, c.Result.Response != nil, c.Result.ResultRef)
+	}
+	if b, err := actions.Results().Get(context.Background(), c.Result.ResultRef); err != nil || !strings.Contains(string(b), "many words") {
+		t.Fatalf("stored verdict: %v", err)
+	}
 }
 
 // A verdict by the reconcile signal, the fire-and-forget way a program
@@ -228,5 +245,29 @@ func TestAssertExpectationsNamesAScriptedAttemptThatNeverRan(t *testing.T) {
 	execute(t, env, ask(false))
 	if !actions.AssertExpectations(t) || !env.AssertExpectations(t) {
 		t.Fatal("a script run to its end fails AssertExpectations")
+	}
+}
+
+// Worker options a test sets after Register replace the interceptor that
+// settles a canceled attempt as a server does: every attempt then fails
+// the test, saying what to do; with actions.Interceptor() among them, a
+// canceled attempt keeps its evidence.
+func TestWorkerOptionsSetAfterRegisterNeedTheInterceptor(t *testing.T) {
+	rec := &recorder{TB: t}
+	env := newEnv(t)
+	actiontest.Register(rec, env).On("ask", actiontest.Answer("hello"))
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
+	execute(t, env, ask(false))
+	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "actions.Interceptor()") {
+		t.Fatalf("errors %q", rec.errs)
+	}
+
+	env = newEnv(t)
+	actions := actiontest.Register(t, env)
+	actions.On("ask", actiontest.Hold().CanceledAfter(time.Second))
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute, Interceptors: []interceptor.WorkerInterceptor{actions.Interceptor()}})
+	c := execute(t, env, ask(false))
+	if ev := c.Result.Attempts[0].Evidence; c.Result.State != workflows.StateCanceled || !ev.RequestSent || ev.ConnRef == "" {
+		t.Fatalf("call %+v", c)
 	}
 }
