@@ -170,7 +170,7 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 			if tt.real == nil {
 				var ok bool
 				if real, ok = server[tt.name]; !ok {
-					t.Fatalf("no shape recorded on a server for %q (go test -run TestE2ERealActionShapesOnAServer ./internal/e2e -args -update-shapes)", tt.name)
+					t.Fatalf("no shape recorded on a server for %q (go test ./internal/e2e -run TestE2ERealActionShapesOnAServer -update-shapes)", tt.name)
 				}
 			} else {
 				real = shape(t, runReal(t, tt.in, tt.real, tt.worker, tt.at, tt.event))
