@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -68,8 +69,11 @@ var volatile = map[string]bool{
 	"result_ref": true,
 }
 
-// Of is v as JSON, with each volatile value replaced by its JSON kind.
-func Of(v any) (any, error) {
+// Of is v as JSON, with each volatile value replaced by its JSON kind
+// and the keys named in ignore left out wherever they are (a fact one of
+// the runs may or may not have seen, such as a connection the provider
+// closes as the attempt ends).
+func Of(v any, ignore ...string) (any, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -83,6 +87,10 @@ func Of(v any) (any, error) {
 		switch x := v.(type) {
 		case map[string]any:
 			for k, e := range x {
+				if slices.Contains(ignore, k) {
+					delete(x, k)
+					continue
+				}
 				if volatile[k] {
 					x[k] = fmt.Sprintf("<%T>", e)
 					continue

@@ -45,6 +45,9 @@ func TestE2ERealActionShapesOnAServer(t *testing.T) {
 	}
 	cancelParent := func(tc client.Client) error { return tc.CancelWorkflow(context.Background(), "parent", "") }
 	cancelAction := func(tc client.Client) error { return tc.CancelWorkflow(context.Background(), "parent-ask", "") }
+	stop := func(tc client.Client) error {
+		return tc.SignalWorkflow(context.Background(), "parent-ask", "", workflows.SignalCancel, workflows.CancelRequest{Origin: workflows.OriginUserStop})
+	}
 	tests := []struct {
 		name string
 		in   workflows.ActionInput
@@ -58,6 +61,7 @@ func TestE2ERealActionShapesOnAServer(t *testing.T) {
 		{"canceled by parent_canceled: the parent canceled", in, providertest.Hold(), false, cancelParent},
 		{"canceled by parent_canceled: the action canceled through Temporal", in, providertest.Hold(), false, cancelAction},
 		{"canceled after the commit: the parent canceled mid-stream", streamed(in), providertest.StreamStall(2), true, cancelParent},
+		{"stopped by a cancel signal: user_stop", in, providertest.Hold(), false, stop},
 	}
 	recorded := map[string]any{}
 	if !*updateShapes {

@@ -103,10 +103,16 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 		at       time.Duration
 		event    func(env *testsuite.TestWorkflowEnvironment) func()
 		scriptOn bool
+		// racy are keys the real run may or may not have, left out of
+		// both shapes.
+		racy []string
 	}{
 		{name: "completes with this text", in: in, scripted: []actiontest.Attempt{actiontest.Answer("hello there")}, real: []providertest.Behavior{providertest.Answer("hello there")}},
 		{name: "streams and completes", in: streamed, scripted: []actiontest.Attempt{actiontest.Answer("hello there")}, real: []providertest.Behavior{providertest.Answer("hello there")}},
-		{name: "refused by a GOAWAY, then completes", in: in, scripted: []actiontest.Attempt{actiontest.Refused(), actiontest.Answer("hello there")}, real: []providertest.Behavior{providertest.GoAwayAbove(0), providertest.Answer("hello there")}},
+		// The provider closes its connection once nothing is in flight
+		// on it: the real attempt may end before its engine sees that.
+		{name: "refused by a GOAWAY, then completes", in: in, scripted: []actiontest.Attempt{actiontest.Refused(), actiontest.Answer("hello there")}, real: []providertest.Behavior{providertest.GoAwayAbove(0), providertest.Answer("hello there")},
+			racy: []string{"conn_closed"}},
 		{name: "misdirected, then completes", in: in, scripted: []actiontest.Attempt{actiontest.Misdirected(), actiontest.Answer("hello there")}, real: []providertest.Behavior{providertest.Misdirected(), providertest.Answer("hello there")}},
 		{name: "throttled, then completes", in: in, scripted: []actiontest.Attempt{actiontest.Throttled(0), actiontest.Answer("ok")}, real: []providertest.Behavior{providertest.TooManyRequests(nil), providertest.Answer("ok")}},
 		{name: "a server error, then completes", in: in, scripted: []actiontest.Attempt{actiontest.ServerError(500), actiontest.Answer("ok")}, real: []providertest.Behavior{providertest.ServerError(500), providertest.Answer("ok")}},
@@ -157,6 +163,14 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 		{name: "canceled by parent_canceled: the action canceled through Temporal", in: in, scripted: []actiontest.Attempt{actiontest.Hold().CanceledAfter(time.Second)}},
 		{name: "canceled after the commit: the parent canceled mid-stream", in: streamed, scripted: []actiontest.Attempt{actiontest.HoldAfter("chunk1 chunk2")},
 			at: time.Second, event: cancelParent, scriptOn: true},
+		{name: "stopped by a cancel signal: user_stop", in: in, scripted: []actiontest.Attempt{actiontest.Hold()},
+			at: time.Second, event: func(env *testsuite.TestWorkflowEnvironment) func() {
+				return func() {
+					if err := env.SignalWorkflowByID("parent-ask", workflows.SignalCancel, workflows.CancelRequest{Origin: workflows.OriginUserStop}); err != nil {
+						t.Error(err)
+					}
+				}
+			}, scriptOn: true},
 		{name: "held until the attempt timeout: ambiguous", in: quick(in), scripted: []actiontest.Attempt{actiontest.Hold()}, real: []providertest.Behavior{providertest.Hold()}},
 		{name: "stalls after content until the attempt timeout: completed_partial", in: quick(streamed), scripted: []actiontest.Attempt{actiontest.HoldAfter("chunk1 chunk2")}, real: []providertest.Behavior{providertest.StreamStall(2)}},
 	}
@@ -173,7 +187,7 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 					t.Fatalf("no shape recorded on a server for %q (go test ./internal/e2e -run TestE2ERealActionShapesOnAServer -update-shapes)", tt.name)
 				}
 			} else {
-				real = shape(t, runReal(t, tt.in, tt.real, tt.worker, tt.at, tt.event))
+				real = shape(t, runReal(t, tt.in, tt.real, tt.worker, tt.at, tt.event), tt.racy...)
 			}
 
 			env := newEnv(t)
@@ -183,7 +197,7 @@ func TestScriptedActionsReturnWhatTheRealOnesReturn(t *testing.T) {
 			}
 			scripted := execute(t, env, tt.in)
 
-			if d := actionshape.Diff("real", real, "scripted", shape(t, scripted)); d != "" {
+			if d := actionshape.Diff("real", real, "scripted", shape(t, scripted, tt.racy...)); d != "" {
 				t.Fatalf("the scripted action differs from the real one:\n%s", d)
 			}
 		})
@@ -235,9 +249,9 @@ func runReal(t *testing.T, in workflows.ActionInput, behaviours []providertest.B
 }
 
 // shape is v's shape (actionshape.Of).
-func shape(t *testing.T, v any) any {
+func shape(t *testing.T, v any, ignore ...string) any {
 	t.Helper()
-	s, err := actionshape.Of(v)
+	s, err := actionshape.Of(v, ignore...)
 	if err != nil {
 		t.Fatal(err)
 	}
