@@ -531,3 +531,36 @@ func TestE2EStepACanceledLaterRunCancelsTheCallItWaitsFor(t *testing.T) {
 		t.Fatalf("received %d", len(s.p.Received()))
 	}
 }
+
+// The runs of a cron schedule are one workflow: a call of a name an
+// earlier run made is that call, executed once (a run that should call
+// anew names the call after what makes it new).
+func TestE2EStepTheNextCronRunGetsTheCallOfTheFirst(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	q := s.parents()
+	s.p.Push(providertest.Answer("the plan"))
+	ctx := context.Background()
+	if _, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "cron", TaskQueue: q, CronSchedule: "@every 1s"}, planOnce, s.callIn()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.tc.TerminateWorkflow(ctx, "cron", "", "test over") }()
+	// Until two runs after the first have reached the first's call and
+	// ended.
+	waitFor(t, func() bool {
+		resp, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowId = 'cron' AND ExecutionStatus != 'Running'"})
+		if err != nil {
+			return false
+		}
+		reached := 0
+		for _, e := range resp.GetExecutions() {
+			if s.scheduled("cron", e.GetExecution().GetRunId(), workflows.DescribeCall) {
+				reached++
+			}
+		}
+		return reached >= 2
+	})
+	if n := s.p.ExecutedCount("cron-plan"); n != 1 || len(s.p.Received()) != 1 {
+		t.Fatalf("executed %d, received %d", n, len(s.p.Received()))
+	}
+}
