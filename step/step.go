@@ -302,8 +302,10 @@ func (c *call) follow(ctx workflow.Context) {
 		started := c.child.GetChildWorkflowExecution()
 		_ = workflow.Await(ctx, func() bool { return started.IsReady() || c.child.IsReady() })
 		var we workflow.Execution
-		err := started.Get(ctx, &we)
-		if !started.IsReady() {
+		var err error
+		if started.IsReady() {
+			err = started.Get(ctx, &we)
+		} else { // a start the SDK refused without settling it
 			err = c.child.Get(ctx, nil)
 		}
 		if err == nil {
@@ -313,7 +315,10 @@ func (c *call) follow(ctx workflow.Context) {
 		}
 		if !alreadyStarted(err) {
 			var res workflows.ActionResult
-			f.fail(durallm.ResultError(res, c.child.Get(ctx, &res)))
+			if c.child.IsReady() {
+				err = c.child.Get(ctx, &res)
+			}
+			f.fail(durallm.ResultError(res, err))
 			return
 		}
 		// Histories recorded before a taken id was reached end here.
