@@ -2,6 +2,7 @@ package step_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +226,50 @@ func TestActionIDFitsTheIdempotencyKey(t *testing.T) {
 				t.Fatalf("id %q does not begin with the parent's id", id)
 			}
 		})
+	}
+}
+
+// Ready is ready when Get would not block: at the early return, at once
+// again while the action still awaits the same verdict, and at the end.
+func TestReadyIsReadyWhenGetWouldNotBlock(t *testing.T) {
+	env, actions := newEnv(t)
+	actions.On("ask", actiontest.Ambiguous().ThenVerdict(attempt.VerdictNotExecuted, time.Hour), actiontest.Answer("after the verdict"))
+	out := run(t, env, func(ctx workflow.Context) ([]outcome, error) {
+		start := workflow.Now(ctx)
+		f := step.StartCall(ctx, "ask", ask("hi"), step.ReturnIfAwaiting(10*time.Minute))
+		var out []outcome
+		for {
+			var res workflows.ActionResult
+			err := f.Ready().Get(ctx, &res)
+			out = append(out, describe(ctx, start, f.ActionID(), res, err))
+			if !errors.Is(err, durallm.ErrAwaitingReconciliation) {
+				return out, nil
+			}
+			_ = workflow.Sleep(ctx, 20*time.Minute)
+		}
+	})
+	// At 10m, then at 30m and 50m while it still awaits (the verdict
+	// comes at 1h), then the end.
+	if len(out) != 4 || !out[0].Awaiting || out[0].At != 10*time.Minute || !out[2].Awaiting || out[2].At != 50*time.Minute {
+		t.Fatalf("outcomes %+v", out)
+	}
+	if last := out[3]; last.Err != "" || last.Text != "after the verdict" {
+		t.Fatalf("last %+v", last)
+	}
+}
+
+// A call that cannot start says so through Started too.
+func TestStartedCarriesTheErrorOfACallThatCannotStart(t *testing.T) {
+	env, _ := newEnv(t)
+	env.ExecuteWorkflow(func(ctx workflow.Context) error {
+		var we workflow.Execution
+		err := step.StartCall(ctx, "", ask("hi")).Started().Get(ctx, &we)
+		if !errors.Is(err, durallm.ErrInvalidInput) {
+			return fmt.Errorf("started: %+v %w", we, err)
+		}
+		return nil
+	})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
 	}
 }
