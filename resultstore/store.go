@@ -61,6 +61,9 @@ type Dir struct {
 	// Keys, when set, encrypts what is stored with the payload keyring
 	// (Seal); a client reading the directory needs the same keyring.
 	Keys *codec.Keyring
+	// MaxBytes is the largest blob Put keeps (ErrTooLarge above it). Zero
+	// means DefaultMaxBytes.
+	MaxBytes int64
 }
 
 const fileScheme = "file"
@@ -98,6 +101,9 @@ func Check(ref string, data []byte) error {
 
 // Put writes data atomically (a temporary file, then a rename).
 func (d Dir) Put(_ context.Context, data []byte) (string, error) {
+	if err := CheckSize(int64(len(data)), d.Limit()); err != nil {
+		return "", err
+	}
 	ref := Ref(fileScheme, data)
 	name := strings.TrimPrefix(ref, fileScheme+":")
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
