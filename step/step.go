@@ -146,6 +146,10 @@ func StartCall(ctx workflow.Context, name string, in workflows.ActionInput, opts
 		f.err = err // an *workflows.InputError, which is ErrInvalidInput
 		return f
 	}
+	if err := checkInline(ctx, in); err != nil {
+		f.err = err
+		return f
+	}
 	// A terminated or timed-out parent must not leave an attempt running
 	// with nobody to settle it: TERMINATE (Temporal's default) would end
 	// the action while its attempt may still run on a worker. A cancel
