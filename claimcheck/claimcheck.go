@@ -57,6 +57,25 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Inline is a value the converter keeps in history up to InlineLimit,
+// whatever Options.Threshold says: one that programs without this
+// converter read, such as a workflow's result an app in another language
+// waits for, or a parent dialed without it. workflows.ActionResult and
+// workflows.Status are. A larger one is stored all the same.
+type Inline interface{ InlineInHistory() }
+
+// thresholds is each value's threshold: InlineLimit for an Inline one.
+func (s *store) thresholds(values []any) []int {
+	out := make([]int, len(values))
+	for i, v := range values {
+		out[i] = s.threshold
+		if _, ok := v.(Inline); ok {
+			out[i] = InlineLimit
+		}
+	}
+	return out
+}
+
 // reference is a reference payload's data.
 type reference struct {
 	// Ref is the store's reference: its scheme and the stored bytes'
@@ -120,10 +139,16 @@ func (s *store) put(ctx context.Context, ids []string, data []byte) (string, err
 // encode replaces each payload over the threshold with a reference to it.
 // An error is one a retry cannot mend (ErrTooLarge), or a store failure
 // for a payload too large to travel inline.
-func (s *store) encode(ctx context.Context, ids []string, ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
+// thresholds, when as long as ps, is each payload's (thresholds); else
+// every payload's is Options.Threshold.
+func (s *store) encode(ctx context.Context, ids []string, ps []*commonpb.Payload, thresholds []int) ([]*commonpb.Payload, error) {
 	var out []*commonpb.Payload
 	for i, p := range ps {
-		if proto.Size(p) <= s.threshold {
+		threshold := s.threshold
+		if len(thresholds) == len(ps) {
+			threshold = thresholds[i]
+		}
+		if proto.Size(p) <= threshold {
 			continue
 		}
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)

@@ -135,7 +135,38 @@ func TestThresholdDecidesWhatIsStored(t *testing.T) {
 	}
 }
 
-// storedFile is the path of the one blob a payload was stored as.
+// inlineValue is an Inline value: one that others read from history.
+type inlineValue struct {
+	Text string `json:"text"`
+}
+
+func (inlineValue) InlineInHistory() {}
+
+// A value others read from history (claimcheck.Inline) stays there up to
+// Temporal's own limit; past it, it is stored all the same.
+func TestAnInlineValueStaysInHistoryUpToTemporalsLimit(t *testing.T) {
+	dc := forWorkflow(claimcheck.DataConverter(dirStore(t), claimcheck.Options{Logger: quiet}), "action-1")
+	for _, tc := range []struct {
+		n      int
+		stored bool
+	}{{100 << 10, false}, {claimcheck.InlineLimit, true}} {
+		ps, err := dc.ToPayloads(inlineValue{text(tc.n)}, text(tc.n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []bool{tc.stored, true} {
+			if got := string(ps.GetPayloads()[i].GetMetadata()[converter.MetadataEncoding]) == claimcheck.EncodingReference; got != want {
+				t.Fatalf("%d bytes, payload %d: stored %v, want %v", tc.n, i, got, want)
+			}
+		}
+		p, err := dc.ToPayload(&inlineValue{text(tc.n)})
+		if err != nil || (string(p.GetMetadata()[converter.MetadataEncoding]) == claimcheck.EncodingReference) != tc.stored {
+			t.Fatalf("%d bytes by pointer: %v", tc.n, err)
+		}
+	}
+}
+
+// storedRef is the reference a stored payload names.
 func storedRef(t *testing.T, p *commonpb.Payload) string {
 	t.Helper()
 	var r struct {

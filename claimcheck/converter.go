@@ -96,8 +96,8 @@ func (d *dataConverter) fail(err error) error {
 	return err
 }
 
-func (d *dataConverter) encode(ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
-	out, err := d.store.encode(d.base(), d.claims(), ps)
+func (d *dataConverter) encode(ps []*commonpb.Payload, values []any) ([]*commonpb.Payload, error) {
+	out, err := d.store.encode(d.base(), d.claims(), ps, d.store.thresholds(values))
 	if err != nil {
 		return nil, d.fail(err)
 	}
@@ -127,7 +127,7 @@ func (d *dataConverter) ToPayload(value any) (*commonpb.Payload, error) {
 	if p == nil || err != nil {
 		return p, err
 	}
-	out, err := d.encode([]*commonpb.Payload{p})
+	out, err := d.encode([]*commonpb.Payload{p}, []any{value})
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (d *dataConverter) ToPayloads(values ...any) (*commonpb.Payloads, error) {
 	if ps == nil || err != nil {
 		return ps, err
 	}
-	out, err := d.encode(ps.GetPayloads())
+	out, err := d.encode(ps.GetPayloads(), values)
 	if err != nil {
 		return nil, err
 	}
