@@ -9,6 +9,10 @@
 // them in PostgreSQL, for workers and clients on several machines. Both
 // are Expirable: each result is stored for its action (PutFor) and a
 // Sweeper deletes it a retention after the last such action closed.
+//
+// The same stores keep every large Temporal payload by reference (package
+// claimcheck), each claimed for the workflows whose history holds it
+// (PutForAll), up to the store's Limit.
 package resultstore
 
 import (
