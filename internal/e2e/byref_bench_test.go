@@ -67,18 +67,23 @@ func prose(n int) string {
 //   - history-bytes/action-1KB, -1MB, -20MB: the history of one action
 //     started with the Go client, by request size (target: under 64 KB
 //     whatever the size);
-//   - ms/action-1KB, -1MB: start to result, one action after another,
-//     the sizes alternating, and 1MB/1KB-time, their ratio (target: at
-//     most 1.5); cpu-ms/action-1KB, -1MB and 1MB/1KB-cpu, the same in
-//     the process's CPU (server, worker, client and provider all live in
-//     it), which a busy machine disturbs less than time;
+//   - history-bytes/action-1MB-inline, ms/action-1MB-inline,
+//     cpu-ms/action-1MB-inline and 1MB-inline/1KB-time: the 1 MB action
+//     on a worker and client without the converter (every payload in
+//     history), the comparison;
+//   - ms/action-1KB, -1MB, -20MB: start to result, one action after
+//     another, the sizes alternating, and 1MB/1KB-time, the ratio of the
+//     first two (target: at most 1.5); cpu-ms/action-* and 1MB/1KB-cpu,
+//     the same in the process's CPU (server, worker, client and provider
+//     all live in it), which a busy machine disturbs less than time;
 //   - parent-bytes/turn: the history of a user's agent workflow calling
 //     step once a turn, 30 turns, its conversation growing by 50 KB a
 //     turn (to 1.5 MB), per turn; parent-bytes/turn-1-10 and -21-30 are
 //     its first and last ten turns (target: under 4 KB, and flat).
 //
-// Each iteration runs one action of each size. The requests are a long
-// document's text (prose).
+// Each iteration runs one action of each size and the inline one. The
+// requests are a long document's text (prose), built before the clock
+// starts.
 //
 //	go test -run '^$' -bench BenchmarkRequestsByReference -benchtime 10x ./internal/e2e/
 func BenchmarkRequestsByReference(b *testing.B) {
@@ -105,9 +110,28 @@ func BenchmarkRequestsByReference(b *testing.B) {
 	}
 	b.Cleanup(w.Stop)
 	c := durallm.NewClient(tc, "durallm-bench").WithResults(store).WithDataConverter(dc)
+	// The same stack without the converter, on a task queue of its own:
+	// every payload inline, as before requests went by reference.
+	plainTC := ts.GetDefaultClient()
+	pw0, err := worker.New(plainTC, worker.Options{
+		TaskQueue: "durallm-bench-inline", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
+		Config: routes.Config{Routes: []routes.Route{{Name: "bench", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pw0.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pw0.Stop)
+	inline := durallm.NewClient(plainTC, "durallm-bench-inline")
 	ctx := context.Background()
-	run := func(id string, n int) (took, cpu time.Duration, hist int) {
-		in := workflows.ActionInput{Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", prose(n))}}, Routes: []string{"bench"}}
+	requests := map[int]workflows.ActionInput{}
+	for _, n := range []int{1 << 10, 1 << 20, 20 << 20} {
+		requests[n] = workflows.ActionInput{Request: providers.Request{Messages: []providers.Message{providers.TextMessage("user", prose(n))}}, Routes: []string{"bench"}}
+	}
+	runOn := func(c *durallm.Client, tc client.Client, id string, n int) (took, cpu time.Duration, hist int) {
+		in := requests[n]
 		start, cpu0 := time.Now(), processCPU(b)
 		a, err := c.Start(ctx, id, in)
 		if err != nil {
@@ -120,6 +144,7 @@ func BenchmarkRequestsByReference(b *testing.B) {
 		hist, _, _ = historyBytes(b, tc, id)
 		return took, cpu, hist
 	}
+	run := func(id string, n int) (time.Duration, time.Duration, int) { return runOn(c, tc, id, n) }
 	sizes := []struct {
 		name string
 		n    int
@@ -138,18 +163,23 @@ func BenchmarkRequestsByReference(b *testing.B) {
 			cpu[s.name] += c
 			hist[s.name] += h
 		}
+		d, c, h := runOn(inline, plainTC, fmt.Sprintf("inline-1MB-%d", i), 1<<20)
+		took["1MB-inline"] += d
+		cpu["1MB-inline"] += c
+		hist["1MB-inline"] += h
 	}
 	b.StopTimer()
-	for _, s := range sizes {
-		b.ReportMetric(float64(hist[s.name])/float64(b.N), "history-bytes/action-"+s.name)
+	for _, size := range []string{"1KB", "1MB", "20MB", "1MB-inline"} {
+		b.ReportMetric(float64(hist[size])/float64(b.N), "history-bytes/action-"+size)
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
-	for _, size := range []string{"1KB", "1MB"} {
+	for _, size := range []string{"1KB", "1MB", "20MB", "1MB-inline"} {
 		b.ReportMetric(ms(took[size]), "ms/action-"+size)
 		b.ReportMetric(ms(cpu[size]), "cpu-ms/action-"+size)
 	}
 	b.ReportMetric(float64(took["1MB"])/float64(took["1KB"]), "1MB/1KB-time")
 	b.ReportMetric(float64(cpu["1MB"])/float64(cpu["1KB"]), "1MB/1KB-cpu")
+	b.ReportMetric(float64(took["1MB-inline"])/float64(took["1KB"]), "1MB-inline/1KB-time")
 
 	// The agent, once.
 	const turns = 30
