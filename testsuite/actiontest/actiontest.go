@@ -28,10 +28,16 @@
 // checks each against the real activities over the fault-injecting
 // provider, and the cancels against a Temporal server's.
 //
-// Attempts are scripted per call name (the name given to step.Call) or
-// per action id, one value per attempt in order. An attempt nobody
-// scripted fails the test and ends as an activity failure; one scripted
-// that never ran fails AssertExpectations.
+// Attempts are scripted per call name (the name given to step.Call,
+// whatever action id step derived from it) or per action id, one value
+// per attempt in order; an action's id script comes before its name's.
+// An attempt nobody scripted fails the test and ends as an activity
+// failure; one scripted that never ran fails AssertExpectations.
+//
+// Register also registers the activities package step reaches an
+// existing action through (workflows.DescribeCall, workflows.AwaitCall),
+// answering from the scripted actions: a call of a name made before and
+// step.Attach work in a unit test as on a worker, in virtual time.
 package actiontest
 
 import (
@@ -71,6 +77,7 @@ type Actions struct {
 
 	mu      sync.Mutex
 	calls   map[string]*caller // action id → the workflow that called it; nil: none
+	records map[string]*record // action id → its run and end
 	scripts map[string][]Attempt
 	routes  map[string]attempt.RouteInfo
 	// The one scripted provider connection, as the engine's pool keeps
@@ -108,7 +115,7 @@ type wire struct {
 // Register, with actions.Interceptor() among their Interceptors: an
 // attempt that runs without it fails the test.
 func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
-	a := &Actions{t: t, env: env, calls: map[string]*caller{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{},
+	a := &Actions{t: t, env: env, calls: map[string]*caller{}, records: map[string]*record{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{},
 		wires: map[string]*wire{}, intercepted: map[string]bool{}, given: map[string][]attempt.Input{}}
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{a.Interceptor()}})
 	// A method, not a closure: the SDK tells workflow functions apart by
@@ -118,6 +125,8 @@ func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
 	env.RegisterActivityWithOptions(a.describeRoutes, activity.RegisterOptions{Name: attempt.DescribeRoutes})
 	env.RegisterActivityWithOptions(a.reconciler, activity.RegisterOptions{Name: attempt.Reconcile})
 	env.RegisterActivityWithOptions(a.unscripted, activity.RegisterOptions{Name: attempt.CallModel})
+	env.RegisterActivityWithOptions(a.describeCall, activity.RegisterOptions{Name: workflows.DescribeCall})
+	env.RegisterActivityWithOptions(a.awaitCall, activity.RegisterOptions{Name: workflows.AwaitCall})
 	env.OnActivity(attempt.CallModel, mock.Anything, mock.MatchedBy(func(in attempt.Input) bool {
 		_, ok := a.scripted(in)
 		return !ok
@@ -129,10 +138,14 @@ func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
 // slog.Default, the test's output).
 var llm = workflows.New(workflows.Options{Events: slog.New(slog.DiscardHandler)})
 
-// llmAction is LLMAction, after noting the call name it runs under.
+// llmAction is LLMAction, noting who called it and how it ended.
 func (a *Actions) llmAction(ctx workflow.Context, in workflows.ActionInput) (workflows.ActionResult, error) {
-	a.bind(workflow.GetInfo(ctx))
-	return llm(ctx, in)
+	info := workflow.GetInfo(ctx)
+	a.bind(info)
+	a.started(info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
+	res, err := llm(ctx, in)
+	a.finished(info.WorkflowExecution.ID, res, err)
+	return res, err
 }
 
 // caller is the workflow that started an action: its id, and its run
