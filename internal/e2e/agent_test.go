@@ -140,7 +140,7 @@ func (m *scriptedModel) check(t *testing.T, p *providertest.Provider) {
 
 // runs are the histories of workflow id's runs, from its first (runID)
 // along its Continue-As-New chain.
-func runs(t *testing.T, tc client.Client, id, runID string) [][]*historypb.HistoryEvent {
+func runs(t testing.TB, tc client.Client, id, runID string) [][]*historypb.HistoryEvent {
 	t.Helper()
 	var out [][]*historypb.HistoryEvent
 	for runID != "" {
