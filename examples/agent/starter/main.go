@@ -73,8 +73,7 @@ func main() {
 		go func() {
 			defer close(done)
 			for turn := 1; streamCtx.Err() == nil; turn++ {
-				fmt.Printf("turn %d: ", turn)
-				if err := printTurn(streamCtx, *streams, step.ActionID(*id, agent.CallName(turn))); err != nil && streamCtx.Err() == nil {
+				if err := printTurn(streamCtx, *streams, turn, step.ActionID(*id, agent.CallName(turn))); err != nil && streamCtx.Err() == nil {
 					log.Println("stream:", err)
 					return
 				}
@@ -108,9 +107,9 @@ func main() {
 	fmt.Printf("actions: %s\n", strings.Join(out.Actions, ", "))
 }
 
-// printTurn prints action id's stream, from its first event to its end:
-// the text as it comes, and the name of each tool it calls.
-func printTurn(ctx context.Context, base, id string) error {
+// printTurn prints turn's stream (action id's), from its first event to
+// its end: the text as it comes, and the name of each tool it calls.
+func printTurn(ctx context.Context, base string, turn int, id string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/streams/"+url.PathEscape(id)+"?starting_after=0", nil)
 	if err != nil {
 		return err
@@ -128,6 +127,7 @@ func printTurn(ctx context.Context, base, id string) error {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
+	started := false
 	for sc.Scan() {
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
@@ -143,6 +143,10 @@ func printTurn(ctx context.Context, base, id string) error {
 		if json.Unmarshal([]byte(data), &ev) != nil {
 			continue
 		}
+		if !started {
+			started = true
+			fmt.Printf("turn %d: ", turn)
+		}
 		switch {
 		case ev.Kind == "content":
 			fmt.Print(ev.Delta)
@@ -153,7 +157,6 @@ func printTurn(ctx context.Context, base, id string) error {
 			return nil
 		}
 	}
-	fmt.Println()
 	return sc.Err()
 }
 
