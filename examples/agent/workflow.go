@@ -199,7 +199,6 @@ func ask(ctx workflow.Context, in Input, st *State, turn int, stop workflow.Rece
 		Request: providers.Request{Messages: st.Conversation, Tools: Tools, Stream: in.Stream},
 		Routes:  routes,
 	}, step.TaskQueue(in.DurallmTaskQueue))
-	st.Output.Actions = append(st.Output.Actions, f.ActionID())
 	sel := workflow.NewSelector(ctx)
 	sel.AddFuture(f.Ready(), func(r workflow.Future) { err = r.Get(ctx, &res) })
 	sel.AddReceive(stop, func(c workflow.ReceiveChannel, _ bool) {
@@ -209,6 +208,9 @@ func ask(ctx workflow.Context, in Input, st *State, turn int, stop workflow.Rece
 		res, err = f.Get(ctx)
 	})
 	sel.Select(ctx)
+	// Read once the call has started: a new workflow under a closed
+	// one's id makes its call under an id of its own (step.ActionID).
+	st.Output.Actions = append(st.Output.Actions, f.ActionID())
 	return res, stopped, err
 }
 
