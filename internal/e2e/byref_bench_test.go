@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,11 +18,9 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/step"
 	"github.com/durallm/durallm/testsuite/providertest"
-	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -98,32 +95,12 @@ func BenchmarkRequestsByReference(b *testing.B) {
 	}
 	b.Cleanup(func() { p.Close() })
 	p.SetDefault(providertest.Answer("noted"))
-	w, err := worker.New(tc, worker.Options{
-		TaskQueue: "durallm-bench", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler), Results: store,
-		Config: routes.Config{Routes: []routes.Route{{Name: "bench", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(w.Stop)
+	startBenchWorker(b, tc, p, "durallm-bench", store)
 	c := durallm.NewClient(tc, "durallm-bench").WithResults(store).WithDataConverter(dc)
 	// The same stack without the converter, on a task queue of its own:
 	// every payload inline, as before requests went by reference.
 	plainTC := ts.GetDefaultClient()
-	pw0, err := worker.New(plainTC, worker.Options{
-		TaskQueue: "durallm-bench-inline", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
-		Config: routes.Config{Routes: []routes.Route{{Name: "bench", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := pw0.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pw0.Stop)
+	startBenchWorker(b, plainTC, p, "durallm-bench-inline", nil)
 	inline := durallm.NewClient(plainTC, "durallm-bench-inline")
 	ctx := context.Background()
 	requests := map[int]workflows.ActionInput{}
