@@ -35,12 +35,25 @@ const MaxPrice = 100_000
 // perMillion is the unit prices are written in.
 const perMillion = 1e6
 
-// ErrInvalidPrices is wrapped by every error Prices.Validate returns.
+// ErrInvalidPrices is wrapped by every PriceError.
 var ErrInvalidPrices = errors.New("providers: invalid prices")
 
+// PriceError is one bad price: Field is its name (input, cached_input,
+// cache_write_input, output), Problem what is wrong with it. It never
+// quotes the value.
+type PriceError struct {
+	Field, Problem string
+}
+
+func (e *PriceError) Error() string {
+	return ErrInvalidPrices.Error() + ": " + e.Field + ": " + e.Problem
+}
+
+// Unwrap returns ErrInvalidPrices.
+func (e *PriceError) Unwrap() error { return ErrInvalidPrices }
+
 // Validate reports every price that is negative, not a finite number or
-// above MaxPrice, naming it (input, cached_input, cache_write_input,
-// output).
+// above MaxPrice, each as a *PriceError, joined with errors.Join.
 func (p Prices) Validate() error {
 	var errs []error
 	for _, f := range []struct {
@@ -49,11 +62,11 @@ func (p Prices) Validate() error {
 	}{{"input", p.Input}, {"cached_input", p.CachedInput}, {"cache_write_input", p.CacheWriteInput}, {"output", p.Output}} {
 		switch {
 		case math.IsNaN(f.v) || math.IsInf(f.v, 0):
-			errs = append(errs, fmt.Errorf("%w: %s: not a finite number", ErrInvalidPrices, f.name))
+			errs = append(errs, &PriceError{f.name, "not a finite number"})
 		case f.v < 0:
-			errs = append(errs, fmt.Errorf("%w: %s: negative", ErrInvalidPrices, f.name))
+			errs = append(errs, &PriceError{f.name, "negative"})
 		case f.v > MaxPrice:
-			errs = append(errs, fmt.Errorf("%w: %s: above %d per million tokens", ErrInvalidPrices, f.name, MaxPrice))
+			errs = append(errs, &PriceError{f.name, fmt.Sprintf("above %d per million tokens", MaxPrice)})
 		}
 	}
 	return errors.Join(errs...)
