@@ -3,13 +3,14 @@ package routes
 import (
 	"errors"
 	"math"
-	"github.com/durallm/durallm/providers"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/durallm/durallm/providers"
 )
 
 func writeConfig(t *testing.T, yaml string) string {
