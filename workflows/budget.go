@@ -289,7 +289,9 @@ func spendOf(u providers.Usage, p *providers.Prices) Spend {
 // reservation until what follows it is known: an ambiguous attempt (and
 // a canceled one while the scope is open, which awaits a verdict too)
 // may have run, and only a verdict says whether.
-func heldUntilVerdict(c evidence.Class) bool { return c == evidence.Ambiguous || c == evidence.Canceled }
+func heldUntilVerdict(c evidence.Class) bool {
+	return c == evidence.Ambiguous || c == evidence.Canceled
+}
 
 // chargeOf is what an ended attempt counts against the budget
 // (docs/contract.md section 4.3): the provider's usage when it reported
