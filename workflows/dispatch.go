@@ -123,7 +123,9 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 
 // attemptID is attempt n's id, <run id>-<n>: its X-Durallm-Attempt
 // header, and the id its budget reservation is held under.
-func (w *action) attemptID(n int) string { return w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n) }
+func (w *action) attemptID(n int) string {
+	return w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n)
+}
 
 // deadlineTimerMargin is how long before the deadline the attempt's own
 // Temporal timeouts must end it for the deadline timer to be left out: the
