@@ -142,8 +142,9 @@ type AwaitingError struct {
 	// Attempt is the attempt a verdict must name
 	// (ReconcileRequest.Attempt).
 	Attempt int
-	// Since is when the action began to await the verdict (workflow time
-	// of the caller's workflow when it learned of it).
+	// Since is when the action began to await the verdict (the action's
+	// workflow time; for an action that does not say, the caller's when
+	// it learned of it).
 	Since time.Time
 }
 

@@ -432,7 +432,9 @@ func TestReconcileVerdicts(t *testing.T) {
 				r := newRun(t, tt.steps...)
 				var during Status
 				var upd *updateResult
+				var asked time.Time
 				r.afterAwaiting(time.Minute, func() {
+					asked = r.env.Now()
 					during = r.status()
 					if via == "update" {
 						upd = r.update(tt.req)
@@ -444,8 +446,13 @@ func TestReconcileVerdicts(t *testing.T) {
 				if upd != nil && !upd.accepted {
 					t.Fatalf("update not accepted: %v", upd.err)
 				}
-				if during.State != StateAwaitingReconciliation || during.AwaitingAttempt != 1 {
-					t.Fatalf("while waiting: %s awaiting %d", during.State, during.AwaitingAttempt)
+				// Since when it waits: before the question, and a minute of
+				// waiting before it at most.
+				if during.State != StateAwaitingReconciliation || during.AwaitingAttempt != 1 || during.AwaitingSince.After(asked) || asked.Sub(during.AwaitingSince) > time.Minute {
+					t.Fatalf("while waiting: %s awaiting %d since %s (asked at %s)", during.State, during.AwaitingAttempt, during.AwaitingSince, asked)
+				}
+				if res.AwaitingAttempt != 0 || !res.AwaitingSince.IsZero() {
+					t.Fatalf("after the verdict: awaiting %d since %s", res.AwaitingAttempt, res.AwaitingSince)
 				}
 				if res.State != tt.state || r.attemptsStarted() != tt.attempts {
 					t.Fatalf("state %s (%s) attempts %d; want %s %d; notes %v", res.State, res.Reason, r.attemptsStarted(), tt.state, tt.attempts, res.Notes)
