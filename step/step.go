@@ -186,6 +186,10 @@ func StartCall(ctx workflow.Context, name string, in workflows.ActionInput, opts
 		f.fail(err) // an *workflows.InputError, which is ErrInvalidInput
 		return f
 	}
+	if err := checkInline(ctx, in); err != nil {
+		f.fail(err)
+		return f
+	}
 	if o.awaitFor > 0 {
 		in.NotifyParent = true
 	}

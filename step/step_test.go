@@ -60,6 +60,7 @@ type outcome struct {
 	Action     bool `json:"action,omitempty"`
 	Awaiting   bool `json:"awaiting,omitempty"`
 	Invalid    bool `json:"invalid,omitempty"`
+	TooLarge   bool `json:"too_large,omitempty"`
 	AwaitingOn int  `json:"awaiting_on,omitempty"`
 	Attempts   int  `json:"attempts,omitempty"`
 	Health     bool `json:"health,omitempty"`

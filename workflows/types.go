@@ -334,6 +334,13 @@ type Status struct {
 	Ledger *Ledger `json:"ledger,omitempty"`
 }
 
+// InlineInHistory keeps a Status, and an ActionResult, in history under
+// a data converter that stores large payloads by reference
+// (claimcheck.Inline): apps in any language, and parent workflows whose
+// workers store nothing by reference, read them. Both are bounded: a
+// response over 256 KiB is stored by the worker (ResultRef).
+func (Status) InlineInHistory() {}
+
 // ActionResult is the terminal result: the final state, the timeline, and
 // the response when there is one.
 type ActionResult struct {
