@@ -384,6 +384,19 @@ func (r *run) afterAwaiting(d time.Duration, f func()) {
 	r.env.RegisterDelayedCallback(f, d)
 }
 
+// status queries the running action's status.
+func (r *run) status() Status {
+	var st Status
+	v, err := r.env.QueryWorkflow(QueryStatus)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		r.t.Error(err)
+	}
+	return st
+}
+
 // updateResult is filled in when the test environment has processed an
 // Update, which happens after the callback that sent it returns.
 type updateResult struct {
@@ -422,12 +435,7 @@ func TestReconcileVerdicts(t *testing.T) {
 				var asked time.Time
 				r.afterAwaiting(time.Minute, func() {
 					asked = r.env.Now()
-					v, err := r.env.QueryWorkflow(QueryStatus)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					_ = v.Get(&during)
+					during = r.status()
 					if via == "update" {
 						upd = r.update(tt.req)
 					} else {
