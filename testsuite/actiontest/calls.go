@@ -62,36 +62,35 @@ func (a *Actions) finished(id string, res workflows.ActionResult, err error) {
 // wake completes the AwaitCall activities for action id whose action has
 // moved, as a worker's returns once it sees the move.
 func (a *Actions) wake(id string) {
+	type done struct {
+		token []byte
+		pos   workflows.CallPosition
+		err   error
+	}
+	var moved []done
 	a.mu.Lock()
-	r := a.records[id]
-	if r == nil {
-		a.mu.Unlock()
-		return
-	}
-	var moved []waiter
-	var still []waiter
-	for _, w := range r.waiters {
-		if pos, err := a.positionLocked(w.q); err != nil || hasMoved(w.q, pos) {
-			moved = append(moved, w)
-		} else {
-			still = append(still, w)
+	if r := a.records[id]; r != nil {
+		still := r.waiters[:0]
+		for _, w := range r.waiters {
+			pos, err := a.positionLocked(w.q)
+			switch {
+			case err == nil && !pos.Found:
+				moved = append(moved, done{w.token, workflows.CallPosition{}, notFound(id)})
+			case err != nil:
+				moved = append(moved, done{w.token, workflows.CallPosition{}, err})
+			case hasMoved(w.q, pos):
+				moved = append(moved, done{w.token, pos, nil})
+			default:
+				still = append(still, w)
+			}
 		}
+		r.waiters = still
 	}
-	r.waiters = still
 	a.mu.Unlock()
-	for _, w := range moved {
-		a.mu.Lock()
-		pos, err := a.positionLocked(w.q)
-		a.mu.Unlock()
-		if err == nil && !pos.Found {
-			err = notFound(w.q.ActionRef)
-		}
-		if err != nil {
-			pos = workflows.CallPosition{}
-		}
+	for _, d := range moved {
 		// A wait canceled meanwhile has no activity left to complete:
 		// the environment ignores it.
-		_ = a.env.CompleteActivity(w.token, pos, err)
+		_ = a.env.CompleteActivity(d.token, d.pos, d.err)
 	}
 }
 
