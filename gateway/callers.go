@@ -2,26 +2,30 @@ package gateway
 
 import (
 	"net/http"
-	"strings"
 	"sync"
+
+	"github.com/durallm/durallm/gateway/answer"
 )
 
-// authenticate finds the caller of the request's bearer token; without
-// tokens every request is the anonymous operator.
-func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Caller, bool) {
+// authenticate finds the caller of the request's token, read as the
+// call's surface reads it; without tokens every request is the anonymous
+// operator.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, c *call) bool {
 	if g.o.Tokens == nil {
-		return anonymous, true
+		c.caller = anonymous
+		c.ri.caller = anonymous.ID
+		return true
 	}
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if ok && strings.EqualFold(scheme, "Bearer") {
-		if c, found := g.o.Tokens.lookup(strings.TrimSpace(token)); found {
-			return c, true
+	if token, ok := c.surface.Credential(r); ok {
+		if caller, found := g.o.Tokens.lookup(token); found {
+			c.caller = caller
+			c.ri.caller = caller.ID
+			return true
 		}
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="durallm gateway"`)
-	writeError(w, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: codeInvalidAPIKey,
-		Message: "missing or unknown API key: send Authorization: Bearer <token> with a token of the gateway's tokens file"})
-	return Caller{}, false
+	writeProblem(w, c.surface, &answer.Problem{Kind: answer.Unauthorized,
+		Message: "missing or unknown API key: send it as your API's clients do (Authorization: Bearer <token>) with a token of the gateway's tokens file"})
+	return false
 }
 
 // acquire takes one of the caller's in-flight places; release gives it

@@ -16,6 +16,8 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/gateway/chat"
 )
 
 // Options configures a Gateway. Zero values take the defaults named on
@@ -66,6 +68,10 @@ type Options struct {
 	// StartTimeout bounds the start of an action (all its tries) before
 	// the answer is a 503. Zero means 10s.
 	StartTimeout time.Duration
+	// Surfaces are the front doors served beside OpenAI chat completions
+	// (package gateway/chat), which is always served and whose shape the
+	// models and action endpoints answer in. Nil means none.
+	Surfaces []answer.Surface
 }
 
 // Gateway is the OpenAI-compatible front door, an http.Handler. It is safe
@@ -74,6 +80,11 @@ type Gateway struct {
 	o   Options
 	c   *durallm.Client
 	log *slog.Logger
+	// chat is the surface of the core's own endpoints; surfaces are all
+	// served, chat first; endpoints is the route table.
+	chat      answer.Surface
+	surfaces  []answer.Surface
+	endpoints []endpoint
 
 	mu       sync.Mutex
 	inFlight map[string]int // by caller id
@@ -130,7 +141,9 @@ func New(o Options) (*Gateway, error) {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 10 * time.Second
 	}
-	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}}
+	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, chat: chat.Surface{}}
+	g.surfaces = append([]answer.Surface{g.chat}, o.Surfaces...)
+	g.endpoints = g.routes()
 	if o.Meter != nil {
 		var err error
 		if g.requests, err = o.Meter.Int64Counter("durallm.gateway.requests", metric.WithDescription("Gateway requests by endpoint and status")); err != nil {
@@ -169,83 +182,121 @@ type requestInfo struct {
 	endpoint, actionID, model, caller string
 }
 
+// call is one request on its way through the core: the endpoint it
+// reached, the surface whose wire format answers it, its caller once
+// authenticated, and the action id the path names.
+type call struct {
+	surface answer.Surface
+	caller  Caller
+	id      string
+	ri      *requestInfo
+}
+
+// endpoint is one route of the gateway: a surface's or the core's own.
+type endpoint struct {
+	method string
+	// path is the pattern: exact, or with one "{id}" segment.
+	path    string
+	surface answer.Surface
+	serve   func(w http.ResponseWriter, r *http.Request, c *call)
+}
+
+// routes builds the route table: the surfaces' routes, then the core's
+// own (the models and the action endpoints, in the chat surface's shape).
+func (g *Gateway) routes() []endpoint {
+	var out []endpoint
+	for _, s := range g.surfaces {
+		for _, rt := range s.Routes() {
+			e := endpoint{method: rt.Method, path: rt.Path, surface: s}
+			switch rt.Op {
+			case answer.Start:
+				e.serve = g.start
+			case answer.Read:
+				e.serve = g.read
+			default:
+				continue
+			}
+			out = append(out, e)
+		}
+	}
+	return append(out,
+		endpoint{method: http.MethodGet, path: "/v1/models", surface: g.chat, serve: g.models},
+		endpoint{method: http.MethodGet, path: "/v1/actions", surface: g.chat, serve: g.list},
+		endpoint{method: http.MethodGet, path: "/v1/actions/{id}", surface: g.chat, serve: g.getAction},
+		endpoint{method: http.MethodPost, path: "/v1/actions/{id}/cancel", surface: g.chat, serve: g.cancel},
+		endpoint{method: http.MethodPost, path: "/v1/actions/{id}/reconcile", surface: g.chat, serve: g.reconcile},
+	)
+}
+
+// match reports whether path fits the pattern, and the {id} it names.
+func match(pattern, path string) (id string, ok bool) {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	if len(ps) != len(xs) {
+		return "", false
+	}
+	for i, p := range ps {
+		if p == "{id}" {
+			v, err := url.PathUnescape(xs[i])
+			if err != nil || v == "" {
+				return "", false
+			}
+			id = v
+			continue
+		}
+		if p != xs[i] {
+			return "", false
+		}
+	}
+	return id, true
+}
+
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo) {
 	path := r.URL.EscapedPath()
-	switch {
-	case path == "/v1/chat/completions":
-		if caller, ok := g.enter(w, r, ri, path, http.MethodPost); ok {
-			g.chat(w, r, caller, ri)
+	var allow []string
+	for _, e := range g.endpoints {
+		id, ok := match(e.path, path)
+		if !ok {
+			continue
 		}
-	case path == "/v1/models":
-		if caller, ok := g.enter(w, r, ri, path, http.MethodGet); ok {
-			g.models(w, caller)
+		if r.Method != e.method {
+			allow = append(allow, e.method)
+			continue
 		}
-	case path == "/v1/actions":
-		if caller, ok := g.enter(w, r, ri, path, http.MethodGet); ok {
-			g.list(w, r, caller)
-		}
-	case strings.HasPrefix(path, "/v1/actions/"):
-		seg, verb, _ := strings.Cut(strings.TrimPrefix(path, "/v1/actions/"), "/")
-		id, err := url.PathUnescape(seg)
-		if err != nil || id == "" || strings.Contains(verb, "/") {
-			ri.endpoint = "other"
-			notFound(w)
+		ri.endpoint, ri.actionID = e.path, id
+		c := &call{surface: e.surface, id: id, ri: ri}
+		if !g.authenticate(w, r, c) {
 			return
 		}
-		ri.actionID = id
-		switch verb {
-		case "":
-			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}", http.MethodGet); ok {
-				g.getAction(w, r, caller, id)
+		e.serve(w, r, c)
+		return
+	}
+	ri.endpoint = "other"
+	if len(allow) > 0 {
+		writeProblem(w, g.chat, &answer.Problem{Kind: answer.MethodNotAllowed, Allow: strings.Join(allow, ", "), Message: "use " + strings.Join(allow, " or ")})
+		return
+	}
+	msg := "durallm's gateway serves " + g.served() + ", /v1/models and /v1/actions"
+	if strings.HasPrefix(path, "/v1/responses") {
+		msg = "/v1/responses is not served: durallm's actions are chat-shaped, and Responses needs stored conversation state; use /v1/chat/completions"
+	}
+	writeProblem(w, g.chat, &answer.Problem{Kind: answer.NotFound, Code: "unsupported_endpoint", Message: msg})
+}
+
+// served names the surfaces' start endpoints.
+func (g *Gateway) served() string {
+	var paths []string
+	for _, s := range g.surfaces {
+		for _, rt := range s.Routes() {
+			if rt.Op == answer.Start {
+				paths = append(paths, rt.Path)
 			}
-		case "cancel":
-			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}/cancel", http.MethodPost); ok {
-				g.cancel(w, r, caller, id)
-			}
-		case "reconcile":
-			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}/reconcile", http.MethodPost); ok {
-				g.reconcile(w, r, caller, id)
-			}
-		default:
-			ri.endpoint = "other"
-			notFound(w)
 		}
-	default:
-		ri.endpoint = "other"
-		msg := "durallm's gateway serves /v1/chat/completions, /v1/models and /v1/actions"
-		if strings.HasPrefix(path, "/v1/responses") {
-			msg = "/v1/responses is not served: durallm's actions are chat-shaped, and Responses needs stored conversation state; use /v1/chat/completions"
-		}
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnsupportedEndpoint, Message: msg})
 	}
-}
-
-// enter checks a request for an endpoint: its method, then its caller.
-func (g *Gateway) enter(w http.ResponseWriter, r *http.Request, ri *requestInfo, endpoint, method string) (Caller, bool) {
-	ri.endpoint = endpoint
-	if !allow(w, r, method) {
-		return Caller{}, false
-	}
-	caller, ok := g.authenticate(w, r)
-	ri.caller = caller.ID
-	return caller, ok
-}
-
-func allow(w http.ResponseWriter, r *http.Request, method string) bool {
-	if r.Method == method {
-		return true
-	}
-	w.Header().Set("Allow", method)
-	writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed, Message: "use " + method})
-	return false
-}
-
-func notFound(w http.ResponseWriter) {
-	writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeNotFound, Message: "no such action"})
+	return strings.Join(paths, ", ")
 }
 
 // models answers GET /v1/models: the models the caller may use.
-func (g *Gateway) models(w http.ResponseWriter, c Caller) {
+func (g *Gateway) models(w http.ResponseWriter, _ *http.Request, c *call) {
 	type model struct {
 		ID      string `json:"id"`
 		Object  string `json:"object"`
@@ -257,7 +308,7 @@ func (g *Gateway) models(w http.ResponseWriter, c Caller) {
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
 	for _, m := range g.o.Models.Models {
-		if c.mayUse(m.Name) {
+		if c.caller.mayUse(m.Name) {
 			out.Data = append(out.Data, model{ID: m.Name, Object: "model", OwnedBy: "durallm"})
 		}
 	}

@@ -2,23 +2,26 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
 )
 
 // streamOptions say how one stream is served.
 type streamOptions struct {
-	// includeUsage sends the usage chunk before [DONE].
-	includeUsage bool
-	// after skips the events up to this sequence number (a resumed
-	// stream: starting_after).
-	after uint64
+	// encoder renders the stream in its surface's shape.
+	encoder answer.Encoder
+	// resume: a reader resumes after the numbered event after
+	// (starting_after); the numbered events up to it are skipped.
+	resume bool
+	after  uint64
 }
 
 // drainBound is how long a stream, once its action's result is known,
@@ -34,7 +37,6 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	started bool
-	lastID  uint64
 	buf     []byte
 }
 
@@ -52,20 +54,16 @@ func (s *sseWriter) begin(state string) error {
 	return s.rc.Flush()
 }
 
-// data writes one event whose id is seq.
-func (s *sseWriter) data(seq uint64, payload []byte) error {
-	s.lastID = seq
-	s.buf = append(s.buf[:0], "id: "...)
-	s.buf = strconv.AppendUint(s.buf, seq, 10)
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, payload...)
-	s.buf = append(s.buf, "\n\n"...)
-	return s.flush()
-}
-
-// raw writes an event without an id ([DONE], the in-band error).
-func (s *sseWriter) raw(payload []byte) error {
-	s.buf = append(append(append(s.buf[:0], "data: "...), payload...), "\n\n"...)
+// event writes one event.
+func (s *sseWriter) event(e answer.Event) error {
+	s.buf = s.buf[:0]
+	if e.ID != "" {
+		s.buf = append(append(append(s.buf, "id: "...), e.ID...), '\n')
+	}
+	if e.Name != "" {
+		s.buf = append(append(append(s.buf, "event: "...), e.Name...), '\n')
+	}
+	s.buf = append(append(append(s.buf, "data: "...), e.Data...), "\n\n"...)
 	return s.flush()
 }
 
@@ -145,14 +143,14 @@ func content(ev activities.StreamEvent) bool {
 
 // serveStream answers a streamed request. It holds its status until the
 // first content (at most StreamHold), so that an action that fails before
-// it gets a real error status; after the 200, a failure is one in-band
-// error event and the stream closes without [DONE].
+// it gets a real error status; after the 200, a failure is the encoder's
+// in-band error and the stream ends.
 func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session, so streamOptions) {
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
-	st := &streamRun{g: g, s: s, so: so,
-		sw: &sseWriter{w: w, rc: http.NewResponseController(w)}, ch: &chunker{who: s.who, includeUsage: so.includeUsage},
-		events: g.follow(ctx, s.who.ID, so.after), keepAlive: time.NewTicker(g.o.KeepAlive)}
+	st := &streamRun{g: g, s: s, so: so, enc: so.encoder,
+		sw:     &sseWriter{w: w, rc: http.NewResponseController(w)},
+		events: g.follow(ctx, s.who.ID, 0), keepAlive: time.NewTicker(g.o.KeepAlive)}
 	defer st.keepAlive.Stop()
 	wt := g.newWaiter(s)
 	defer wt.cancel()
@@ -161,14 +159,13 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	if done.err != nil {
-		g.fail(st.sw, g.waitError(s, done.err), "")
+		st.fail(g.waitError(s, done.err), "")
 		return
 	}
 	res := done.res
 	o := outcomeOf(res)
-	if o.Err != nil && !st.sw.started {
-		w.Header().Set("X-Durallm-State", string(res.State))
-		writeError(w, o.Err)
+	if o.Problem != nil && !st.sw.started {
+		st.fail(o.Problem, string(res.State))
 		return
 	}
 	if !st.sw.started && !st.begin() {
@@ -178,7 +175,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	// already, which the end closes.
 	g.endLocal(s.who.ID, res.State)
 	bound := drainBound
-	if !st.ch.streamed() {
+	if !st.fed.any() {
 		// Nothing came before the result: a worker elsewhere that cannot
 		// be read, or no stream at all. The result has the answer.
 		bound = drainNothing
@@ -194,38 +191,93 @@ type streamRun struct {
 	g         *Gateway
 	s         *session
 	so        streamOptions
+	enc       answer.Encoder
 	sw        *sseWriter
-	ch        *chunker
 	events    <-chan activities.StreamEvent
 	keepAlive *time.Ticker
+	// fed is what the encoder was fed, to complete the stream from the
+	// result.
+	fed fedDeltas
 }
 
-// write sends ev's chunk, if it makes one; false means the client left.
-func (st *streamRun) write(ev activities.StreamEvent) bool {
-	if ev.Kind == activities.EventEnd || ev.Kind == activities.EventIncomplete {
-		return true
+// fedDeltas is what a stream's deltas carried so far.
+type fedDeltas struct {
+	text, refusal strings.Builder
+	toolCalls     int
+}
+
+func (f *fedDeltas) any() bool { return f.text.Len() > 0 || f.refusal.Len() > 0 || f.toolCalls > 0 }
+
+func (f *fedDeltas) add(d answer.Delta) {
+	switch d.Kind {
+	case answer.Text:
+		f.text.WriteString(d.Text)
+	case answer.Refusal:
+		f.refusal.WriteString(d.Text)
+	case answer.ToolCall:
+		f.toolCalls = max(f.toolCalls, d.ToolCall.Index+1)
 	}
-	if b, ok := st.ch.chunk(ev); ok {
+}
+
+// deltaOf is the delta a hub event carries, if it carries content.
+func deltaOf(ev activities.StreamEvent) (answer.Delta, bool) {
+	switch ev.Kind {
+	case activities.EventContent:
+		return answer.Delta{Kind: answer.Text, Text: ev.Delta}, true
+	case activities.EventRefusal:
+		return answer.Delta{Kind: answer.Refusal, Text: ev.Refusal}, true
+	case activities.EventToolCall:
+		t := ev.ToolCall
+		return answer.Delta{Kind: answer.ToolCall, ToolCall: answer.ToolCallDelta{Index: t.Index, ID: t.ID, Type: t.Type, Name: t.Name, Arguments: t.Arguments}}, true
+	}
+	return answer.Delta{}, false
+}
+
+// emit writes the encoder's events, skipping the numbered ones a resumed
+// reader already has; false means the client left.
+func (st *streamRun) emit(evs []answer.Event) bool {
+	for _, e := range evs {
+		if st.so.resume && e.Numbered && e.Seq <= st.so.after {
+			continue
+		}
+		if st.sw.event(e) != nil {
+			return false
+		}
 		st.keepAlive.Reset(st.g.o.KeepAlive)
-		return st.sw.data(ev.Seq, b) == nil
 	}
 	return true
 }
 
-// begin sends the status and headers.
+// delta feeds one delta to the encoder and writes what it makes; false
+// means the client left.
+func (st *streamRun) delta(d answer.Delta) bool {
+	st.fed.add(d)
+	return st.emit(st.enc.Delta(d))
+}
+
+// write relays a hub event, if it carries content; false means the client
+// left.
+func (st *streamRun) write(ev activities.StreamEvent) bool {
+	if d, ok := deltaOf(ev); ok {
+		return st.delta(d)
+	}
+	return true
+}
+
+// begin sends the status and headers, then what opens the stream.
 func (st *streamRun) begin() bool {
 	state := "running"
 	if st.s.replayed {
 		state = ""
 	}
-	return st.sw.begin(state) == nil
+	return st.sw.begin(state) == nil && st.emit(st.enc.Start())
 }
 
 // untilResult relays events as they come until the action's result: the
 // status is held until the first content (or StreamHold), keep-alives go
 // out while the stream is quiet, and an action that comes to await a
-// verdict before the commit ends the stream with that error. ok is false
-// when the stream has ended already.
+// verdict before the commit ends the stream with that problem. ok is
+// false when the stream has ended already.
 func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone, ok bool) {
 	g := st.g
 	hold := time.NewTimer(g.o.StreamHold)
@@ -261,12 +313,12 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 				return done, false
 			}
 		case <-poll.C:
-			if st.ch.streamed() {
+			if st.fed.any() {
 				// Committed: the action cannot come to await a verdict.
 				continue
 			}
 			if state, awaiting := wt.poll(ctx); awaiting {
-				g.fail(st.sw, awaitingError(st.s.who.ID, state.AwaitingAttempt), string(state.State))
+				st.fail(awaitingProblem(st.s.who.ID, state.AwaitingAttempt), string(state.State))
 				return done, false
 			}
 			poll.Reset(wt.nextPoll())
@@ -301,48 +353,63 @@ func (st *streamRun) drain(ctx context.Context, bound time.Duration) bool {
 	return true
 }
 
-// finish writes what the result has that the events did not, then the
-// stream's end: [DONE], or the in-band error of a row that is no success.
+// finish writes what the result has that the deltas did not carry, then
+// the stream's end: the encoder's End, or its in-band error for an
+// outcome that is no answer.
 func (st *streamRun) finish(res workflows.ActionResult, o outcome) {
-	if o.Err != nil {
-		st.g.fail(st.sw, o.Err, string(res.State))
+	if o.Problem != nil {
+		st.fail(o.Problem, string(res.State))
 		return
 	}
-	resp := res.Response
-	if resp == nil {
-		resp = emptyResponse()
-	}
-	seq := st.sw.lastID
-	for _, b := range st.ch.rest(resp) {
-		seq++
-		if seq <= st.so.after {
-			continue
-		}
-		if st.sw.data(seq, b) != nil {
+	a := answerOf(st.s.who, res, o)
+	for _, d := range st.rest(a.Response) {
+		if !st.delta(d) {
 			return
 		}
 	}
-	if o.Incomplete != "" {
-		_ = st.sw.raw(errorBody(&apiError{Type: typeStreamIncomplete, Code: o.Incomplete,
-			Message: "the answer was cut after it started (" + o.Incomplete + "): what arrived is all there is, and no second answer follows"}))
-		return
-	}
-	_ = st.sw.raw([]byte("[DONE]"))
+	st.emit(st.enc.End(a))
 }
 
-// fail ends a stream with e: as the answer's status before the 200, as
-// one in-band error event after it (then the stream closes without
-// [DONE], which every OpenAI SDK raises on).
-func (g *Gateway) fail(sw *sseWriter, e *apiError, state string) {
-	if !sw.started {
-		if state != "" {
-			sw.w.Header().Set("X-Durallm-State", state)
+// rest is what the deltas fed so far did not carry of the answer r: the
+// text (a provider that answered a stream with a whole body, a follower
+// that started late), the refusal, and the tool calls when none were
+// streamed.
+func (st *streamRun) rest(r *providers.Response) []answer.Delta {
+	var out []answer.Delta
+	if sent := st.fed.text.String(); len(r.Text) > len(sent) && r.Text[:len(sent)] == sent {
+		out = append(out, answer.Delta{Kind: answer.Text, Text: r.Text[len(sent):]})
+	}
+	if sent := st.fed.refusal.String(); len(r.Refusal) > len(sent) && r.Refusal[:len(sent)] == sent {
+		out = append(out, answer.Delta{Kind: answer.Refusal, Text: r.Refusal[len(sent):]})
+	}
+	if st.fed.toolCalls == 0 {
+		var calls []struct {
+			ID       string `json:"id"`
+			Type     string `json:"type"`
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
 		}
-		writeError(sw.w, e)
-		return
+		if len(r.ToolCalls) > 0 && json.Unmarshal(r.ToolCalls, &calls) == nil {
+			for i, tc := range calls {
+				out = append(out, answer.Delta{Kind: answer.ToolCall, ToolCall: answer.ToolCallDelta{
+					Index: i, ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments}})
+			}
+		}
 	}
-	_ = sw.raw(errorBody(e))
+	return out
 }
 
-// emptyResponse stands in for an ended action's missing response.
-func emptyResponse() *providers.Response { return &providers.Response{} }
+// fail ends a stream with p: as the answer's status before the 200, as
+// the encoder's in-band error after it.
+func (st *streamRun) fail(p *answer.Problem, state string) {
+	if !st.sw.started {
+		if state != "" {
+			st.sw.w.Header().Set("X-Durallm-State", state)
+		}
+		writeProblem(st.sw.w, st.s.surface, p)
+		return
+	}
+	st.emit(st.enc.Fail(*p))
+}

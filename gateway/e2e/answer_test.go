@@ -214,3 +214,25 @@ func TestGatewayBodyOverTemporalsPayloadLimit(t *testing.T) {
 		t.Fatalf("the provider received %d requests", n)
 	}
 }
+
+// A completion is read back by its id (the action id), as OpenAI's stored
+// completions are: openai-go's Chat.Completions.Get returns the same
+// answer; another caller's is a 404.
+func TestGatewayCompletionReadByItsID(t *testing.T) {
+	s := newGateway(t)
+	s.p.Push(providertest.Answer("kept for later"))
+	c := s.client(tokenA)
+	got, err := c.Chat.Completions.New(testCtx(t), chatParams("demo", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Chat.Completions.Get(testCtx(t), got.ID)
+	if err != nil || again.ID != got.ID || again.Choices[0].Message.Content != "kept for later" || again.Usage.TotalTokens != got.Usage.TotalTokens {
+		t.Fatalf("read back %+v %v", again, err)
+	}
+	_, err = s.client(tokenB).Chat.Completions.Get(testCtx(t), got.ID)
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode != 404 {
+		t.Fatalf("another caller read it: %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -33,7 +34,8 @@ const memoKey = "durallm_gateway"
 // session is one request's hold on an action.
 type session struct {
 	act      *durallm.Action
-	who      answerIdentity
+	who      answer.Identity
+	surface  answer.Surface
 	replayed bool // the action had ended before the request
 	keyed    bool
 	model    Model
@@ -56,7 +58,7 @@ func unavailable(err error) bool {
 // names: attached while it runs, replayed once it ended, refused (422)
 // when it was started with another body. A start that may have reached
 // Temporal is tried again with the same id, and finds itself.
-func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.ActionInput, memo gatewayMemo, m Model) (*session, *apiError) {
+func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.ActionInput, memo gatewayMemo, m Model) (*session, *answer.Problem) {
 	ctx, cancel := context.WithTimeout(ctx, g.o.StartTimeout)
 	defer cancel()
 	wait := 100 * time.Millisecond
@@ -65,7 +67,7 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 		switch {
 		case err == nil:
 			g.count(g.idempotent, memo.Keyed, "started")
-			return &session{act: act, who: answerIdentity{ID: id, Created: memo.Created, Model: memo.Model}, keyed: memo.Keyed, model: m}, nil
+			return &session{act: act, who: answer.Identity{ID: id, Created: memo.Created, Model: memo.Model}, keyed: memo.Keyed, model: m}, nil
 		case errors.Is(err, durallm.ErrInvalidInput):
 			return nil, badRequest("", err.Error())
 		case errors.Is(err, durallm.ErrActionExists):
@@ -78,38 +80,36 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 			wait = min(2*wait, time.Second)
 			continue
 		case unavailable(err):
-			return nil, &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: codeTemporalUnreachable, Retry: true, RetryAfter: time.Second,
-				Message: "Temporal is not reachable; nothing was started"}
+			return nil, temporalUnreachable("Temporal is not reachable; nothing was started")
 		case errors.As(err, new(*serviceerror.InvalidArgument)):
 			// Most often a request larger than the server's payload
 			// limit (2 MiB by default).
-			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
+			return nil, &answer.Problem{Kind: answer.TooLarge,
 				Message: "Temporal refused the action's input, most likely as larger than its payload size limit; nothing was started"}
 		}
 		g.log.Error("gateway: start failed", "action_id", id, "error", err)
-		return nil, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "the action could not be started"}
+		return nil, &answer.Problem{Kind: answer.Internal, Message: "the action could not be started"}
 	}
 }
 
 // find looks at the action an id already names.
-func (g *Gateway) find(ctx context.Context, id string, memo gatewayMemo, m Model) (*session, *apiError) {
+func (g *Gateway) find(ctx context.Context, id string, memo gatewayMemo, m Model) (*session, *answer.Problem) {
 	d, err := g.c.Describe(ctx, id)
 	if err != nil {
 		if unavailable(err) {
-			return nil, &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: codeTemporalUnreachable, Retry: true, RetryAfter: time.Second,
-				Message: "Temporal is not reachable"}
+			return nil, temporalUnreachable("Temporal is not reachable")
 		}
 		g.log.Error("gateway: describe failed", "action_id", id, "error", err)
-		return nil, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "the action could not be read"}
+		return nil, &answer.Problem{Kind: answer.Internal, Message: "the action could not be read"}
 	}
 	var have gatewayMemo
 	ok, err := d.Memo(memoKey, &have)
 	if err != nil || !ok || have.Caller != memo.Caller || have.Fingerprint != memo.Fingerprint {
 		g.count(g.idempotent, memo.Keyed, "reused")
-		return nil, &apiError{Status: http.StatusUnprocessableEntity, Type: typeInvalidRequest, Code: codeIdempotencyKeyReused, Param: IdempotencyHeader,
+		return nil, &answer.Problem{Kind: answer.KeyReused, Param: IdempotencyHeader,
 			Message: "this Idempotency-Key was used with another request body; use a new key for a new request"}
 	}
-	s := &session{act: g.c.Get(id), who: answerIdentity{ID: id, Created: have.Created, Model: have.Model}, replayed: !d.Running, keyed: memo.Keyed, model: m}
+	s := &session{act: g.c.Get(id), who: answer.Identity{ID: id, Created: have.Created, Model: have.Model}, replayed: !d.Running, keyed: memo.Keyed, model: m}
 	s.act.RunID = d.RunID
 	if s.replayed {
 		g.count(g.idempotent, memo.Keyed, "replayed")
@@ -126,26 +126,28 @@ func (g *Gateway) count(c metric.Int64Counter, keyed bool, result string) {
 	c.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
 }
 
-// chat answers POST /v1/chat/completions.
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri *requestInfo) {
+// start answers a surface's Start request: the body parsed by the
+// surface, one action (new, or the one the key names), answered as JSON
+// or streamed.
+func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
+	surf, caller, ri := c.surface, c.caller, c.ri
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
 	if err != nil {
-		writeError(w, badRequest("", "the request body could not be read"))
+		writeProblem(w, surf, badRequest("", "the request body could not be read"))
 		return
 	}
 	if int64(len(body)) > g.o.MaxBody {
-		writeError(w, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
-			Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)})
+		writeProblem(w, surf, &answer.Problem{Kind: answer.TooLarge, Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)})
 		return
 	}
-	cr, aerr := parseChatRequest(body)
-	if aerr != nil {
-		writeError(w, aerr)
+	req, p := surf.Parse(body)
+	if p != nil {
+		writeProblem(w, surf, p)
 		return
 	}
-	m, ok := g.o.Models.Lookup(cr.Model)
-	if !ok || !caller.mayUse(cr.Model) {
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model",
+	m, ok := g.o.Models.Lookup(req.Model)
+	if !ok || !caller.mayUse(req.Model) {
+		writeProblem(w, surf, &answer.Problem{Kind: answer.ModelNotFound, Param: "model",
 			Message: "the model does not exist or you do not have access to it (GET /v1/models lists yours)"})
 		return
 	}
@@ -154,14 +156,14 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri
 	_, keyed := r.Header[http.CanonicalHeaderKey(IdempotencyHeader)]
 	if keyed {
 		if err := validKey(key); err != nil {
-			writeError(w, badRequest(IdempotencyHeader, err.Error()))
+			writeProblem(w, surf, badRequest(IdempotencyHeader, err.Error()))
 			return
 		}
 	}
 	onDisconnect := m.OnDisconnect
 	if v := r.Header.Get("X-Durallm-On-Disconnect"); v != "" {
 		if v != OnDisconnectCancel && v != OnDisconnectContinue {
-			writeError(w, badRequest("X-Durallm-On-Disconnect", "want cancel or continue"))
+			writeProblem(w, surf, badRequest("X-Durallm-On-Disconnect", "want cancel or continue"))
 			return
 		}
 		onDisconnect = v
@@ -171,14 +173,14 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri
 	}
 	release, ok := g.acquire(caller)
 	if !ok {
-		writeError(w, &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: codeCallerLimit, Retry: true, RetryAfter: time.Second,
+		writeProblem(w, surf, &answer.Problem{Kind: answer.CallerLimit, RetryAfter: time.Second,
 			Message: fmt.Sprintf("you have %d requests in progress, your max_in_flight; nothing was started", caller.MaxInFlight)})
 		return
 	}
 	defer release()
 	fp, err := fingerprint(g.o.Secret, body)
 	if err != nil {
-		writeError(w, badRequest("", "the request body must be a JSON object"))
+		writeProblem(w, surf, badRequest("", "the request body must be a JSON object"))
 		return
 	}
 	id := randomActionID()
@@ -193,11 +195,12 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri
 	}
 	ri.actionID = id
 	memo := gatewayMemo{Caller: caller.ID, Fingerprint: fp, Created: time.Now().Unix(), Model: m.Name, Keyed: keyed}
-	sess, aerr := g.startOrAttach(r.Context(), id, m.input(cr.Request), memo, m)
-	if aerr != nil {
-		writeError(w, aerr)
+	sess, p := g.startOrAttach(r.Context(), id, m.input(req.Request), memo, m)
+	if p != nil {
+		writeProblem(w, surf, p)
 		return
 	}
+	sess.surface = surf
 	sess.onDisconnect = onDisconnect
 	actionHeaders(w.Header(), id)
 	if sess.replayed {
@@ -210,8 +213,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri
 			}
 		}()
 	}
-	if cr.Stream {
-		g.serveStream(w, r, sess, streamOptions{includeUsage: cr.IncludeUsage})
+	if req.Stream {
+		g.serveStream(w, r, sess, streamOptions{encoder: surf.Stream(sess.who, req.Options)})
 		return
 	}
 	g.serveJSON(w, r, sess)
