@@ -2,15 +2,12 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/gateway/answer"
-	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -164,7 +161,8 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	}
 	res := done.res
 	o := outcomeOf(res)
-	if o.Problem != nil && !st.sw.started {
+	if o.Problem != nil && !st.sw.started && (res.Response == nil || len(answerDeltas(res.Response)) == 0) {
+		// Nothing was streamed, and nothing will be: a real status.
 		st.fail(o.Problem, string(res.State))
 		return
 	}
@@ -198,25 +196,6 @@ type streamRun struct {
 	// fed is what the encoder was fed, to complete the stream from the
 	// result.
 	fed fedDeltas
-}
-
-// fedDeltas is what a stream's deltas carried so far.
-type fedDeltas struct {
-	text, refusal strings.Builder
-	toolCalls     int
-}
-
-func (f *fedDeltas) any() bool { return f.text.Len() > 0 || f.refusal.Len() > 0 || f.toolCalls > 0 }
-
-func (f *fedDeltas) add(d answer.Delta) {
-	switch d.Kind {
-	case answer.Text:
-		f.text.WriteString(d.Text)
-	case answer.Refusal:
-		f.refusal.WriteString(d.Text)
-	case answer.ToolCall:
-		f.toolCalls = max(f.toolCalls, d.ToolCall.Index+1)
-	}
 }
 
 // deltaOf is the delta a hub event carries, if it carries content.
@@ -357,48 +336,19 @@ func (st *streamRun) drain(ctx context.Context, bound time.Duration) bool {
 // the stream's end: the encoder's End, or its in-band error for an
 // outcome that is no answer.
 func (st *streamRun) finish(res workflows.ActionResult, o outcome) {
-	if o.Problem != nil {
-		st.fail(o.Problem, string(res.State))
-		return
-	}
 	a := answerOf(st.s.who, res, o)
-	for _, d := range st.rest(a.Response) {
+	// A canceled action keeps the text delivered before the cancel: it is
+	// streamed before the problem, as it was live.
+	for _, d := range st.fed.rest(a.Response) {
 		if !st.delta(d) {
 			return
 		}
 	}
+	if o.Problem != nil {
+		st.fail(o.Problem, string(res.State))
+		return
+	}
 	st.emit(st.enc.End(a))
-}
-
-// rest is what the deltas fed so far did not carry of the answer r: the
-// text (a provider that answered a stream with a whole body, a follower
-// that started late), the refusal, and the tool calls when none were
-// streamed.
-func (st *streamRun) rest(r *providers.Response) []answer.Delta {
-	var out []answer.Delta
-	if sent := st.fed.text.String(); len(r.Text) > len(sent) && r.Text[:len(sent)] == sent {
-		out = append(out, answer.Delta{Kind: answer.Text, Text: r.Text[len(sent):]})
-	}
-	if sent := st.fed.refusal.String(); len(r.Refusal) > len(sent) && r.Refusal[:len(sent)] == sent {
-		out = append(out, answer.Delta{Kind: answer.Refusal, Text: r.Refusal[len(sent):]})
-	}
-	if st.fed.toolCalls == 0 {
-		var calls []struct {
-			ID       string `json:"id"`
-			Type     string `json:"type"`
-			Function struct {
-				Name      string `json:"name"`
-				Arguments string `json:"arguments"`
-			} `json:"function"`
-		}
-		if len(r.ToolCalls) > 0 && json.Unmarshal(r.ToolCalls, &calls) == nil {
-			for i, tc := range calls {
-				out = append(out, answer.Delta{Kind: answer.ToolCall, ToolCall: answer.ToolCallDelta{
-					Index: i, ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments}})
-			}
-		}
-	}
-	return out
 }
 
 // fail ends a stream with p: as the answer's status before the 200, as

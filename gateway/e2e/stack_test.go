@@ -67,6 +67,7 @@ type gwStack struct {
 	// requests counts what reached the gateway's handler.
 	requests atomic.Int64
 	tq       string
+	models   gateway.Config
 }
 
 type stackOptions struct {
@@ -79,6 +80,9 @@ type stackOptions struct {
 	// client, no shared hub, its stream endpoint on loopback; the gateway
 	// reads streams through it (gateway.RemoteStreams).
 	remote bool
+	// workerStreams has the in-process worker serve its streams on
+	// loopback too (durallm gateway --stream-addr), for other gateways.
+	workerStreams bool
 }
 
 func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
@@ -120,6 +124,9 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	}
 	wo := worker.Options{TaskQueue: s.tq, Config: cfg, TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: wl, Streams: s.hub}
 	wtc := tc
+	if so.workerStreams {
+		wo.StreamAddr = "127.0.0.1:0"
+	}
 	if so.remote {
 		wtc = ts.NewClientWithOptions(client.Options{Logger: sdklog.NewStructuredLogger(logger)})
 		wo.Streams, wo.StreamAddr, s.hub = nil, "127.0.0.1:0", nil
@@ -152,6 +159,7 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 		tokens = gateway.NewTokens(cs)
 	}
 	s.tk = tokens
+	s.models = so.models
 	gopts := gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
 		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond}
 	if so.remote {
@@ -170,6 +178,35 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 }
 
 func (s *gwStack) tokens() *gateway.Tokens { return s.tk }
+
+// besideOptions say how another gateway of the same task queue is set up.
+type besideOptions struct {
+	// hub gives it a hub of its own, as a gateway with a worker has, but
+	// empty: a restarted gateway, or another replica.
+	hub bool
+	// remote has it read the streams of workers elsewhere.
+	remote *gateway.RemoteStreams
+}
+
+// beside starts another gateway over the same Temporal server, task
+// queue, tokens and secret, without the first one's hub: a gateway with
+// --worker=false, or one restarted since the action started. It returns
+// the gateway's base URL (the API's root, without /v1).
+func (s *gwStack) beside(o besideOptions) string {
+	s.t.Helper()
+	gopts := gateway.Options{Client: durallm.NewClient(s.tc, s.tq), Models: s.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: s.tk,
+		Logger: slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), StatePoll: 50 * time.Millisecond, Remote: o.remote}
+	if o.hub {
+		gopts.Streams = activities.NewStreams()
+	}
+	g, err := gateway.New(gopts)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	s.t.Cleanup(srv.Close)
+	return srv.URL
+}
 
 // client is openai-go pointed at the gateway (or at base), with the
 // SDK's default retries unless opts say otherwise.
