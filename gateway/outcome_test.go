@@ -93,10 +93,10 @@ func TestOutcomeTable(t *testing.T) {
 			r.Attempts = attemptWith(evidence.Evidence{Status: 429, RetryAfter: 2500 * time.Millisecond})
 		}), status: 502, errType: openaiwire.TypeFailed, code: "budget_exhausted", retryAfter: "3"},
 		{name: "awaiting_reconciliation", res: with(res(workflows.StateAwaitingReconciliation, "ambiguous", ""), func(r *workflows.ActionResult) { r.AwaitingAttempt = 1 }),
-			status: 409, errType: openaiwire.TypeAwaiting, code: openaiwire.CodeAwaitingReconcilation},
-		{name: "indeterminate", res: res(workflows.StateIndeterminate, "ambiguous", "reconcile_timeout"), status: 409, errType: openaiwire.TypeIndeterminate, code: "reconcile_timeout"},
+			status: 403, errType: openaiwire.TypeAwaiting, code: openaiwire.CodeAwaitingReconcilation},
+		{name: "indeterminate", res: res(workflows.StateIndeterminate, "ambiguous", "reconcile_timeout"), status: 403, errType: openaiwire.TypeIndeterminate, code: "reconcile_timeout"},
 		{name: "canceled while connected", res: with(res(workflows.StateCanceled, "canceled", "operator_stop"), func(r *workflows.ActionResult) { r.Origin = workflows.OriginOperatorStop }),
-			status: 409, errType: openaiwire.TypeCanceled, code: "operator_stop"},
+			status: 403, errType: openaiwire.TypeCanceled, code: "operator_stop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &Gateway{log: slog.New(slog.DiscardHandler)}

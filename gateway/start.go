@@ -45,8 +45,16 @@ type session struct {
 	gone bool
 }
 
-// errTemporal is a Temporal failure that is neither a refusal nor the
-// caller's doing.
+// timedOut reports a call that ran out of time: unlike one refused as
+// unavailable (no connection) or exhausted (the server's refusal), it may
+// have reached Temporal and been carried out.
+func timedOut(err error) bool {
+	var d *serviceerror.DeadlineExceeded
+	return errors.As(err, &d) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// unavailable reports a Temporal failure that is neither a refusal nor
+// the caller's doing.
 func unavailable(err error) bool {
 	var u *serviceerror.Unavailable
 	var d *serviceerror.DeadlineExceeded
@@ -57,13 +65,18 @@ func unavailable(err error) bool {
 // startOrAttach starts the action, or finds the one the key already
 // names: attached while it runs, replayed once it ended, refused (422)
 // when it was started with another body. A start that may have reached
-// Temporal is tried again with the same id, and finds itself.
+// Temporal is tried again with the same id, and finds itself. The start
+// does not end with the caller's request: a start Temporal may have
+// accepted is always seen to its end, so that its action is known (and
+// canceled if the caller left).
 func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.ActionInput, memo gatewayMemo, m Model) (*session, *answer.Problem) {
-	ctx, cancel := context.WithTimeout(ctx, g.o.StartTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.o.StartTimeout)
 	defer cancel()
 	wait := 100 * time.Millisecond
+	reached := false // a try may have reached Temporal
 	for {
 		act, err := g.c.StartWith(ctx, id, in, durallm.StartOptions{Memo: map[string]any{memoKey: memo}})
+		reached = reached || timedOut(err)
 		switch {
 		case err == nil:
 			g.count(g.idempotent, memo.Keyed, "started")
@@ -72,14 +85,21 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 			return nil, badRequest("", err.Error())
 		case errors.Is(err, durallm.ErrActionExists):
 			return g.find(ctx, id, memo, m)
-		case unavailable(err) && ctx.Err() == nil:
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, time.Second)
-			continue
 		case unavailable(err):
+			if ctx.Err() == nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, time.Second)
+				if ctx.Err() == nil {
+					continue
+				}
+			}
+			if reached {
+				return g.startUnknown(id, memo, m)
+			}
+			// Every try was refused before it reached Temporal.
 			return nil, temporalUnreachable("Temporal is not reachable; nothing was started")
 		case errors.As(err, new(*serviceerror.InvalidArgument)):
 			// Most often a request larger than the server's payload
@@ -89,6 +109,64 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 		}
 		g.log.Error("gateway: start failed", "action_id", id, "error", err)
 		return nil, &answer.Problem{Kind: answer.Internal, Message: "the action could not be started"}
+	}
+}
+
+// startCheck bounds the look, after a start's tries all failed, at
+// whether one of them reached Temporal.
+const startCheck = 2 * time.Second
+
+// startUnknown settles a start whose every try failed while Temporal was
+// unreachable or slow, one of them running out of time: it may have been
+// accepted. The action
+// found is this request's, and is served as if just started; none found
+// is nothing started, which the caller may send again. When Temporal does
+// not say, the answer is MaybeStarted, which no client resends by
+// default; and since nobody else can find a keyless action, the gateway
+// cancels it as soon as Temporal answers (cancelUnseen), as it does when
+// a try still on its way might land after a look that found nothing.
+func (g *Gateway) startUnknown(id string, memo gatewayMemo, m Model) (*session, *answer.Problem) {
+	ctx, cancel := context.WithTimeout(context.Background(), startCheck)
+	defer cancel()
+	_, err := g.c.Describe(ctx, id)
+	switch {
+	case err == nil:
+		return g.find(ctx, id, memo, m)
+	case errors.Is(err, durallm.ErrNotFound):
+		if !memo.Keyed {
+			go g.cancelUnseen(id)
+		}
+		return nil, temporalUnreachable("Temporal is not reachable; nothing was started")
+	}
+	if !memo.Keyed {
+		go g.cancelUnseen(id)
+	}
+	return nil, &answer.Problem{Kind: answer.MaybeStarted,
+		Message: "Temporal did not answer the start in time and may have accepted it: the action " + id + " may run. " +
+			"Without an Idempotency-Key nobody can find it again, so the gateway cancels it once Temporal answers; sending the request again starts another. " +
+			"With a key, send it again with the same key to find it"}
+}
+
+// unseenFor is how long the gateway keeps trying to cancel an action
+// whose start it could not confirm.
+const unseenFor = time.Minute
+
+// cancelUnseen cancels a keyless action whose start the gateway could not
+// confirm, as soon as Temporal takes the cancel: it tries for unseenFor,
+// backing off from 250ms to 5s, since a start still on its way may land
+// after a look that found nothing.
+func (g *Gateway) cancelUnseen(id string) {
+	wait := 250 * time.Millisecond
+	for end := time.Now().Add(unseenFor); time.Now().Before(end); {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := g.c.Cancel(ctx, id, workflows.OriginClientDisconnect, "the gateway could not tell its caller whether the action started")
+		cancel()
+		if err == nil {
+			g.log.Warn("gateway: canceled an action whose start its caller was not told of", "action_id", id)
+			return
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 5*time.Second)
 	}
 }
 
@@ -197,6 +275,9 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	memo := gatewayMemo{Caller: caller.ID, Fingerprint: fp, Created: time.Now().Unix(), Model: m.Name, Keyed: keyed}
 	sess, p := g.startOrAttach(r.Context(), id, m.input(req.Request), memo, m)
 	if p != nil {
+		if p.Kind == answer.MaybeStarted {
+			actionHeaders(w.Header(), id)
+		}
 		writeProblem(w, surf, p)
 		return
 	}
@@ -212,6 +293,11 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 				g.detach(id)
 			}
 		}()
+		if r.Context().Err() != nil {
+			// The caller left while its action was starting.
+			g.disconnected(sess)
+			return
+		}
 	}
 	if req.Stream {
 		g.serveStream(w, r, sess, streamOptions{encoder: surf.Stream(sess.who, req.Options)})

@@ -186,6 +186,15 @@ type besideOptions struct {
 	hub bool
 	// remote has it read the streams of workers elsewhere.
 	remote *gateway.RemoteStreams
+	// tc is its own Temporal client; nil shares the stack's.
+	tc client.Client
+	// startTimeout is its Options.StartTimeout; zero the default.
+	startTimeout time.Duration
+	// requests, when set, counts the requests that reach it.
+	requests *atomic.Int64
+	// left, when set, is closed once a request's context ends (its
+	// caller left, or it was answered).
+	left chan struct{}
 }
 
 // beside starts another gateway over the same Temporal server, task
@@ -194,8 +203,13 @@ type besideOptions struct {
 // the gateway's base URL (the API's root, without /v1).
 func (s *gwStack) beside(o besideOptions) string {
 	s.t.Helper()
-	gopts := gateway.Options{Client: durallm.NewClient(s.tc, s.tq), Models: s.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: s.tk,
-		Logger: slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), StatePoll: 50 * time.Millisecond, Remote: o.remote}
+	tc := s.tc
+	if o.tc != nil {
+		tc = o.tc
+	}
+	gopts := gateway.Options{Client: durallm.NewClient(tc, s.tq), Models: s.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: s.tk,
+		Logger: slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), StatePoll: 50 * time.Millisecond, Remote: o.remote,
+		StartTimeout: o.startTimeout}
 	if o.hub {
 		gopts.Streams = activities.NewStreams()
 	}
@@ -203,7 +217,15 @@ func (s *gwStack) beside(o besideOptions) string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	srv := httptest.NewServer(g)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.requests != nil {
+			o.requests.Add(1)
+		}
+		if o.left != nil {
+			go func() { <-r.Context().Done(); close(o.left) }()
+		}
+		g.ServeHTTP(w, r)
+	}))
 	s.t.Cleanup(srv.Close)
 	return srv.URL
 }

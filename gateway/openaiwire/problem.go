@@ -21,6 +21,7 @@ const (
 	TypeInvalidRequest   = "invalid_request_error"
 	TypeRateLimit        = "rate_limit_error"
 	TypeUnavailable      = "durallm_unavailable"
+	TypeMaybeStarted     = "durallm_maybe_started"
 	TypeFailed           = "durallm_failed"
 	TypeUpstreamAuth     = "durallm_upstream_auth"
 	TypeAwaiting         = "durallm_awaiting_reconciliation"
@@ -95,6 +96,13 @@ func Status(p answer.Problem) int {
 // shapes are each kind's status, error type and the code it says when
 // the problem names none. Rejected and ContentFiltered are the provider's
 // (rejected); a kind not listed is the gateway's own error.
+//
+// A kind whose action may have run (answer.Kind.MayHaveRun) is a 403,
+// the one status that no common client resends by default whether or
+// not it reads x-should-retry: the Stainless SDKs resend 408, 409, 429
+// and 5xx, the AI SDK the same without reading the header, LangChain
+// every status but 400 to 407, 409 and 413 (docs/gateway.md). RFC 9110
+// says of a 403 that the client should not repeat it as it stands.
 var shapes = map[answer.Kind]struct {
 	status    int
 	typ, code string
@@ -110,13 +118,13 @@ var shapes = map[answer.Kind]struct {
 	answer.KeyReused:                 {http.StatusUnprocessableEntity, TypeInvalidRequest, CodeIdempotencyKeyReused},
 	answer.CallerLimit:               {http.StatusTooManyRequests, TypeRateLimit, CodeCallerLimit},
 	answer.UnavailableNothingStarted: {http.StatusServiceUnavailable, TypeUnavailable, CodeTemporalUnreachable},
-	answer.MaybeStarted:              {http.StatusServiceUnavailable, TypeUnavailable, CodeTemporalUnreachable},
+	answer.MaybeStarted:              {http.StatusForbidden, TypeMaybeStarted, CodeTemporalUnreachable},
 	answer.UpstreamAuth:              {http.StatusBadGateway, TypeUpstreamAuth, ""},
 	answer.Failed:                    {http.StatusBadGateway, TypeFailed, ""},
-	answer.AwaitingVerdict:           {http.StatusConflict, TypeAwaiting, CodeAwaitingReconcilation},
-	answer.Indeterminate:             {http.StatusConflict, TypeIndeterminate, ""},
-	answer.Canceled:                  {http.StatusConflict, TypeCanceled, ""},
-	answer.InProgress:                {http.StatusConflict, TypeInProgress, CodeStillRunning},
+	answer.AwaitingVerdict:           {http.StatusForbidden, TypeAwaiting, CodeAwaitingReconcilation},
+	answer.Indeterminate:             {http.StatusForbidden, TypeIndeterminate, ""},
+	answer.Canceled:                  {http.StatusForbidden, TypeCanceled, ""},
+	answer.InProgress:                {http.StatusForbidden, TypeInProgress, CodeStillRunning},
 	answer.StreamIncomplete:          {http.StatusBadGateway, TypeStreamIncomplete, ""},
 	answer.Conflict:                  {http.StatusConflict, TypeInvalidRequest, ""},
 }
