@@ -89,9 +89,11 @@ type Gateway struct {
 	mu       sync.Mutex
 	inFlight map[string]int // by caller id
 	// attached counts the requests of this process attached to each
-	// running action, so a keyed disconnect's grace knows whether a retry
-	// came back.
+	// running action; departed holds, for an action that none is attached
+	// to, the last departure whose grace runs, so that only the grace of
+	// the last caller to leave may cancel it.
 	attached map[string]int
+	departed map[string]*departure
 
 	requests   metric.Int64Counter
 	idempotent metric.Int64Counter
@@ -141,7 +143,7 @@ func New(o Options) (*Gateway, error) {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 10 * time.Second
 	}
-	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, chat: chat.Surface{}}
+	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, departed: map[string]*departure{}, chat: chat.Surface{}}
 	g.surfaces = append([]answer.Surface{g.chat}, o.Surfaces...)
 	g.endpoints = g.routes()
 	if o.Meter != nil {

@@ -290,7 +290,7 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		g.attach(id)
 		defer func() {
 			if !sess.gone {
-				g.detach(id)
+				g.answered(id)
 			}
 		}()
 		if r.Context().Err() != nil {
@@ -316,20 +316,19 @@ func actionHeaders(h http.Header, id string) {
 // disconnected handles a caller that went away before its answer:
 // without a key the action is canceled at once (nobody can find it
 // again); with one, after the disconnect grace unless a retry with the
-// same key attached; never with on_disconnect continue.
+// same key attached meanwhile; never with on_disconnect continue. Each
+// departure's grace is its own: a retry that attached and left again
+// starts a new one, and the earlier grace cancels nothing.
 func (g *Gateway) disconnected(s *session) {
 	if s.replayed || s.gone {
 		return
 	}
 	s.gone = true
-	left := g.detach(s.who.ID)
+	left, dep := g.detach(s.who.ID)
 	if s.onDisconnect == OnDisconnectContinue || left > 0 {
 		return
 	}
 	cancel := func() {
-		if g.attachedCount(s.who.ID) > 0 {
-			return
-		}
 		ctx, done := context.WithTimeout(context.Background(), 10*time.Second)
 		defer done()
 		if err := g.c.Cancel(ctx, s.who.ID, workflows.OriginClientDisconnect, "the gateway's caller disconnected"); err != nil && !errors.Is(err, durallm.ErrNotFound) {
@@ -340,30 +339,59 @@ func (g *Gateway) disconnected(s *session) {
 		go cancel()
 		return
 	}
-	time.AfterFunc(s.model.grace(), cancel)
+	time.AfterFunc(s.model.grace(), func() {
+		if g.graceEnded(s.who.ID, dep) {
+			cancel()
+		}
+	})
 }
 
-// attach counts a request of this process on a running action; detach
-// reports how many are left.
+// departure is one moment the last request attached to an action left.
+// It is told apart by its address, so it must not be of size zero.
+type departure struct{ at time.Time }
+
+// attach counts a request of this process on a running action; whatever
+// grace runs for it is over.
 func (g *Gateway) attach(id string) {
 	g.mu.Lock()
 	g.attached[id]++
+	delete(g.departed, id)
 	g.mu.Unlock()
 }
 
-func (g *Gateway) detach(id string) int {
+// answered uncounts a request that got its answer.
+func (g *Gateway) answered(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.attached[id]--; g.attached[id] <= 0 {
+		delete(g.attached, id)
+	}
+}
+
+// detach reports how many requests are left on the action, and, when
+// none is, the departure whose grace starts now.
+func (g *Gateway) detach(id string) (int, *departure) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.attached[id]--
 	n := g.attached[id]
-	if n <= 0 {
-		delete(g.attached, id)
+	if n > 0 {
+		return n, nil
 	}
-	return n
+	delete(g.attached, id)
+	dep := &departure{at: time.Now()}
+	g.departed[id] = dep
+	return 0, dep
 }
 
-func (g *Gateway) attachedCount(id string) int {
+// graceEnded reports whether dep is still the action's last departure:
+// no request attached since, and none left after it. It forgets it.
+func (g *Gateway) graceEnded(id string, dep *departure) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.attached[id]
+	if g.departed[id] != dep {
+		return false
+	}
+	delete(g.departed, id)
+	return true
 }
