@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -209,13 +210,17 @@ func (g *Gateway) count(c metric.Int64Counter, keyed bool, result string) {
 // or streamed.
 func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	surf, caller, ri := c.surface, c.caller, c.ri
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
-	if err != nil {
-		writeProblem(w, surf, badRequest("", "the request body could not be read"))
+	// The place is taken before the body is read: a caller cannot hold
+	// more than its places with bodies that never arrive.
+	release, ok := g.acquire(caller)
+	if !ok {
+		writeProblem(w, surf, callerLimit(caller, "nothing was started"))
 		return
 	}
-	if int64(len(body)) > g.o.MaxBody {
-		writeProblem(w, surf, &answer.Problem{Kind: answer.TooLarge, Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)})
+	defer release()
+	body, p := g.readBody(w, r)
+	if p != nil {
+		writeProblem(w, surf, p)
 		return
 	}
 	req, p := surf.Parse(body)
@@ -249,13 +254,6 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	if onDisconnect == "" {
 		onDisconnect = OnDisconnectCancel
 	}
-	release, ok := g.acquire(caller)
-	if !ok {
-		writeProblem(w, surf, &answer.Problem{Kind: answer.CallerLimit, RetryAfter: time.Second,
-			Message: fmt.Sprintf("you have %d requests in progress, your max_in_flight; nothing was started", caller.MaxInFlight)})
-		return
-	}
-	defer release()
 	fp, err := fingerprint(g.o.Secret, body)
 	if err != nil {
 		writeProblem(w, surf, badRequest("", "the request body must be a JSON object"))
@@ -304,6 +302,29 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	g.serveJSON(w, r, sess)
+}
+
+// readBody reads a request's body, at most MaxBody bytes and within
+// BodyTimeout.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *answer.Problem) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout))
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
+	// The connection is read again to see the caller leave: no deadline
+	// past the body.
+	_ = rc.SetReadDeadline(time.Time{})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The rest of the body is not waited for: the connection closes
+		// after the answer.
+		w.Header().Set("Connection", "close")
+		return nil, &answer.Problem{Kind: answer.RequestTimeout, Message: fmt.Sprintf("the request body did not arrive within %s; nothing was started", g.o.BodyTimeout)}
+	case err != nil:
+		return nil, badRequest("", "the request body could not be read")
+	case int64(len(body)) > g.o.MaxBody:
+		return nil, &answer.Problem{Kind: answer.TooLarge, Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)}
+	}
+	return body, nil
 }
 
 // actionHeaders name the action on every answer about it; x-request-id is

@@ -41,6 +41,7 @@ const (
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnsupportedMediaType  = "unsupported_media_type"
 	CodeRequestTooLarge       = "request_too_large"
+	CodeRequestTimeout        = "request_timeout"
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeCallerLimit           = "max_in_flight"
 	CodeTemporalUnreachable   = "temporal_unreachable"
@@ -115,6 +116,7 @@ var shapes = map[answer.Kind]struct {
 	answer.MethodNotAllowed:          {http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed},
 	answer.UnsupportedMediaType:      {http.StatusUnsupportedMediaType, TypeInvalidRequest, CodeUnsupportedMediaType},
 	answer.TooLarge:                  {http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeRequestTooLarge},
+	answer.RequestTimeout:            {http.StatusRequestTimeout, TypeInvalidRequest, CodeRequestTimeout},
 	answer.KeyReused:                 {http.StatusUnprocessableEntity, TypeInvalidRequest, CodeIdempotencyKeyReused},
 	answer.CallerLimit:               {http.StatusTooManyRequests, TypeRateLimit, CodeCallerLimit},
 	answer.UnavailableNothingStarted: {http.StatusServiceUnavailable, TypeUnavailable, CodeTemporalUnreachable},
