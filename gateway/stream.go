@@ -153,6 +153,11 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	defer wt.cancel()
 	done, ok := st.untilResult(ctx, wt)
 	if !ok {
+		if st.broken {
+			// A write that failed is the caller gone, whether or not the
+			// request's context has seen it yet.
+			g.disconnected(s)
+		}
 		return
 	}
 	if done.err != nil {
@@ -193,6 +198,8 @@ type streamRun struct {
 	sw        *sseWriter
 	events    <-chan activities.StreamEvent
 	keepAlive *time.Ticker
+	// broken: a write to the caller failed.
+	broken bool
 	// fed is what the encoder was fed, to complete the stream from the
 	// result.
 	fed fedDeltas
@@ -220,6 +227,7 @@ func (st *streamRun) emit(evs []answer.Event) bool {
 			continue
 		}
 		if st.sw.event(e) != nil {
+			st.broken = true
 			return false
 		}
 		st.keepAlive.Reset(st.g.o.KeepAlive)
@@ -249,7 +257,11 @@ func (st *streamRun) begin() bool {
 	if st.s.replayed {
 		state = ""
 	}
-	return st.sw.begin(state) == nil && st.emit(st.enc.Start())
+	if st.sw.begin(state) != nil {
+		st.broken = true
+		return false
+	}
+	return st.emit(st.enc.Start())
 }
 
 // untilResult relays events as they come until the action's result: the
@@ -289,6 +301,7 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 			}
 		case <-st.keepAlive.C:
 			if st.sw.started && st.sw.keepAlive() != nil {
+				st.broken = true
 				return done, false
 			}
 		case <-poll.C:
