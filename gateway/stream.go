@@ -146,8 +146,12 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
 	st := &streamRun{g: g, s: s, so: so, enc: so.encoder,
-		sw:     &sseWriter{w: w, rc: http.NewResponseController(w)},
-		events: g.follow(ctx, s.who.ID, 0), keepAlive: time.NewTicker(g.o.KeepAlive)}
+		sw: &sseWriter{w: w, rc: http.NewResponseController(w)}, keepAlive: time.NewTicker(g.o.KeepAlive)}
+	if !s.replayed {
+		// An action that ended is streamed from its result alone: the
+		// same deltas, and its state known before the status.
+		st.events = g.follow(ctx, s.who.ID, 0)
+	}
 	defer st.keepAlive.Stop()
 	wt := g.newWaiter(s)
 	defer wt.cancel()
@@ -171,7 +175,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		st.fail(o.Problem, string(res.State))
 		return
 	}
-	if !st.sw.started && !st.begin() {
+	if !st.sw.started && !st.begin(res.State) {
 		return
 	}
 	// The events published before the result: all in this process's hub
@@ -251,13 +255,10 @@ func (st *streamRun) write(ev activities.StreamEvent) bool {
 	return true
 }
 
-// begin sends the status and headers, then what opens the stream.
-func (st *streamRun) begin() bool {
-	state := "running"
-	if st.s.replayed {
-		state = ""
-	}
-	if st.sw.begin(state) != nil {
+// begin sends the status and headers (x-durallm-state: the action's
+// state), then what opens the stream.
+func (st *streamRun) begin(state workflows.State) bool {
+	if st.sw.begin(string(state)) != nil {
 		st.broken = true
 		return false
 	}
@@ -286,7 +287,8 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 				if !content(ev) {
 					continue
 				}
-				if !st.begin() {
+				// An attempt is producing this content.
+				if !st.begin(workflows.StateDispatching) {
 					return done, false
 				}
 			}
@@ -296,7 +298,7 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 		case d := <-wt.result:
 			return d, true
 		case <-hold.C:
-			if !st.sw.started && !st.begin() {
+			if !st.sw.started && !st.begin(g.stateNow(ctx, st.s.who.ID)) {
 				return done, false
 			}
 		case <-st.keepAlive.C:
