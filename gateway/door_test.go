@@ -132,3 +132,37 @@ func TestTheIDOfAPathIsNotLoggedBeforeAuthentication(t *testing.T) {
 		t.Fatalf("the request lines were not logged:\n%s", logs.String())
 	}
 }
+
+// A caller's metadata goes upstream as it is, beside durallm's own keys
+// (durallm_attempt_id, durallm_action_id, by which a provider's record is
+// searched): a key of durallm's prefix is refused before anything starts.
+func TestACallersMetadataMayNotUseDurallmsKeys(t *testing.T) {
+	g, err := New(Options{Client: unreachableClient(t), Models: ModelsFromRoutes([]string{"demo"}), Secret: bytes.Repeat([]byte("s"), 32),
+		Tokens: NewTokens([]Caller{{ID: "a", Hash: sumOf("tok-a")}}), Logger: slog.New(slog.DiscardHandler), StartTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		metadata string
+		status   int
+	}{
+		{`{"durallm_action_id":"gw-someone-elses"}`, 400},
+		{`{"durallm_attempt_id":"x","team":"a"}`, 400},
+		{`{"durallm_anything":"x"}`, 400},
+		{`"not an object"`, 400},
+		{`{"team":"a","durallm":"x"}`, 503},
+		{`null`, 503},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+			strings.NewReader(`{"model":"demo","metadata":`+tc.metadata+`,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer tok-a")
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		if rec.Code != tc.status {
+			t.Errorf("metadata %s: status %d, want %d: %s", tc.metadata, rec.Code, tc.status, rec.Body)
+		}
+		if tc.status == 400 && !strings.Contains(rec.Body.String(), `"param":"metadata"`) {
+			t.Errorf("metadata %s: %s", tc.metadata, rec.Body)
+		}
+	}
+}
