@@ -61,7 +61,7 @@ func TestNoAnswerThatMayHaveRunIsRetriedByAClientsDefaultPolicy(t *testing.T) {
 	kinds := []answer.Kind{answer.InvalidRequest, answer.Unauthorized, answer.Forbidden, answer.NotFound, answer.ModelNotFound,
 		answer.MethodNotAllowed, answer.UnsupportedMediaType, answer.TooLarge, answer.KeyReused, answer.CallerLimit,
 		answer.UnavailableNothingStarted, answer.MaybeStarted, answer.Rejected, answer.ContentFiltered, answer.UpstreamAuth,
-		answer.Failed, answer.AwaitingVerdict, answer.Indeterminate, answer.Canceled, answer.InProgress, answer.Conflict, answer.Internal}
+		answer.Failed, answer.SpendExhausted, answer.RequestTimeout, answer.AwaitingVerdict, answer.Indeterminate, answer.Canceled, answer.InProgress, answer.Conflict, answer.Internal}
 	for _, k := range kinds {
 		r := Surface{}.Problem(answer.Problem{Kind: k, ProviderStatus: 500})
 		for _, c := range clients {

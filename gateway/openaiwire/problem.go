@@ -30,6 +30,9 @@ const (
 	TypeInProgress       = "durallm_in_progress"
 	TypeStreamIncomplete = "durallm_stream_incomplete"
 	TypeServer           = "durallm_gateway_error"
+	// TypeInsufficientQuota is OpenAI's type (and code) for a spent
+	// quota: the action's own budget.
+	TypeInsufficientQuota = "insufficient_quota"
 )
 
 // The codes the gateway itself sends when the problem names none.
@@ -123,6 +126,7 @@ var shapes = map[answer.Kind]struct {
 	answer.MaybeStarted:              {http.StatusForbidden, TypeMaybeStarted, CodeTemporalUnreachable},
 	answer.UpstreamAuth:              {http.StatusBadGateway, TypeUpstreamAuth, ""},
 	answer.Failed:                    {http.StatusBadGateway, TypeFailed, ""},
+	answer.SpendExhausted:            {http.StatusTooManyRequests, TypeInsufficientQuota, TypeInsufficientQuota},
 	answer.AwaitingVerdict:           {http.StatusForbidden, TypeAwaiting, CodeAwaitingReconcilation},
 	answer.Indeterminate:             {http.StatusForbidden, TypeIndeterminate, ""},
 	answer.Canceled:                  {http.StatusForbidden, TypeCanceled, ""},
