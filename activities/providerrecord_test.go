@@ -240,6 +240,25 @@ func TestARecordWithoutAUsableAnswerIsNoVerdict(t *testing.T) {
 	}
 }
 
+// A stored completion still in progress holds part of an answer at most:
+// however much text it has, it settles nothing (contract section 5.6).
+func TestAStoredCompletionInProgressWithTextSettlesNothing(t *testing.T) {
+	a, p := newActs(t)
+	withRecordRoute(a, p, 300*time.Millisecond)
+	in := lostAnswer(t, a, p, providertest.Answer("x").Unstored())
+	p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
+		if r.Method != http.MethodGet {
+			return providertest.Behavior{}, false
+		}
+		return providertest.Status(http.StatusOK, nil, `{"object":"list","data":[{"id":"chatcmpl-half","object":"chat.completion","status":"in_progress",`+
+			`"metadata":{"durallm_attempt_id":"`+in.AttemptID+`"},"choices":[{"index":0,"message":{"role":"assistant","content":"the first half of"}}]}]}`), true
+	})
+	out, err := a.Reconcile(context.Background(), in)
+	if err != nil || out.Verdict != attempt.VerdictNone || out.ProviderRecord != attempt.ProviderRecordUnusable || out.Response != nil || !strings.Contains(out.Note, "chatcmpl-half") {
+		t.Fatalf("out %+v err %v", out, err)
+	}
+}
+
 func TestFailedLookupsSpendTheirOwnBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
