@@ -17,10 +17,11 @@ import (
 )
 
 // The provider record lookup's own budget and pace (docs/contract.md
-// section 5.5): each lookup is one GET, bounded by recordLookupTimeout;
-// recordLookupFailures failed ones end the search; between lookups that
-// find nothing it backs off from recordPollFirst, doubling, to
-// recordPollMax. A lookup is a read, so trying it again is safe.
+// section 5.6): each lookup is one GET, bounded by recordLookupTimeout;
+// recordLookupFailures failed ones end the search (a throttled one is not
+// a failure, and the next waits at least its Retry-After); between
+// lookups that find nothing it backs off from recordPollFirst, doubling,
+// to recordPollMax. A lookup is a read, so trying it again is safe.
 const (
 	recordLookupTimeout  = 10 * time.Second
 	recordLookupFailures = 3
@@ -32,6 +33,10 @@ const (
 type recordSearch struct {
 	lookups, failures int
 	lastFailure       string
+	// throttled counts the lookups the provider throttled, which are not
+	// failures; listed says one lookup had a list for an answer.
+	throttled int
+	listed    bool
 	// refused: the provider refused the listing itself.
 	refused   bool
 	unusable  *exchange.StoredCompletion
@@ -65,13 +70,24 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 		if ctx.Err() != nil {
 			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 		}
+		pause := wait
 		switch {
 		case err == nil && class.Class == evidence.Completed:
+			s.listed = true
 			if out, ok := a.settledByRecord(ctx, in, route, f); ok {
 				return out, true, nil
 			}
 			if len(f.Completions) > 0 {
 				s.unusable = &f.Completions[0]
+			}
+		case class.Class == evidence.Throttled:
+			// The provider is busy, not failing: no failure is spent, and
+			// the next lookup waits at least what it asked.
+			s.throttled++
+			pause = max(wait, class.RetryAfter)
+			if !time.Now().Add(pause).Before(until) {
+				s.outOfTime = until.Before(start.Add(max(0, in.Remaining) + route.ProviderRecordSettle))
+				return a.recordUnsettled(ctx, route, s, time.Since(start)), false, nil
 			}
 		case lookupCannotSucceed(class.Class):
 			s.failures, s.lastFailure, s.refused = s.failures+1, failureOf(class, err), true
@@ -93,7 +109,7 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 		select {
 		case <-ctx.Done():
 			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
-		case <-time.After(min(wait, until.Sub(now))):
+		case <-time.After(min(pause, until.Sub(now))):
 		}
 		wait = min(2*wait, recordPollMax)
 	}
@@ -189,6 +205,9 @@ func (a *Activities) recordUnsettled(ctx context.Context, route routes.Route, s 
 	if s.failures > 0 {
 		looked += fmt.Sprintf(", %d failed, the last with %s", s.failures, s.lastFailure)
 	}
+	if s.throttled > 0 {
+		looked += fmt.Sprintf(", %d throttled by the provider", s.throttled)
+	}
 	switch {
 	case s.unusable != nil:
 		out.ProviderRecord = attempt.ProviderRecordUnusable
@@ -196,6 +215,10 @@ func (a *Activities) recordUnsettled(ctx context.Context, route routes.Route, s 
 	case s.refused || s.failures >= recordLookupFailures:
 		out.ProviderRecord = attempt.ProviderRecordUnreadable
 		out.Note = fmt.Sprintf("the provider's record could not be read: %d of %d lookups failed, the last with %s", s.failures, s.lookups, s.lastFailure)
+	case !s.listed && s.throttled > 0:
+		// Throttled until the window ended: nothing was read.
+		out.ProviderRecord = attempt.ProviderRecordUnreadable
+		out.Note = "the provider's record could not be read: the provider throttled the lookups (" + looked + ")"
 	default:
 		out.ProviderRecord = attempt.ProviderRecordNotFound
 		out.Note = "the provider's record lookup found nothing for this attempt (" + looked + ", " + route.ProviderRecordSettle.String() + " past the attempt's deadline"
