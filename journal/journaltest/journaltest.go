@@ -191,6 +191,31 @@ func RunSealed(t *testing.T, storage func(t *testing.T) Storage) {
 	t.Run("ReadsAfterKeyRotation", func(t *testing.T) { readsAfterRotation(t, storage(t)) })
 	t.Run("WithAKeyringAnUnsealedEntryIsRefused", func(t *testing.T) { refusesUnsealedEntries(t, storage(t)) })
 	t.Run("AnEntryFiledUnderAnotherAttemptIsRefused", func(t *testing.T) { refusesAnotherAttemptsEntry(t, storage(t)) })
+	t.Run("WithAKeyringEntriesStoredInTheClearAreStillSwept", func(t *testing.T) { sweepsClearEntries(t, storage(t)) })
+}
+
+// An entry stored in the clear is refused as evidence once encryption is
+// on, but it still belongs to its action: the sweep lists it with that
+// action, so it expires with it rather than staying for good.
+func sweepsClearEntries(t *testing.T, s Storage) {
+	ctx := context.Background()
+	if err := s.Open(t, nil).Record(ctx, received("run-clear")); err != nil {
+		t.Fatal(err)
+	}
+	j, ok := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1"))).(journal.Expirable)
+	if !ok {
+		t.Skip("the journal cannot expire its entries")
+	}
+	got := map[string]string{}
+	if err := j.Older(ctx, time.Now().Add(time.Minute), func(w journal.Written) error {
+		got[w.AttemptID] = w.ActionRef
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got["run-clear"] != "action-1" {
+		t.Fatalf("the entry stored in the clear is listed for action %q, want action-1 (an empty action keeps it for good)", got["run-clear"])
+	}
 }
 
 const secret = "the provider's secret answer"
