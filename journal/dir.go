@@ -52,13 +52,13 @@ func (d Dir) Record(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	full, err := d.Bound.full(ctx, d.usage)
-	if err != nil {
-		return err
-	}
+	full, unmeasured := d.Bound.full(ctx, d.usage)
 	end, sent := d.file(e.AttemptID, entrySuffix), d.file(e.AttemptID, sentSuffix)
 	existed := exists(end) || exists(sent)
-	if full && !existed {
+	switch {
+	case full && !existed && unmeasured != nil:
+		return unmeasured
+	case full && !existed:
 		return fmt.Errorf("%w: %s", ErrFull, e.AttemptID)
 	}
 	if !e.Ended() {

@@ -426,3 +426,53 @@ func atMaxBytes(t *testing.T, j journal.Expirable) {
 		t.Fatalf("past the bound: %v", err)
 	}
 }
+
+// RunWhileMeasuringFails runs the suite of a journal whose size
+// measurement fails (a scan past statement_timeout, say): a new attempt
+// is not journaled, as at the bound, with the measurement's error, but
+// the end of an attempt that already has an entry, and its renewals, are
+// written. open returns an empty journal with bound b; fail makes every
+// measurement of b fail with err from then on.
+func RunWhileMeasuringFails(t *testing.T, open func(t *testing.T, b *journal.Bound) journal.Expirable, fail func(b *journal.Bound, err error)) {
+	t.Run("WhileMeasuringFailsTheEndOfAJournaledAttemptIsWritten", func(t *testing.T) {
+		ctx := context.Background()
+		b := &journal.Bound{MaxEntries: 1 << 40, Refresh: time.Nanosecond}
+		j := open(t, b)
+		errMeasure := errors.New("canceling statement due to statement timeout")
+		fail(b, errMeasure)
+		if err := j.Record(ctx, journal.Entry{AttemptID: "m-1", State: journal.Sent}); err != nil {
+			t.Fatalf("before any measurement ended: %v", err)
+		}
+		// The measurement runs in the background: wait for its failure to
+		// show on an attempt with no entry.
+		for i := 0; ; i++ {
+			err := j.Record(ctx, journal.Entry{AttemptID: "probe-" + strconv.Itoa(i), State: journal.Sent})
+			if errors.Is(err, errMeasure) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("a new attempt while measuring fails: %v, want the measurement's error", err)
+			}
+			if i > 2000 {
+				t.Fatal("the failing measurement never showed")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		renewed := time.Unix(70, 0).UTC()
+		if err := j.Record(ctx, journal.Entry{AttemptID: "m-1", State: journal.Sent, At: renewed}); err != nil {
+			t.Fatalf("the renewal of a journaled attempt while measuring fails: %v", err)
+		}
+		if err := j.Record(ctx, received("m-1")); err != nil {
+			t.Fatalf("the end of a journaled attempt while measuring fails: %v", err)
+		}
+		if e, ok, err := j.Lookup(ctx, "m-1"); err != nil || !ok || e.State != journal.Received {
+			t.Fatalf("the end was not written: %+v %v %v", e, ok, err)
+		}
+		if err := j.Record(ctx, received("m-new")); !errors.Is(err, errMeasure) {
+			t.Fatalf("the end of an attempt with no entry while measuring fails: %v, want the measurement's error", err)
+		}
+		if _, ok, _ := j.Lookup(ctx, "m-new"); ok {
+			t.Fatal("a refused attempt has an entry")
+		}
+	})
+}
