@@ -142,8 +142,12 @@ func (r Route) check(bad func(field, problem string)) {
 		bad("capabilities.context_tokens", "negative")
 	}
 	for j, t := range r.Capabilities.DataTags {
-		if strings.TrimSpace(t) == "" {
+		switch {
+		case strings.TrimSpace(t) == "":
 			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "empty")
+		case r.ProviderRecord == ProviderRecordStoredCompletions && strings.EqualFold(strings.TrimSpace(t), NoRetentionTag):
+			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "no-retention on a route with provider_record: stored_completions, "+
+				"which has the provider keep every conversation sent on it; drop the tag or the record")
 		}
 	}
 }

@@ -448,3 +448,31 @@ func TestDocsProvidersExampleLoads(t *testing.T) {
 		t.Fatalf("routes %v", kinds)
 	}
 }
+
+// stored_completions makes the provider keep every conversation sent on
+// the route: a route that does cannot also promise no-retention, or an
+// action that needs that promise would be sent where it is broken.
+func TestAStoredCompletionsRouteCannotDeclareNoRetention(t *testing.T) {
+	route := func(name string, tags ...string) Route {
+		return Route{Name: name, Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K",
+			ProviderRecord: ProviderRecordStoredCompletions, Capabilities: providers.Capabilities{DataTags: tags}}
+	}
+	if err := (Config{Routes: []Route{route("eu-only", "eu")}}).Validate(); err != nil {
+		t.Fatalf("a record route with other tags: %v", err)
+	}
+	plain := route("plain", "no-retention")
+	plain.ProviderRecord = ""
+	if err := (Config{Routes: []Route{plain}}).Validate(); err != nil {
+		t.Fatalf("no-retention on a route without a record: %v", err)
+	}
+	for _, tag := range []string{"no-retention", "No-Retention", " no-retention "} {
+		err := (Config{Routes: []Route{route("kept", "eu", tag)}}).Validate()
+		var fe *FieldError
+		if !errors.As(err, &fe) || !errors.Is(err, ErrInvalidConfig) || fe.Route != "kept" || fe.Field != "capabilities.data_tags[1]" {
+			t.Fatalf("tag %q: %v", tag, err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "no-retention") || !strings.Contains(msg, "stored_completions") {
+			t.Fatalf("tag %q: the error does not say why: %v", tag, err)
+		}
+	}
+}
