@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -58,15 +59,15 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 	route = route.WithDefaults()
 	start := time.Now()
 	until := start.Add(max(0, in.Remaining) + route.ProviderRecordSettle)
-	if d, ok := ctx.Deadline(); ok && d.Add(-recordLookupTimeout-time.Second).Before(until) {
+	if d, ok := ctx.Deadline(); ok && d.Add(-a.recordLookupBound()-time.Second).Before(until) {
 		// The reconcilers after this one, and the report, need their time.
-		until = d.Add(-recordLookupTimeout - time.Second)
+		until = d.Add(-a.recordLookupBound() - time.Second)
 	}
 	var s recordSearch
 	wait := recordPollFirst
 	for {
 		s.lookups++
-		f, class, err := a.lookUpRecord(ctx, in, route, s.lookups)
+		f, class, timedOut, err := a.lookUpRecord(ctx, in, route, s.lookups)
 		if ctx.Err() != nil {
 			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 		}
@@ -90,10 +91,10 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 				return a.recordUnsettled(ctx, route, s, time.Since(start)), false, nil
 			}
 		case lookupCannotSucceed(class.Class):
-			s.failures, s.lastFailure, s.refused = s.failures+1, failureOf(class, err), true
+			s.failures, s.lastFailure, s.refused = s.failures+1, a.failureOf(class, err, timedOut), true
 			return a.recordUnsettled(ctx, route, s, time.Since(start)), false, nil
 		default:
-			s.failures, s.lastFailure = s.failures+1, failureOf(class, err)
+			s.failures, s.lastFailure = s.failures+1, a.failureOf(class, err, timedOut)
 			if s.failures >= recordLookupFailures {
 				return a.recordUnsettled(ctx, route, s, time.Since(start)), false, nil
 			}
@@ -118,8 +119,9 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 // lookUpRecord makes lookup n: one GET through the engine, as an
 // attempt of its own (its id is the attempt's with "-record-n", so it is
 // never counted as the attempt), classified by the engine like any.
-func (a *Activities) lookUpRecord(ctx context.Context, in attempt.ReconcileInput, route routes.Route, n int) (exchange.Found, evidence.Classification, error) {
-	lctx, cancel := context.WithTimeoutCause(ctx, recordLookupTimeout, recovery.ErrTimedOut)
+// timedOut says its own bound (recordLookupTimeout) ended it.
+func (a *Activities) lookUpRecord(ctx context.Context, in attempt.ReconcileInput, route routes.Route, n int) (f exchange.Found, class evidence.Classification, timedOut bool, err error) {
+	lctx, cancel := context.WithTimeoutCause(ctx, a.recordLookupBound(), recovery.ErrTimedOut)
 	defer cancel()
 	att := recovery.NewAttempt(recovery.Spec{
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID + "-record-" + strconv.Itoa(n),
@@ -132,9 +134,16 @@ func (a *Activities) lookUpRecord(ctx context.Context, in attempt.ReconcileInput
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
 		engine = a.InsecureEngine
 	}
-	f, err := exchange.FindStored(recovery.WithAttempt(lctx, att), engine, route, in.AttemptID)
-	_, class := att.Finish(f.Signal)
-	return f, class, err
+	f, err = exchange.FindStored(recovery.WithAttempt(lctx, att), engine, route, in.AttemptID)
+	_, class = att.Finish(f.Signal)
+	return f, class, ctx.Err() == nil && errors.Is(context.Cause(lctx), recovery.ErrTimedOut), err
+}
+
+func (a *Activities) recordLookupBound() time.Duration {
+	if a.recordLookup > 0 {
+		return a.recordLookup
+	}
+	return recordLookupTimeout
 }
 
 // lookupCannotSucceed says a failed lookup would fail the same way again:
@@ -148,11 +157,14 @@ func lookupCannotSucceed(c evidence.Class) bool {
 }
 
 // failureOf names a failed lookup by its class and reason (and status),
-// never by what the body said.
-func failureOf(c evidence.Classification, err error) string {
+// never by what the body said; one its own bound ended says so.
+func (a *Activities) failureOf(c evidence.Classification, err error, timedOut bool) string {
 	why := string(c.Class) + " (" + c.Reason + ")"
-	if c.Class == evidence.Completed && err != nil {
+	switch {
+	case c.Class == evidence.Completed && err != nil:
 		why = "an answer that is not a list of stored completions"
+	case timedOut:
+		why = "the provider's record did not answer within " + a.recordLookupBound().String() + ": " + why
 	}
 	return why
 }

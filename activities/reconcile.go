@@ -144,6 +144,43 @@ const (
 	journalEndGrace = 3 * time.Second
 )
 
+// journalReadTimeout bounds each of the built-in reconciler's reads of the
+// journal: a read past it (a half-open PostgreSQL connection, a table
+// lock, a stalled disk) leaves the journal unreadable and the reconciler
+// goes on to the next source, instead of waiting for it until its own
+// deadline.
+const journalReadTimeout = 5 * time.Second
+
+// ErrReadTimedOut is returned (wrapped, with the context's error) for a
+// journal read that did not finish within journalReadTimeout.
+var ErrReadTimedOut = errors.New("durallm: the journal did not answer in time")
+
+func (a *Activities) journalReadBound() time.Duration {
+	if a.journalRead > 0 {
+		return a.journalRead
+	}
+	return journalReadTimeout
+}
+
+// lookUpJournal is Journal.Lookup bounded by journalReadTimeout (and ctx),
+// counted among the worker's abandoned operations while a read it stopped
+// waiting for has not returned (Activities.bounded).
+func (a *Activities) lookUpJournal(ctx context.Context, attemptID string) (journal.Entry, bool, error) {
+	var res struct {
+		e  journal.Entry
+		ok bool
+	}
+	err := a.bounded(ctx, time.Now().Add(a.journalReadBound()), false, ErrReadTimedOut, func(ctx context.Context) error {
+		e, ok, err := a.Journal.Lookup(ctx, attemptID)
+		res.e, res.ok = e, ok
+		return err
+	})
+	if err != nil {
+		return journal.Entry{}, false, err
+	}
+	return res.e, res.ok, nil
+}
+
 func (a *Activities) journalLease() time.Duration {
 	if a.lease > 0 {
 		return a.lease
@@ -158,7 +195,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 	unsettled := func(state, note string) (attempt.ReconcileOutput, bool, error) {
 		return attempt.ReconcileOutput{JournalState: state, Note: note}, false, nil
 	}
-	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
+	e, ok, err := a.lookUpJournal(ctx, in.AttemptID)
 	// A Sent entry's worker renews it while the exchange runs: the wait
 	// goes on while it does, judged on this worker's own observation of
 	// the entry (sentWait), whatever the writer's clock says.
@@ -177,7 +214,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 		case <-time.After(journalPoll):
 		}
-		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
+		e, ok, err = a.lookUpJournal(ctx, in.AttemptID)
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -187,7 +224,17 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 	case err != nil:
 		a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
-		return unsettled("unreadable", "the journal could not be read")
+		note := "the journal could not be read"
+		switch {
+		case errors.Is(err, ErrReadTimedOut):
+			note = "the journal did not answer within " + a.journalReadBound().String() + ": it was passed over"
+		case errors.Is(err, ErrJournalStuck):
+			note = "the journal is stuck (reads and writes this worker stopped waiting for have not returned): it was passed over"
+		}
+		if w.changed.IsZero() {
+			return unsettled("unreadable", note)
+		}
+		return unsettled("unreadable", note+" (it last held the request sent, written at "+w.last.At.UTC().Format(time.RFC3339Nano)+")")
 	case !ok:
 		return unsettled("none", "the journal holds no entry for this attempt")
 	}
