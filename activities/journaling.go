@@ -90,6 +90,13 @@ const (
 	journalLease    = 2 * time.Second
 )
 
+// renewalBound is how many leases a renewal write may take before the
+// worker stops waiting for it. The next renewal starts a lease after this
+// one, so a worker whose writes land within their bound lands a renewal
+// at most a lease plus that bound after the one before: what it writes in
+// the entry (journal.Entry.Renewal) for its readers' patience.
+const renewalBound = 3
+
 // sentInFlight bounds an attempt's renewal writes that have not returned
 // (waited for or abandoned): a hung journal holds that many goroutines per
 // attempt, not one per lease.
@@ -135,11 +142,12 @@ func (s *sentRecord) wait(by time.Time) {
 
 // journalSent journals the attempt as Sent once its request is on the
 // wire, and renews the entry every journalLease while the exchange runs,
-// with the time left to the exchange's deadline. A renewal never waits
-// for the one before it: each is a write of its own, bounded by three
-// leases (the reader's patience), so one stuck write does not make a
-// live worker look dead. Failures are logged and counted like record's,
-// once.
+// with the time left to the exchange's deadline and how long its next
+// renewal may take to land (journal.Entry.Renewal, the reader's
+// patience). A renewal never waits for the one before it: each is a
+// write of its own, bounded by renewalBound leases, so one stuck write
+// does not make a live worker look dead. Failures are logged and counted
+// like record's, once.
 func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) *sentRecord {
 	if a.Journal == nil {
 		return nil
@@ -153,11 +161,12 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 			return
 		}
 		last = time.Now()
-		e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
+		e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline,
+			Renewal: a.journalLease() + renewalBound*a.journalLease()}
 		if !deadline.IsZero() {
 			e.Remaining = deadline.Sub(last)
 		}
-		by := last.Add(3 * a.journalLease())
+		by := last.Add(renewalBound * a.journalLease())
 		if !deadline.IsZero() && deadline.Before(by) {
 			by = deadline
 		}

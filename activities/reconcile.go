@@ -137,8 +137,9 @@ func joinNotes(notes ...string) string {
 // attempt that may still end on a live worker; journalEndGrace is how long
 // past the attempt's deadline it waits for the end record the worker
 // writes right after the exchange ends.
-// A Sent entry unrenewed for three leases (journalLease) counts as its
-// worker's loss.
+// A Sent entry unrenewed for as long as its writer said its next renewal
+// may take (journal.Entry.Renewal; a lease plus renewalBound leases for an
+// entry that does not say) counts as its worker's loss.
 const (
 	journalPoll     = 250 * time.Millisecond
 	journalEndGrace = 3 * time.Second
@@ -315,6 +316,17 @@ func remaining(e journal.Entry) time.Duration {
 	return 0
 }
 
+// patience is how long a reader waits for a Sent entry to change before
+// it takes its worker for dead: what the writer said its next renewal may
+// take to land (Renewal), or, for an entry that does not say, a lease
+// plus the bound on a renewal write, this worker's own.
+func (a *Activities) patience(e journal.Entry) time.Duration {
+	if e.Renewal > 0 {
+		return e.Renewal
+	}
+	return a.journalLease() + renewalBound*a.journalLease()
+}
+
 // sentWaitEnd says why the built-in reconciler stopped waiting for a Sent
 // attempt to end.
 type sentWaitEnd string
@@ -323,7 +335,8 @@ const (
 	// sentPastDeadline: the attempt's deadline, and the grace for its end
 	// record, passed.
 	sentPastDeadline sentWaitEnd = "past_deadline"
-	// sentStoppedRenewing: the entry did not change for three leases.
+	// sentStoppedRenewing: the entry did not change for as long as its
+	// writer said a renewal may take (patience).
 	sentStoppedRenewing sentWaitEnd = "stopped_renewing"
 	// sentOutOfTime: this reconcile activity's own deadline is near.
 	sentOutOfTime sentWaitEnd = "out_of_time"
@@ -335,7 +348,7 @@ func (a *Activities) whyNotWait(ctx context.Context, w sentWait, now time.Time) 
 	switch {
 	case !now.Before(w.until.Add(journalEndGrace)):
 		return sentPastDeadline
-	case now.Sub(w.changed) >= 3*a.journalLease():
+	case now.Sub(w.changed) >= a.patience(w.last):
 		return sentStoppedRenewing
 	}
 	if d, ok := ctx.Deadline(); ok && !now.Before(d.Add(-time.Second)) {
