@@ -25,7 +25,12 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// happy_path_deadline_timer.json is the happy path as recorded before
 	// attempt.DeadlineTimerNearDeadline, with a deadline timer around the
 	// attempt; the others were re-recorded after it.
-	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "happy_path_deadline_timer.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false}
+	// verdict_during_reconciler.json has a verdict applied while the
+	// built-in reconciler ran (the verdictDuringReconciler version marker);
+	// verdict_during_reconciler_before.json is the same race recorded
+	// before that change, where the verdict waited for the reconciler.
+	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "happy_path_deadline_timer.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false,
+		"verdict_during_reconciler.json": false, "verdict_during_reconciler_before.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {
