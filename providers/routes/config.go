@@ -286,8 +286,9 @@ type rawCaps struct {
 //
 // The overrides, for a route called NAME (see EnvPrefix):
 // DURALLM_ROUTE_<NAME>_BASE_URL, DURALLM_ROUTE_<NAME>_MODEL,
-// DURALLM_ROUTE_<NAME>_API_KEY_ENV, DURALLM_ROUTE_<NAME>_INTERMEDIARY and
-// DURALLM_ROUTE_<NAME>_HTTP_VERSION.
+// DURALLM_ROUTE_<NAME>_API_KEY_ENV, DURALLM_ROUTE_<NAME>_INTERMEDIARY,
+// DURALLM_ROUTE_<NAME>_HTTP_VERSION and DURALLM_ROUTE_<NAME>_PROVIDER_RECORD
+// ("none" turns off a record the file sets).
 // API_KEY_ENV replaces the key source, so it also clears api_key_file.
 func LoadConfig(path string, env func(string) string) (Config, error) {
 	if env == nil {
@@ -326,6 +327,15 @@ func LoadConfig(path string, env func(string) string) (Config, error) {
 			// protocol.
 			if v := env(p + "HTTP_VERSION"); v != "" {
 				r.HTTPVersion = strings.TrimSpace(v)
+			}
+			// A BASE_URL pointed at a provider that keeps a record (or
+			// one that does not) must be able to say so; "none" turns
+			// off one the file sets.
+			if v := strings.TrimSpace(env(p + "PROVIDER_RECORD")); v != "" {
+				if v == "none" {
+					v = ""
+				}
+				r.ProviderRecord = v
 			}
 			// Whoever points BASE_URL at a gateway must be able to say so.
 			if v := env(p + "INTERMEDIARY"); v != "" {

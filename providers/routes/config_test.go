@@ -476,3 +476,38 @@ func TestAStoredCompletionsRouteCannotDeclareNoRetention(t *testing.T) {
 		}
 	}
 }
+
+// An operator who points a route at a provider that keeps a record (or
+// at one that does not) through the environment can say so there too,
+// as with intermediary: the compose stack's routes file is shared.
+func TestLoadConfigProviderRecordOverride(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: primary
+    kind: openai
+    base_url: https://a.example/v1
+    model: m
+    api_key_env: K
+  - name: kept
+    kind: openai
+    base_url: https://b.example/v1
+    model: m
+    api_key_env: K
+    provider_record: stored_completions
+`)
+	env := map[string]string{"DURALLM_ROUTE_PRIMARY_PROVIDER_RECORD": "stored_completions", "DURALLM_ROUTE_KEPT_PROVIDER_RECORD": "none"}
+	cfg, err := LoadConfig(path, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Routes[0]; a.ProviderRecord != ProviderRecordStoredCompletions || a.ProviderRecordSettle != DefaultProviderRecordSettle {
+		t.Fatalf("primary: record %q settle %v", a.ProviderRecord, a.ProviderRecordSettle)
+	}
+	if b := cfg.Routes[1]; b.ProviderRecord != "" || b.ProviderRecordSettle != 0 {
+		t.Fatalf("kept, turned off: record %q settle %v", b.ProviderRecord, b.ProviderRecordSettle)
+	}
+	env["DURALLM_ROUTE_PRIMARY_PROVIDER_RECORD"] = "usage_ledger"
+	if _, err := LoadConfig(path, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), `route "primary": provider_record`) {
+		t.Fatalf("an unknown record: %v", err)
+	}
+}
