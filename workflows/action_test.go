@@ -118,6 +118,20 @@ func (r *run) exec(in ActionInput) ActionResult {
 	return res
 }
 
+// status queries the running action's status (from a delayed callback).
+func (r *run) status() Status {
+	r.t.Helper()
+	var st Status
+	v, err := r.env.QueryWorkflow(QueryStatus)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		r.t.Error(err)
+	}
+	return st
+}
+
 func (r *run) attemptsStarted() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -1109,12 +1123,7 @@ func TestAVerdictSentWhileTheBuiltInReconcilerRunsIsAppliedAtOnce(t *testing.T) 
 			var upd *updateResult
 			var sentAt time.Time
 			r.env.RegisterDelayedCallback(func() {
-				v, err := r.env.QueryWorkflow(QueryStatus)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				_ = v.Get(&during)
+				during = r.status()
 				sentAt = r.env.Now()
 				req := ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "the person's answer"}, By: "ops"}
 				if via == "update" {
@@ -1155,12 +1164,7 @@ func TestTheStatusSaysWhenTheActionWaitsForAPerson(t *testing.T) {
 		Return(attempt.ReconcileOutput{Verdict: attempt.VerdictNone, By: attempt.ByJournal, JournalState: "ended_unanswered", Note: "no proof either way"}, nil).Once()
 	var during Status
 	r.env.RegisterDelayedCallback(func() {
-		v, err := r.env.QueryWorkflow(QueryStatus)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		_ = v.Get(&during)
+		during = r.status()
 		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon})
 	}, 10*time.Minute)
 	res := r.exec(input("a"))
