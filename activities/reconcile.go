@@ -63,6 +63,14 @@ var ErrNoReconciler = errors.New("durallm: no reconciler configured on this work
 // canceled) returns an error wrapping ctx's error and cause: it has not
 // found that nothing can tell, so Temporal retries it.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
+	if activity.IsActivity(ctx) {
+		// While any reconciler runs, the application's included: its
+		// worker's loss is then seen within the heartbeat timeout, and it
+		// runs again on another worker at once.
+		defer onEachTick(reconcileHeartbeatEvery, ctx.Done(), func() {
+			activity.RecordHeartbeat(ctx, "reconciling attempt "+in.AttemptID)
+		})()
+	}
 	var builtin attempt.ReconcileOutput
 	asked := false
 	if a.Journal != nil {
@@ -144,6 +152,10 @@ const (
 	journalPoll     = 250 * time.Millisecond
 	journalEndGrace = 3 * time.Second
 )
+
+// reconcileHeartbeatEvery is how often Reconcile heartbeats while it
+// runs: well inside the workflow's heartbeat timeout for it (10 s).
+const reconcileHeartbeatEvery = 2 * time.Second
 
 // journalReadTimeout bounds each of the built-in reconciler's reads of the
 // journal: a read past it (a half-open PostgreSQL connection, a table

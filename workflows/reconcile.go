@@ -191,6 +191,10 @@ const (
 	reconcilerPreempted
 )
 
+// reconcileHeartbeatTimeout detects a reconcile activity whose worker was
+// lost; the activity heartbeats every 2 s while it runs.
+const reconcileHeartbeatTimeout = 10 * time.Second
+
 // verdictDuringReconciler is the change that applies a verdict accepted
 // while the worker's reconciler runs at once, canceling it. Histories
 // from before it waited for the reconciler, whose verdict, if it gave
@@ -218,8 +222,11 @@ func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, reconcilerE
 	}
 	ctx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute + remaining + settle,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
+		// A reconciler whose worker is lost runs again on another within
+		// this, not after its start-to-close (minutes): it heartbeats.
+		HeartbeatTimeout: reconcileHeartbeatTimeout,
+		RetryPolicy:      &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:          "reconcile attempt " + strconv.Itoa(rec.N),
 	}))
 	defer cancel()
 	fut := workflow.ExecuteActivity(ctx, attempt.Reconcile, attempt.ReconcileInput{

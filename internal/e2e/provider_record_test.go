@@ -193,3 +193,50 @@ func TestE2EAVerdictSentWhileTheReconcilerLooksIsAppliedAtOnce(t *testing.T) {
 	}
 	s.saveHistory("verdict-while-looking", "verdict_during_reconciler")
 }
+
+// A worker SIGKILLed while its built-in reconciler looks for the
+// provider's record: the reconcile activity heartbeats, so Temporal runs
+// it again on another worker within its heartbeat timeout, instead of
+// after its start-to-close timeout (a minute, the attempt's time and the
+// settle window: minutes), and that worker settles the action.
+func TestE2EAReconcilerWhoseWorkerIsKilledRunsAgainOnAnotherWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a worker process")
+	}
+	s := newStack(t)
+	// The record shows up 8 s after the provider started generating:
+	// after the worker that first looks is killed.
+	s.p.SetStoreLag(8 * time.Second)
+	gate := make(chan struct{})
+	defer close(gate)
+	s.p.Push(providertest.Answer("the stored answer").WaitFor(gate))
+	dir := t.TempDir()
+	const settle = 2 * time.Minute
+	cmd := s.helperWorker("DURALLM_HELPER_JOURNAL="+dir, "DURALLM_HELPER_PROVIDER_RECORD="+settle.String())
+	in := actionInput(false)
+	// The attempt times out while the provider generates: ambiguous.
+	in.AttemptTimeout, in.QueueTimeout = 2*time.Second, time.Second
+	// Well inside the reconciler's start-to-close timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := s.c.Start(ctx, "reconciler-killed", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitState("reconciler-killed", workflows.StateAwaitingReconciliation)
+	waitFor(t, func() bool { return len(s.p.Received()) >= 2 }) // the attempt, and a lookup
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	s.startWorker(func(o *worker.Options) {
+		o.Journal = journal.Dir{Path: dir}
+		for i := range o.Config.Routes {
+			o.Config.Routes[i].ProviderRecord, o.Config.Routes[i].ProviderRecordSettle = routes.ProviderRecordStoredCompletions, settle
+		}
+	})
+	res, err := a.Result(ctx)
+	if err != nil || res.State != workflows.StateReconciled || res.Response == nil || res.Response.Text != "the stored answer" || res.Attempts[0].VerdictBy != attempt.ByProvider {
+		t.Fatalf("state %s err %v notes %v", res.State, err, res.Notes)
+	}
+}
