@@ -154,7 +154,7 @@ const (
 )
 
 // reconcileHeartbeatEvery is how often Reconcile heartbeats while it
-// runs: well inside the workflow's heartbeat timeout for it (10 s).
+// runs: well inside the workflow's heartbeat timeout for it (20 s).
 const reconcileHeartbeatEvery = 2 * time.Second
 
 // journalReadTimeout bounds each of the built-in reconciler's reads of the

@@ -192,8 +192,10 @@ const (
 )
 
 // reconcileHeartbeatTimeout detects a reconcile activity whose worker was
-// lost; the activity heartbeats every 2 s while it runs.
-const reconcileHeartbeatTimeout = 10 * time.Second
+// lost (killed, cut off); the activity heartbeats every 2 s while it
+// runs. It outlasts a Temporal node's restart (about 6 s), through which
+// a worker dialling that node cannot heartbeat.
+const reconcileHeartbeatTimeout = 20 * time.Second
 
 // verdictDuringReconciler is the change that applies a verdict accepted
 // while the worker's reconciler runs at once, canceling it. Histories
