@@ -48,18 +48,8 @@ func claimName(actionRef string) string {
 // PutFor stores data for the action actionRef: its claim first, then the
 // data. Data stored before claims were kept (a result with no claims
 // directory) is held for no action first, as Put would have held it.
-func (d Dir) PutFor(_ context.Context, actionRef string, data []byte) (string, error) {
-	ref := Ref(fileScheme, data)
-	name := strings.TrimPrefix(ref, fileScheme+":")
-	if d.storedBeforeClaims(name) {
-		if err := d.hold(name); err != nil {
-			return "", err
-		}
-	}
-	if err := d.claim(name, claimName(actionRef), actionRef); err != nil {
-		return "", err
-	}
-	return ref, d.write(name, ref, data)
+func (d Dir) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
+	return d.PutForAll(ctx, []string{actionRef}, data)
 }
 
 // storedBeforeClaims reports whether the result name is stored with no

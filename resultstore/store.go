@@ -9,6 +9,10 @@
 // them in PostgreSQL, for workers and clients on several machines. Both
 // are Expirable: each result is stored for its action (PutFor) and a
 // Sweeper deletes it a retention after the last such action closed.
+//
+// The same stores keep every large Temporal payload by reference (package
+// claimcheck), each claimed for the workflows whose history holds it
+// (PutForAll), up to the store's Limit.
 package resultstore
 
 import (
@@ -61,6 +65,9 @@ type Dir struct {
 	// Keys, when set, encrypts what is stored with the payload keyring
 	// (Seal); a client reading the directory needs the same keyring.
 	Keys *codec.Keyring
+	// MaxBytes is the largest blob Put keeps (ErrTooLarge above it). Zero
+	// means DefaultMaxBytes.
+	MaxBytes int64
 }
 
 const fileScheme = "file"
@@ -100,6 +107,9 @@ func Check(ref string, data []byte) error {
 // when an action that stores the same data later expires (Dir.PutFor
 // stores it for one). The hold is written before the data.
 func (d Dir) Put(_ context.Context, data []byte) (string, error) {
+	if err := CheckSize(int64(len(data)), d.Limit()); err != nil {
+		return "", err
+	}
 	ref := Ref(fileScheme, data)
 	name := strings.TrimPrefix(ref, fileScheme+":")
 	if err := d.hold(name); err != nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers/exchange"
@@ -330,8 +331,8 @@ func TestAnthropicNonStreaming(t *testing.T) {
 		r.ID != "msg_01XFDUDYJgAACzvnptvVoYEL" || r.Model != "claude-sonnet-4-5-20250929" || r.Partial {
 		t.Fatalf("response %+v\ntool calls %s", r, r.ToolCalls)
 	}
-	if r.Usage != (providers.Usage{PromptTokens: 484, CompletionTokens: 77, TotalTokens: 561}) {
-		t.Fatalf("usage %+v (cache reads count as prompt tokens)", r.Usage)
+	if r.Usage != (providers.Usage{PromptTokens: 484, CompletionTokens: 77, TotalTokens: 561, CachedTokens: 100}) {
+		t.Fatalf("usage %+v (cache reads count as prompt tokens, and as cached ones)", r.Usage)
 	}
 	if !strings.Contains(string(r.Raw), `"container":null`) {
 		t.Fatal("an unknown member did not survive in Raw")
@@ -687,4 +688,19 @@ func TestAnthropicNoContentOrKeyInErrors(t *testing.T) {
 			t.Fatalf("the attempt log contains %s", c)
 		}
 	}
+}
+
+// The client gives a non-streamed request a timer of its own (ten minutes)
+// when the attempt may run longer, and cancels it as soon as it has handed
+// back an error status: the exchange reads the provider's error body
+// after that, so the request must not go out under the client's timer.
+func TestAnthropicErrorBodyIsReadOnALongAttempt(t *testing.T) {
+	body := `{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}`
+	checkStatusCases(t, []statusCase{
+		{"model not found, attempt timeout 30m", providertest.Status(404, nil, body), evidence.SignalModelNotFound, evidence.IncompatibleRoute},
+	}, newAnthropicHarness, func(h *harness) routes.Route {
+		r := h.claude()
+		r.AttemptTimeout = 30 * time.Minute
+		return r
+	})
 }

@@ -37,6 +37,9 @@ type Store struct {
 	// Keys, when set (before first use), encrypts what is stored with the
 	// payload keyring (resultstore.Seal); clients need the same keyring.
 	Keys *codec.Keyring
+	// MaxBytes is the largest blob Put keeps (resultstore.ErrTooLarge
+	// above it). Zero means resultstore.DefaultMaxBytes.
+	MaxBytes int64
 
 	pool *pgxpool.Pool
 }
@@ -71,7 +74,7 @@ func (s *Store) Close() { s.pool.Close() }
 // Put of the same data, from any worker, writes nothing and returns the
 // same reference.
 func (s *Store) Put(ctx context.Context, data []byte) (string, error) {
-	return s.store(ctx, "", data)
+	return s.store(ctx, nil, data)
 }
 
 // Get reads the blob a "pg:<sha256>" reference names and checks its
@@ -101,7 +104,7 @@ const claimLock = 0x64726c72 // "drlr"
 // the result's lock, its claim and the data, so that a Release never
 // deletes data a PutFor has returned.
 func (s *Store) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
-	return s.store(ctx, actionRef, data)
+	return s.store(ctx, []string{actionRef}, data)
 }
 
 // holdOld holds for no action a result stored before the claims
@@ -113,32 +116,45 @@ SELECT $1, '' WHERE EXISTS (SELECT 1 FROM results WHERE sha256 = $1)
 	AND NOT EXISTS (SELECT 1 FROM result_claims WHERE sha256 = $1)
 ON CONFLICT (sha256, action_ref) DO NOTHING`
 
-// store writes the data and its claim for actionRef ("" holds it for no
-// action) in one transaction under the result's lock.
-func (s *Store) store(ctx context.Context, actionRef string, data []byte) (string, error) {
-	ref := resultstore.Ref(Scheme, data)
-	stored, err := resultstore.Seal(s.Keys, ref, data)
-	if err != nil {
+// store writes the claims of actionRefs (with none, the hold of a result
+// stored for no action: a claim whose action_ref is empty) and the data,
+// unless the store already holds it (then it is not sent again), in one
+// transaction under the result's lock.
+func (s *Store) store(ctx context.Context, actionRefs []string, data []byte) (string, error) {
+	if err := resultstore.CheckSize(int64(len(data)), s.Limit()); err != nil {
 		return "", err
 	}
-	if stored == nil {
-		stored = []byte{} // the column is NOT NULL; an empty response is still a response
+	claims := actionRefs
+	if len(claims) == 0 {
+		claims = []string{""}
 	}
+	ref := resultstore.Ref(Scheme, data)
 	name := strings.TrimPrefix(ref, Scheme+":")
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(claimLock), name); err != nil {
 			return err
 		}
-		if actionRef != "" {
+		if len(actionRefs) > 0 {
 			if _, err := tx.Exec(ctx, holdOld, name); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO result_claims (sha256, action_ref) VALUES ($1, $2)
-			ON CONFLICT (sha256, action_ref) DO UPDATE SET written = now()`, name, actionRef); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO result_claims (sha256, action_ref) SELECT $1, unnest($2::text[])
+			ON CONFLICT (sha256, action_ref) DO UPDATE SET written = now()`, name, claims); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`, name, stored)
+		var held bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM results WHERE sha256 = $1)`, name).Scan(&held); err != nil || held {
+			return err
+		}
+		stored, err := resultstore.Seal(s.Keys, ref, data)
+		if err != nil {
+			return err
+		}
+		if stored == nil {
+			stored = []byte{} // the column is NOT NULL; an empty response is still a response
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`, name, stored)
 		return err
 	})
 	if err != nil {
