@@ -35,7 +35,8 @@ func lostAnswer(t *testing.T, a *Activities, p *providertest.Provider, b provide
 	t.Cleanup(func() { close(gate) })
 	p.Push(b.WaitFor(gate))
 	in := attemptOn("recorded", hello())
-	in.Timeout = 300 * time.Millisecond
+	// Long enough to dial and send on a loaded machine.
+	in.Timeout = time.Second
 	out, err := a.CallModel(context.Background(), in)
 	if err != nil || out.Classification.Class != evidence.Ambiguous {
 		t.Fatalf("the attempt is %s (%s), %v; want ambiguous", out.Classification.Class, out.Classification.Reason, err)
