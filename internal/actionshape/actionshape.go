@@ -60,13 +60,14 @@ func Parent(ctx workflow.Context, in Input) (Call, error) {
 }
 
 // volatile are the keys whose values differ from run to run (times, ids,
-// connection refs, byte counts, a stored result's digest); they are
+// connection refs, byte counts, a stored result's digest, how a stream's
+// content was cut into pieces); they are
 // compared by presence only.
 var volatile = map[string]bool{
 	"at": true, "scheduled": true, "deadline": true, "duration": true, "elapsed": true, "first_byte": true,
 	"attempt_id": true, "conn_ref": true, "authority": true, "request_bytes": true, "response_bytes": true,
 	"id": true, "created": true, "model": true, "debug_len": true, "prompt_tokens": true, "completion_tokens": true, "total_tokens": true, "stream_id": true,
-	"result_ref": true,
+	"result_ref": true, "pieces": true,
 }
 
 // Of is v as JSON, with each volatile value replaced by its JSON kind

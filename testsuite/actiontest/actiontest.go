@@ -941,6 +941,9 @@ func (a *Actions) response(at Attempt, in attempt.Input, route attempt.RouteInfo
 		r.Usage = providers.Usage{PromptTokens: len(body) / 4, CompletionTokens: len(strings.Fields(r.Text)) + 1}
 		r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
 	}
+	if in.Request.Stream && r.Pieces == "" {
+		r.Pieces = streamedPieces(r)
+	}
 	if r.Raw == nil && !in.Request.Stream && !r.Partial {
 		msg := map[string]any{"role": "assistant"}
 		if r.Text != "" || len(r.ToolCalls) == 0 {
@@ -956,4 +959,24 @@ func (a *Actions) response(at Attempt, in attempt.Input, route attempt.RouteInfo
 		})
 	}
 	return r
+}
+
+// streamedPieces is how a worker's hub records a streamed answer's
+// content (providers.Pieces): here the text in one piece and each tool
+// call's arguments in one, where a provider's chunks would make more.
+func streamedPieces(r providers.Response) providers.Pieces {
+	var p providers.Pieces
+	if r.Text != "" {
+		p = p.Append(providers.Piece{Kind: providers.PieceText, Len: len(r.Text)})
+	}
+	var calls []struct {
+		Function struct {
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	_ = json.Unmarshal(r.ToolCalls, &calls) // scripted calls are well formed; none otherwise
+	for i, c := range calls {
+		p = p.Append(providers.Piece{Kind: providers.PieceToolCall, Call: i, ID: true, Type: true, Name: true, Len: len(c.Function.Arguments)})
+	}
+	return p
 }

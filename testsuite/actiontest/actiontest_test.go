@@ -233,6 +233,9 @@ func runReal(t *testing.T, in workflows.ActionInput, behaviours []providertest.B
 	acts := &activities.Activities{
 		Engine: recovery.New(recovery.Config{TLSClientConfig: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler)}),
 		Routes: cfg.RouteMap(), Logger: slog.New(slog.DiscardHandler),
+		// As on every durallm worker (worker.New), streamed deltas go
+		// through a hub, which records how they were cut (pieces).
+		Streams: activities.NewStreams(),
 	}
 	if worker != nil {
 		worker(t, acts)
