@@ -126,6 +126,7 @@ type Option func(*options)
 type options struct {
 	taskQueue string
 	awaitFor  time.Duration
+	budget    *Budget
 }
 
 // TaskQueue names the task queue the durallm workers poll. Default
@@ -189,6 +190,13 @@ func StartCall(ctx workflow.Context, name string, in workflows.ActionInput, opts
 	if err := checkInline(ctx, in); err != nil {
 		f.fail(err)
 		return f
+	}
+	if o.budget != nil {
+		var err error
+		if in, err = o.budget.reserve(ctx, f, name, in); err != nil {
+			f.fail(err)
+			return f
+		}
 	}
 	if o.awaitFor > 0 {
 		in.NotifyParent = true
@@ -273,6 +281,11 @@ func (c *call) start() {
 		// One id, one action, once: never a second execution under the
 		// same idempotency key. A taken id is reached instead (follow).
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}
+	if f.budget != nil {
+		// So that a retried run finds the calls the failed run made
+		// under its budget (workflows.BudgetCalls).
+		opts.Memo = map[string]any{workflows.BudgetMemo: f.budget.Name}
 	}
 	cctx := f.ctx
 	if f.o.awaitFor > 0 {

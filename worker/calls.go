@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/durallm/durallm/workflows"
@@ -210,4 +212,137 @@ func (c *Calls) heartbeat(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
+}
+
+// BudgetCalls answers where each call of a parent's budget that q asks
+// about stands and what it committed (workflows.BudgetCalls): the calls
+// q.Held names, and on a retried run the calls the runs it retries
+// started under the budget (by their workflows.BudgetMemo), but for
+// those in q.Known. It reads those runs' histories back through the
+// retries (WorkflowExecutionStarted's attempt and continued run) to the
+// run that began with the retried run's input.
+func (c *Calls) BudgetCalls(ctx context.Context, q workflows.BudgetQuery) ([]workflows.CallSpend, error) {
+	ids := slices.Clone(q.Held)
+	var runs map[string]bool
+	if q.Retried != "" {
+		found, walked, err := c.retriedCalls(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		runs = walked
+		for _, id := range found {
+			if !slices.Contains(q.Known, id) && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	out := make([]workflows.CallSpend, 0, len(ids))
+	for i, id := range ids {
+		s, parentRun, err := c.spendOf(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		// A retried run's start of a name an earlier run had made was
+		// refused: that action is the earlier run's, counted there.
+		if i >= len(q.Held) && (!s.Found || !runs[parentRun]) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// retriedCalls lists the actions the run q.Retried, and each run it
+// retried in turn, asked to start under the budget q.Budget, and the
+// runs it read. An action whose memo does not say which budget (a codec
+// encrypts it) counts as this one's: over-counting never overshoots.
+func (c *Calls) retriedCalls(ctx context.Context, q workflows.BudgetQuery) (ids []string, runs map[string]bool, err error) {
+	runs = map[string]bool{}
+	for run := q.Retried; run != "" && !runs[run]; {
+		runs[run] = true
+		next := ""
+		events := c.Client.GetWorkflowHistory(ctx, q.ParentID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for events.HasNext() {
+			ev, err := events.Next()
+			var nf *serviceerror.NotFound
+			if errors.As(err, &nf) {
+				break // no longer kept: nothing to read
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("durallm: history of %s: %w", q.ParentID, err)
+			}
+			if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil && a.GetAttempt() > 1 {
+				next = a.GetContinuedExecutionRunId()
+			}
+			a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes()
+			if a == nil || a.GetWorkflowType().GetName() != workflows.WorkflowName {
+				continue
+			}
+			p, ok := a.GetMemo().GetFields()[workflows.BudgetMemo]
+			if !ok {
+				continue
+			}
+			var name string
+			if converter.GetDefaultDataConverter().FromPayload(p, &name) == nil && name != q.Budget {
+				continue
+			}
+			if id := a.GetWorkflowId(); !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		run = next
+	}
+	return ids, runs, nil
+}
+
+// spendOf is where the action id stands and what it committed, and the
+// run of the workflow that started it.
+func (c *Calls) spendOf(ctx context.Context, id string) (workflows.CallSpend, string, error) {
+	s := workflows.CallSpend{ActionRef: id}
+	d, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return s, "", nil
+	}
+	if err != nil {
+		return s, "", fmt.Errorf("durallm: describe %s: %w", id, err)
+	}
+	info := d.GetWorkflowExecutionInfo()
+	s.Found, s.RunID = true, info.GetExecution().GetRunId()
+	parentRun := info.GetParentExecution().GetRunId()
+	var st workflows.Status
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		s.Ended = true
+		res, err := c.result(ctx, id, s.RunID)
+		var app *temporal.ApplicationError
+		switch {
+		case errors.As(err, &app) && app.Type() == workflows.InvalidInputType:
+			// Failed on its input: nothing was dispatched.
+			s.Committed = &workflows.Spend{}
+			return s, parentRun, nil
+		case errors.As(err, &app) && app.Type() == workflows.CallClosedType:
+			// Closed without a result: the caller charges what it
+			// reserved, all it may have spent.
+			return s, parentRun, nil
+		}
+		if err != nil {
+			return s, parentRun, err
+		}
+		st = res.Status
+	} else {
+		v, err := c.Client.QueryWorkflow(ctx, id, s.RunID, workflows.QueryStatus)
+		if err == nil {
+			err = v.Get(&st)
+		}
+		if err != nil {
+			return s, parentRun, fmt.Errorf("durallm: status of %s: %w", id, err)
+		}
+	}
+	committed := workflows.Spend{Tokens: int64(st.Usage.Tokens()), Cost: st.Cost}
+	if l := st.Ledger; l != nil {
+		limit := l.Limit
+		s.Limit, committed = &limit, l.Committed()
+	}
+	s.Committed = &committed
+	return s, parentRun, nil
 }
