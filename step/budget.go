@@ -59,8 +59,8 @@ type Budget struct {
 	Calls []BudgetCall `json:"calls,omitempty"`
 
 	// synced: this run has brought the budget up to date (a new run
-	// decodes a Budget without it).
-	synced bool
+	// decodes a Budget without it); syncing: a call is bringing it.
+	synced, syncing bool
 }
 
 // BudgetCall is one call a Budget counts.
@@ -266,6 +266,13 @@ func (b *Budget) settle(i int, s workflows.Spend) {
 // most it may commit and followed to its end. A run that carries no
 // hold and retries nothing asks nothing.
 func (b *Budget) bringUpToDate(ctx workflow.Context, o options) error {
+	if b.syncing {
+		// Calls started at once at a run's start: one asks, the others
+		// wait for its answer.
+		if err := workflow.Await(ctx, func() bool { return !b.syncing }); err != nil {
+			return err
+		}
+	}
 	if b.synced {
 		return nil
 	}
@@ -291,7 +298,10 @@ func (b *Budget) bringUpToDate(ctx workflow.Context, o options) error {
 			Summary:     "bring the budget up to date",
 		})
 		var spent []workflows.CallSpend
-		if err := workflow.ExecuteActivity(actx, workflows.BudgetCalls, q).Get(actx, &spent); err != nil {
+		b.syncing = true
+		err := workflow.ExecuteActivity(actx, workflows.BudgetCalls, q).Get(actx, &spent)
+		b.syncing = false
+		if err != nil {
 			return fmt.Errorf("step: bring the budget up to date: %w", err)
 		}
 		for _, s := range spent {

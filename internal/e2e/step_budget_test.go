@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -152,7 +153,8 @@ func budgetRetried(ctx workflow.Context, in budgetIn) (budgetOut, error) {
 }
 
 // budgetAcrossContinueAsNew goes on from "turn-1", awaiting its verdict,
-// and continues as new; the next run calls "turn-2" and waits for both.
+// and continues as new; the next run makes "turn-2" and "turn-3" at
+// once and waits for all three.
 func budgetAcrossContinueAsNew(ctx workflow.Context, in budgetIn) (budgetOut, error) {
 	var out budgetOut
 	if !in.Continued {
@@ -162,7 +164,19 @@ func budgetAcrossContinueAsNew(ctx workflow.Context, in budgetIn) (budgetOut, er
 		in.Continued = true
 		return out, workflow.NewContinueAsNewError(ctx, budgetAcrossContinueAsNew, in)
 	}
-	if _, err := out.call(ctx, &in, "turn-2"); err != nil {
+	wg := workflow.NewWaitGroup(ctx)
+	var errs []error
+	for _, name := range []string{"turn-2", "turn-3"} {
+		wg.Add(1)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			defer wg.Done()
+			if _, err := out.call(ctx, &in, name); err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait(ctx)
+	if err := errors.Join(errs...); err != nil {
 		return out, err
 	}
 	return out.settled(ctx, &in)
@@ -288,8 +302,9 @@ func TestE2EStepARetriedParentCountsWhatItsFailedRunSpent(t *testing.T) {
 }
 
 // A run that continues as new while a call awaits its verdict hands the
-// next run the call's reservation, held; the next run's first call is
-// reserved beside it, and the budget learns the call's end when the
+// next run the call's reservation, held; the next run's calls, started
+// at once, are reserved beside it after one look at where it stands
+// (one BudgetCalls), and the budget learns the call's end when the
 // verdict comes.
 func TestE2EStepABudgetCarriesACallAwaitingItsVerdictAcrossContinueAsNew(t *testing.T) {
 	s := newStack(t)
@@ -299,25 +314,36 @@ func TestE2EStepABudgetCarriesACallAwaitingItsVerdictAcrossContinueAsNew(t *test
 	answer := providertest.Answer("ok").WithUsage(budgetUsage)
 	s.p.Push(providertest.GoAwayAfterProcessing(http2.ErrCodeNo).Processed(false))
 	s.p.SetDefault(answer)
-	// turn-2 has one worst case beside turn-1's two.
-	limit := 3 * worst
+	// turn-2 has two worst cases beside turn-1's two, turn-3 the one
+	// left.
+	limit := 5 * worst
 	in := budgetIn{Budget: step.Budget{Limit: workflows.Budget{Tokens: limit}, PerCall: workflows.Budget{Tokens: 2 * worst}}, TaskQueue: s.tq, Patience: time.Second}
 	run := s.startParent("budget-continued", q, budgetAcrossContinueAsNew, in)
-	waitFor(t, func() bool { return s.p.ExecutedCount("budget-continued-turn-2") == 1 })
+	waitFor(t, func() bool { return s.p.ExecutedCount("budget-continued-turn-3") == 1 })
 	if err := s.c.Reconcile(context.Background(), "budget-continued-turn-1", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictNotExecuted, By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	out := result[budgetOut](t, run)
 	b := out.Budget
-	if len(b.Calls) != 2 || b.Calls[0].Name != "turn-1" || b.Calls[1].Name != "turn-2" {
+	if len(b.Calls) != 3 {
 		t.Fatalf("calls %+v", b.Calls)
 	}
-	for i, c := range b.Calls {
-		if c.Reserved.Tokens != int64(2-i)*worst || c.Charged == nil || c.Charged.Tokens != budgetUsed {
-			t.Fatalf("call %+v, want %d reserved", c, int64(2-i)*worst)
+	for i, want := range []int64{2 * worst, 2 * worst, worst} {
+		c := b.Calls[i]
+		if c.Name != fmt.Sprintf("turn-%d", i+1) || c.Reserved.Tokens != want || c.Charged == nil || c.Charged.Tokens != budgetUsed {
+			t.Fatalf("call %d: %s reserved %d, charged %v; want %d reserved, %d charged", i+1, c.Name, c.Reserved.Tokens, c.Charged, want, budgetUsed)
+		}
+		if n := s.p.ExecutedCount("budget-continued-" + c.Name); n != 1 {
+			t.Fatalf("%s executed %d times", c.Name, n)
 		}
 	}
-	if s.p.ExecutedCount("budget-continued-turn-1") != 1 || s.p.ExecutedCount("budget-continued-turn-2") != 1 || s.executedTokens() != 2*budgetUsed {
-		t.Fatalf("executed %d and %d", s.p.ExecutedCount("budget-continued-turn-1"), s.p.ExecutedCount("budget-continued-turn-2"))
+	if s.executedTokens() != 3*budgetUsed {
+		t.Fatalf("executed %d tokens", s.executedTokens())
+	}
+	asked := s.events("budget-continued", "", func(ev *historypb.HistoryEvent) bool {
+		return ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == workflows.BudgetCalls
+	})
+	if len(asked) != 1 {
+		t.Fatalf("the second run asked BudgetCalls %d times, want once", len(asked))
 	}
 }
