@@ -45,6 +45,11 @@
 // to collect. docs/workflow.md, "Calling from your own workflow", has the
 // policies and why.
 //
+// The calls may share one budget in tokens and/or cost (Budget,
+// WithBudget): each reserves its part before it starts and settles at
+// what its action committed, so that together they never commit more,
+// across the workflow's retries and Continue-As-New.
+//
 // Everything here is deterministic workflow code. A call that reaches an
 // action its run did not start (a later run's, Attach) waits through the
 // activities workflows.DescribeCall and workflows.AwaitCall, which

@@ -20,8 +20,9 @@ import (
 // Calls are the activities package step runs on the durallm task queue to
 // reach an action that is not a child of the calling run
 // (workflows.DescribeCall, workflows.AwaitCall): one an earlier run of the
-// same workflow started, or one attached by id. They only read, through a
-// Temporal client. Worker registers them; to host durallm in a worker of
+// same workflow started, or one attached by id; and to bring a parent's
+// budget up to date with the calls of earlier runs
+// (workflows.BudgetCalls). They only read, through a Temporal client. Worker registers them; to host durallm in a worker of
 // your own, register &worker.Calls{Client: c} beside Register.
 type Calls struct {
 	// Client reads the actions. Required.
