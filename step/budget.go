@@ -91,7 +91,8 @@ type BudgetCall struct {
 // Either way the call is where the budget stops.
 //
 // Pass the same b to every call of a run; b must outlive them (keep it
-// in the workflow's state).
+// in the workflow's state). Attach ignores it: watching an action
+// spends nothing.
 func WithBudget(b *Budget) Option {
 	return func(o *options) { o.budget = b }
 }
@@ -117,9 +118,9 @@ func (b *Budget) Left() workflows.Spend { return b.Ledger().Left() }
 
 // Holding is how many calls hold a reservation: calls running, and
 // calls a run before this one left running that the budget has not yet
-// learned the end of. workflow.Await(ctx, func() bool { return
-// b.Holding() == 0 }) waits until every call this run follows has
-// settled.
+// learned the end of. Once the budget is up to date in this run (its
+// first call, or Sync), workflow.Await(ctx, func() bool { return
+// b.Holding() == 0 }) waits until every call has settled.
 func (b *Budget) Holding() int {
 	n := 0
 	for _, c := range b.Calls {
@@ -128,6 +129,22 @@ func (b *Budget) Holding() int {
 		}
 	}
 	return n
+}
+
+// Sync brings the budget up to date in this run, as the first call a run
+// makes under it does by itself: it learns where the calls an earlier
+// run left running stand, and on a retried run which calls the runs it
+// retries made under it (one activity, workflows.BudgetCalls, on the
+// durallm task queue: the TaskQueue option; other options are ignored),
+// charges those that ended and follows those running to their end. It
+// asks nothing when there is nothing to learn, and once a run. Use it
+// before reading Left or waiting on Holding in a run that makes no call
+// first.
+func (b *Budget) Sync(ctx workflow.Context, opts ...Option) error {
+	if errs := b.problems(); len(errs) > 0 {
+		return &workflows.InputError{Problems: errs}
+	}
+	return b.bringUpToDate(ctx, newOptions(opts))
 }
 
 // problems lists what is wrong with the budget itself.

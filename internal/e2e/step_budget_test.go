@@ -120,8 +120,9 @@ func budgetTurns(ctx workflow.Context, in budgetIn) (budgetOut, error) {
 }
 
 // budgetRetried calls "a", starts "b" and fails while b runs, on its
-// first attempt. Its retry makes "a" again, then "c", waits for what it
-// holds, then calls "d", "e", ... until the budget stops it.
+// first attempt. Its retry brings its budget up to date (Sync), makes
+// "a" again, then "c", waits for what it holds, then calls "d", "e", ...
+// until the budget stops it.
 func budgetRetried(ctx workflow.Context, in budgetIn) (budgetOut, error) {
 	var out budgetOut
 	if workflow.GetInfo(ctx).Attempt == 1 {
@@ -133,6 +134,10 @@ func budgetRetried(ctx workflow.Context, in budgetIn) (budgetOut, error) {
 			return out, err
 		}
 		return out, temporal.NewApplicationError("the first run fails while b runs", "Planned")
+	}
+	// Before its first call, as a run that reads Left first would.
+	if err := in.Budget.Sync(ctx, step.TaskQueue(in.TaskQueue)); err != nil {
+		return out, err
 	}
 	for _, name := range []string{"a", "c", "d", "e", "f", "g"} {
 		stopped, err := out.call(ctx, &in, name)
