@@ -65,8 +65,10 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	defer release()
 	sent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
+	var pieces *providers.Pieces
 	if a.Streams != nil {
-		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
+		as := a.Streams.forAttempt(in.ActionRef, in.Attempt)
+		sink, pieces = as, &as.pieces
 	}
 	engine := a.Engine
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
@@ -79,6 +81,10 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	ev, class := att.FinishWith(facts(ctx, res, err))
 	if a.Streams != nil {
 		a.Streams.attemptEnded(in.ActionRef, class.Class)
+	}
+	if pieces != nil {
+		// How the answer streamed, so that any reader numbers it alike.
+		res.Response.Pieces = *pieces
 	}
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {
