@@ -402,3 +402,66 @@ func TestContinueAsNewCarriesTheHoldOfACallAwaitingItsVerdict(t *testing.T) {
 		t.Fatalf("next %+v", next)
 	}
 }
+
+// A call made twice under the budget, the second while the first runs,
+// is one call: reserved once, charged once, executed once.
+func TestTheSameCallTwiceIsReservedAndChargedOnce(t *testing.T) {
+	_, worst := worstOf(t)
+	env, actions := newEnv(t)
+	actions.On("plan", answered("the plan").Taking(time.Minute))
+	actions.On("next", answered("next"))
+	env.ExecuteWorkflow(func(ctx workflow.Context) (step.Budget, error) {
+		b := step.Budget{Limit: workflows.Budget{Tokens: 10 * worst}, PerCall: workflows.Budget{Tokens: 2 * worst}}
+		first := step.StartCall(ctx, "plan", budgetAsk(), step.WithBudget(&b))
+		again := step.StartCall(ctx, "plan", budgetAsk(), step.WithBudget(&b))
+		for _, f := range []*step.Future{first, again} {
+			if res, err := f.Get(ctx); err != nil || res.Response.Text != "the plan" {
+				return b, fmt.Errorf("plan: %v", err)
+			}
+		}
+		_, err := step.Call(ctx, "next", budgetAsk(), step.WithBudget(&b))
+		return b, err
+	})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var b step.Budget
+	if err := env.GetWorkflowResult(&b); err != nil {
+		t.Fatal(err)
+	}
+	actions.AssertExpectations(t)
+	if l := b.Ledger(); len(b.Calls) != 2 || l.Settled.Tokens != 2*used || len(l.Holds) != 0 || b.Calls[1].Reserved.Tokens != 2*worst {
+		t.Fatalf("calls %+v", b.Calls)
+	}
+	if n := len(actions.Sent("plan")); n != 1 {
+		t.Fatalf("plan sent %d attempts", n)
+	}
+}
+
+// A run handed a budget that holds a call whose action is gone
+// (Temporal no longer keeps it; here, an environment that never ran it)
+// charges that call all it reserved, the most it may have spent, at its
+// first call, and reserves the next from what is left.
+func TestARunHandedAHoldWhoseActionIsGoneChargesWhatItReserved(t *testing.T) {
+	_, worst := worstOf(t)
+	env, actions := newEnv(t)
+	actions.On("turn-3", answered("three"))
+	gone := step.BudgetCall{Name: "turn-2", ActionID: step.ActionID(parentID, "turn-2"), Reserved: workflows.Spend{Tokens: worst}}
+	settled := step.BudgetCall{Name: "turn-1", ActionID: step.ActionID(parentID, "turn-1"), Reserved: workflows.Spend{Tokens: worst}, Charged: &workflows.Spend{Tokens: used}}
+	limit := 2*worst + used
+	env.ExecuteWorkflow(func(ctx workflow.Context) (step.Budget, error) {
+		b := step.Budget{Limit: workflows.Budget{Tokens: limit}, Calls: []step.BudgetCall{settled, gone}}
+		_, err := step.Call(ctx, "turn-3", budgetAsk(), step.WithBudget(&b))
+		return b, err
+	})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var b step.Budget
+	if err := env.GetWorkflowResult(&b); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Calls) != 3 || b.Calls[1].Charged == nil || b.Calls[1].Charged.Tokens != worst || b.Calls[2].Reserved.Tokens != limit-used-worst || b.Calls[2].Charged.Tokens != used {
+		t.Fatalf("calls %+v", b.Calls)
+	}
+}

@@ -193,10 +193,7 @@ func (f *Future) end(res workflows.ActionResult, err error) {
 func (f *Future) committed() workflows.Spend {
 	switch {
 	case f.res.State != "":
-		if l := f.res.Ledger; l != nil {
-			return l.Committed()
-		}
-		return workflows.Spend{Tokens: int64(f.res.Usage.Tokens()), Cost: f.res.Cost}
+		return f.res.Committed()
 	case !f.reached, errors.Is(f.err, durallm.ErrInvalidInput):
 		return workflows.Spend{}
 	}

@@ -299,51 +299,29 @@ func (c *Calls) retriedCalls(ctx context.Context, q workflows.BudgetQuery) (ids 
 // spendOf is where the action id stands and what it committed, and the
 // run of the workflow that started it.
 func (c *Calls) spendOf(ctx context.Context, id string) (workflows.CallSpend, string, error) {
-	s := workflows.CallSpend{ActionRef: id}
 	d, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return s, "", nil
+		return workflows.CallSpend{ActionRef: id}, "", nil
 	}
 	if err != nil {
-		return s, "", fmt.Errorf("durallm: describe %s: %w", id, err)
+		return workflows.CallSpend{ActionRef: id}, "", fmt.Errorf("durallm: describe %s: %w", id, err)
 	}
 	info := d.GetWorkflowExecutionInfo()
-	s.Found, s.RunID = true, info.GetExecution().GetRunId()
-	parentRun := info.GetParentExecution().GetRunId()
-	var st workflows.Status
+	runID, parentRun := info.GetExecution().GetRunId(), info.GetParentExecution().GetRunId()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		s.Ended = true
-		res, err := c.result(ctx, id, s.RunID)
-		var app *temporal.ApplicationError
-		switch {
-		case errors.As(err, &app) && app.Type() == workflows.InvalidInputType:
-			// Failed on its input: nothing was dispatched.
-			s.Committed = &workflows.Spend{}
-			return s, parentRun, nil
-		case errors.As(err, &app) && app.Type() == workflows.CallClosedType:
-			// Closed without a result: the caller charges what it
-			// reserved, all it may have spent.
-			return s, parentRun, nil
-		}
-		if err != nil {
-			return s, parentRun, err
-		}
-		st = res.Status
-	} else {
-		v, err := c.Client.QueryWorkflow(ctx, id, s.RunID, workflows.QueryStatus)
-		if err == nil {
-			err = v.Get(&st)
-		}
-		if err != nil {
-			return s, parentRun, fmt.Errorf("durallm: status of %s: %w", id, err)
-		}
+		res, err := c.result(ctx, id, runID)
+		s, err := workflows.SpendOf(id, runID, true, res.Status, err)
+		return s, parentRun, err
 	}
-	committed := workflows.Spend{Tokens: int64(st.Usage.Tokens()), Cost: st.Cost}
-	if l := st.Ledger; l != nil {
-		limit := l.Limit
-		s.Limit, committed = &limit, l.Committed()
+	var st workflows.Status
+	v, err := c.Client.QueryWorkflow(ctx, id, runID, workflows.QueryStatus)
+	if err == nil {
+		err = v.Get(&st)
 	}
-	s.Committed = &committed
-	return s, parentRun, nil
+	if err != nil {
+		return workflows.CallSpend{ActionRef: id}, parentRun, fmt.Errorf("durallm: status of %s: %w", id, err)
+	}
+	s, err := workflows.SpendOf(id, runID, false, st, nil)
+	return s, parentRun, err
 }

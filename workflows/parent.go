@@ -1,8 +1,10 @@
 package workflows
 
 import (
+	"errors"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -146,4 +148,30 @@ type CallSpend struct {
 	// cost; nil when its status cannot be read (a workflow closed without
 	// a result: terminated, timed out).
 	Committed *Spend `json:"committed,omitempty"`
+}
+
+// SpendOf is what BudgetCalls answers for action id, found under run
+// runID: from its status st (its result's, once ended) or, for one that
+// ended, the error reading its result gave: an action that failed on its
+// input (InvalidInputType) dispatched nothing; one whose workflow closed
+// without a result (CallClosedType) committed what nothing says.
+func SpendOf(id, runID string, ended bool, st Status, readErr error) (CallSpend, error) {
+	s := CallSpend{ActionRef: id, Found: true, RunID: runID, Ended: ended}
+	var app *temporal.ApplicationError
+	switch {
+	case errors.As(readErr, &app) && app.Type() == InvalidInputType:
+		s.Committed = &Spend{}
+		return s, nil
+	case errors.As(readErr, &app) && app.Type() == CallClosedType:
+		return s, nil
+	case readErr != nil:
+		return s, readErr
+	}
+	committed := st.Committed()
+	s.Committed = &committed
+	if st.Ledger != nil {
+		limit := st.Ledger.Limit
+		s.Limit = &limit
+	}
+	return s, nil
 }
