@@ -121,19 +121,26 @@ func runAgent(t *testing.T, in agentIn, script func(*actiontest.Actions)) (agent
 	t.Helper()
 	env, actions := newEnv(t)
 	script(actions)
-	env.ExecuteWorkflow(budgetAgent, in)
+	return resultOf[agentOut](t, env, actions, budgetAgent, in), actions, env
+}
+
+// resultOf runs wf in env and returns its result, failing the test when
+// it failed or left a scripted attempt unrun.
+func resultOf[T any](t *testing.T, env *testsuite.TestWorkflowEnvironment, actions *actiontest.Actions, wf any, args ...any) T {
+	t.Helper()
+	env.ExecuteWorkflow(wf, args...)
 	if !env.IsWorkflowCompleted() {
-		t.Fatal("the agent did not complete")
+		t.Fatal("the workflow did not complete")
 	}
 	if err := env.GetWorkflowError(); err != nil {
-		t.Fatalf("the agent failed: %v", err)
+		t.Fatalf("the workflow failed: %v", err)
 	}
-	var out agentOut
+	var out T
 	if err := env.GetWorkflowResult(&out); err != nil {
 		t.Fatal(err)
 	}
 	actions.AssertExpectations(t)
-	return out, actions, env
+	return out
 }
 
 // The case: a 10-turn agent under a parent budget whose third
@@ -259,15 +266,7 @@ func TestCallsInParallelEachReserveTheirCapAndOneWithNothingLeftStartsNothing(t 
 	for _, name := range []string{"a", "b", "c", "e"} {
 		actions.On(name, answered(name))
 	}
-	env.ExecuteWorkflow(parallelCalls, step.Budget{Limit: workflows.Budget{Tokens: 3 * worst}, PerCall: workflows.Budget{Tokens: worst}})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
-	var out parallelOut
-	if err := env.GetWorkflowResult(&out); err != nil {
-		t.Fatal(err)
-	}
-	actions.AssertExpectations(t)
+	out := resultOf[parallelOut](t, env, actions, parallelCalls, step.Budget{Limit: workflows.Budget{Tokens: 3 * worst}, PerCall: workflows.Budget{Tokens: worst}})
 	if len(out.Reserved) != 3 || out.Reserved[0] != worst || out.Reserved[1] != worst || out.Reserved[2] != worst {
 		t.Fatalf("reserved %v, want %d each", out.Reserved, worst)
 	}
@@ -292,7 +291,7 @@ func TestACallReservesAllThatIsLeftCappedByItsOwnBudget(t *testing.T) {
 	env, actions := newEnv(t)
 	actions.On("own", answered("own"))
 	actions.On("rest", answered("rest"))
-	env.ExecuteWorkflow(func(ctx workflow.Context) (step.Budget, error) {
+	b := resultOf[step.Budget](t, env, actions, func(ctx workflow.Context) (step.Budget, error) {
 		b := step.Budget{Limit: workflows.Budget{Tokens: 10 * worst}}
 		in := budgetAsk()
 		in.Budget = &workflows.Budget{Tokens: 2 * worst}
@@ -302,13 +301,6 @@ func TestACallReservesAllThatIsLeftCappedByItsOwnBudget(t *testing.T) {
 		_, err := step.Call(ctx, "rest", budgetAsk(), step.WithBudget(&b))
 		return b, err
 	})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
-	var b step.Budget
-	if err := env.GetWorkflowResult(&b); err != nil {
-		t.Fatal(err)
-	}
 	if len(b.Calls) != 2 || b.Calls[0].Reserved.Tokens != 2*worst || b.Calls[1].Reserved.Tokens != 10*worst-used {
 		t.Fatalf("calls %+v", b.Calls)
 	}
@@ -332,7 +324,7 @@ func TestACostBudgetIsReservedAndChargedAtTheRoutesPrices(t *testing.T) {
 	actions.On("one", answered("one"))
 	actions.On("two", answered("two"))
 	limit := 2*worstCost + 0.5*worstCost
-	env.ExecuteWorkflow(func(ctx workflow.Context) (step.Budget, error) {
+	b := resultOf[step.Budget](t, env, actions, func(ctx workflow.Context) (step.Budget, error) {
 		b := step.Budget{Limit: workflows.Budget{Cost: limit}}
 		for _, name := range []string{"one", "two"} {
 			if _, err := step.Call(ctx, name, budgetAsk(), step.WithBudget(&b)); err != nil {
@@ -341,13 +333,6 @@ func TestACostBudgetIsReservedAndChargedAtTheRoutesPrices(t *testing.T) {
 		}
 		return b, nil
 	})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
-	var b step.Budget
-	if err := env.GetWorkflowResult(&b); err != nil {
-		t.Fatal(err)
-	}
 	cost := prices.Cost(providers.Usage{PromptTokens: 20, CompletionTokens: 100, TotalTokens: used})
 	if len(b.Calls) != 2 || b.Calls[0].Reserved.Cost != limit || b.Calls[0].Charged.Cost != cost || b.Calls[1].Reserved.Cost != limit-cost {
 		t.Fatalf("calls %+v, want the first to reserve %v and be charged %v", b.Calls, limit, cost)
@@ -410,7 +395,7 @@ func TestTheSameCallTwiceIsReservedAndChargedOnce(t *testing.T) {
 	env, actions := newEnv(t)
 	actions.On("plan", answered("the plan").Taking(time.Minute))
 	actions.On("next", answered("next"))
-	env.ExecuteWorkflow(func(ctx workflow.Context) (step.Budget, error) {
+	b := resultOf[step.Budget](t, env, actions, func(ctx workflow.Context) (step.Budget, error) {
 		b := step.Budget{Limit: workflows.Budget{Tokens: 10 * worst}, PerCall: workflows.Budget{Tokens: 2 * worst}}
 		first := step.StartCall(ctx, "plan", budgetAsk(), step.WithBudget(&b))
 		again := step.StartCall(ctx, "plan", budgetAsk(), step.WithBudget(&b))
@@ -422,14 +407,6 @@ func TestTheSameCallTwiceIsReservedAndChargedOnce(t *testing.T) {
 		_, err := step.Call(ctx, "next", budgetAsk(), step.WithBudget(&b))
 		return b, err
 	})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
-	var b step.Budget
-	if err := env.GetWorkflowResult(&b); err != nil {
-		t.Fatal(err)
-	}
-	actions.AssertExpectations(t)
 	if l := b.Ledger(); len(b.Calls) != 2 || l.Settled.Tokens != 2*used || len(l.Holds) != 0 || b.Calls[1].Reserved.Tokens != 2*worst {
 		t.Fatalf("calls %+v", b.Calls)
 	}
@@ -449,18 +426,11 @@ func TestARunHandedAHoldWhoseActionIsGoneChargesWhatItReserved(t *testing.T) {
 	gone := step.BudgetCall{Name: "turn-2", ActionID: step.ActionID(parentID, "turn-2"), Reserved: workflows.Spend{Tokens: worst}}
 	settled := step.BudgetCall{Name: "turn-1", ActionID: step.ActionID(parentID, "turn-1"), Reserved: workflows.Spend{Tokens: worst}, Charged: &workflows.Spend{Tokens: used}}
 	limit := 2*worst + used
-	env.ExecuteWorkflow(func(ctx workflow.Context) (step.Budget, error) {
+	b := resultOf[step.Budget](t, env, actions, func(ctx workflow.Context) (step.Budget, error) {
 		b := step.Budget{Limit: workflows.Budget{Tokens: limit}, Calls: []step.BudgetCall{settled, gone}}
 		_, err := step.Call(ctx, "turn-3", budgetAsk(), step.WithBudget(&b))
 		return b, err
 	})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
-	var b step.Budget
-	if err := env.GetWorkflowResult(&b); err != nil {
-		t.Fatal(err)
-	}
 	if len(b.Calls) != 3 || b.Calls[1].Charged == nil || b.Calls[1].Charged.Tokens != worst || b.Calls[2].Reserved.Tokens != limit-used-worst || b.Calls[2].Charged.Tokens != used {
 		t.Fatalf("calls %+v", b.Calls)
 	}
