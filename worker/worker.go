@@ -134,6 +134,13 @@ type Options struct {
 	// result store, the first time at Start. Zero means
 	// DefaultJournalSweepEvery (1h).
 	JournalSweepEvery time.Duration
+	// MaxAbandonedJournalOps caps the journal and result-store operations
+	// the worker stopped waiting for (past their bound) that have not
+	// returned: a journal stuck in the kernel holds an OS thread in each.
+	// At the cap new ones are not started (journal failures, counted) and
+	// /readyz answers 503, until some return (activities.AbandonedOps).
+	// Zero means activities.DefaultMaxAbandoned (32).
+	MaxAbandonedJournalOps int
 	// WorkflowPollers and ActivityPollers set the Temporal SDK's poller
 	// counts. Zero means the SDK's defaults (2 each).
 	WorkflowPollers, ActivityPollers int
@@ -214,6 +221,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Journal: o.Journal, Streams: o.Streams,
 		SearchAttributes: o.SearchAttributes, Logger: o.Logger, Telemetry: o.Telemetry,
 		Results: o.Results, LargeResponseBytes: o.LargeResponseBytes,
+		Abandoned: &activities.AbandonedOps{Max: o.MaxAbandonedJournalOps},
 		// Attempts still running near the end of the stop timeout end
 		// themselves and report while the worker still can.
 		StopGrace: o.StopTimeout - min(o.StopTimeout/4, 2*time.Second),
@@ -336,15 +344,20 @@ func (w *Worker) stopHTTP() {
 	}
 }
 
-// ready reports whether the worker polls and its Temporal server answers.
+// ready reports whether the worker polls, its Temporal server answers,
+// and its journal is not stuck (activities.AbandonedOps at its cap: its
+// attempts then go unjournaled).
 func (w *Worker) ready(ctx context.Context) error {
+	var errs []error
 	if !w.started.Load() {
-		return errors.New("worker not started")
+		errs = append(errs, errors.New("worker not started"))
+	} else if _, err := w.tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		errs = append(errs, fmt.Errorf("temporal server: %w", err))
 	}
-	if _, err := w.tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-		return fmt.Errorf("temporal server: %w", err)
+	if err := w.acts.Abandoned.Err(); err != nil {
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Streams returns the registry streamed deltas are published to.

@@ -58,6 +58,9 @@ func (c *Cluster) newWorker(n int) (*WorkerProc, error) {
 		"DURALLM_PRIMARY_API_KEY=demo", "DURALLM_FALLBACK_API_KEY=demo",
 	}
 	for _, r := range routeNames {
+		if c.o.ProviderRecord {
+			env = append(env, routes.EnvPrefix(r)+"PROVIDER_RECORD="+routes.ProviderRecordStoredCompletions)
+		}
 		if c.o.DirectProvider {
 			env = append(env, routes.EnvPrefix(r)+"BASE_URL="+c.Provider.H2CURL()+"/v1")
 			continue
