@@ -91,8 +91,9 @@ type BudgetCall struct {
 // Either way the call is where the budget stops.
 //
 // Pass the same b to every call of a run; b must outlive them (keep it
-// in the workflow's state). Attach ignores it: watching an action
-// spends nothing.
+// in the workflow's state). A nil b is no budget, as without the
+// option, so a workflow whose input may carry one passes it as it is.
+// Attach ignores it: watching an action spends nothing.
 func WithBudget(b *Budget) Option {
 	return func(o *options) { o.budget = b }
 }
