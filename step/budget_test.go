@@ -435,3 +435,21 @@ func TestARunHandedAHoldWhoseActionIsGoneChargesWhatItReserved(t *testing.T) {
 		t.Fatalf("calls %+v", b.Calls)
 	}
 }
+
+// WithBudget(nil) is no budget: the call runs as without the option.
+func TestANilBudgetIsNoBudget(t *testing.T) {
+	env, actions := newEnv(t)
+	actions.On("ask", answered("free"))
+	out := resultOf[[]outcome](t, env, actions, func(ctx workflow.Context) ([]outcome, error) {
+		start := workflow.Now(ctx)
+		var none *step.Budget
+		res, err := step.Call(ctx, "ask", budgetAsk(), step.WithBudget(none))
+		return []outcome{describe(ctx, start, "ask", res, err)}, nil
+	})
+	if o := out[0]; o.Err != "" || o.Text != "free" {
+		t.Fatalf("outcome %+v", o)
+	}
+	if st := statusOf(t, env, step.ActionID(parentID, "ask")); st.Ledger != nil {
+		t.Fatalf("the action had a budget: %+v", st.Ledger)
+	}
+}
