@@ -50,6 +50,13 @@ type Future struct {
 	cancelSent bool
 
 	readies []workflow.Settable
+
+	// With a budget (WithBudget): the budget and the index of the call's
+	// entry in it, which the action's start names and its end settles;
+	// reached: an action was started or found.
+	budget  *Budget
+	entry   int
+	reached bool
 }
 
 func newFuture(ctx workflow.Context, id string, o options, owner bool) *Future {
@@ -159,13 +166,38 @@ func (f *Future) markStarted(we workflow.Execution, err error) {
 		f.setStarted.SetError(err)
 		return
 	}
+	f.reached = true
+	if f.budget != nil {
+		f.budget.Calls[f.entry].ActionID = we.ID
+	}
 	f.setStarted.SetValue(we)
 }
 
 // end records the action's end (err as Get returns it).
 func (f *Future) end(res workflows.ActionResult, err error) {
 	f.ended, f.res, f.err = true, res, err
+	if f.budget != nil {
+		// Before the caller learns of the end: a Get that returns finds
+		// the budget settled.
+		f.budget.settle(f.entry, f.committed())
+	}
 	f.settleReadies()
+}
+
+// committed is what the ended call's action committed, for its budget: its
+// ledger's commitment (settled plus held), or for an action without a
+// budget its usage and cost; nothing when no action ran (none was
+// started or found, or it failed on its input); and for one that closed
+// without a result (terminated, timed out), all it reserved, the most
+// it may have spent.
+func (f *Future) committed() workflows.Spend {
+	switch {
+	case f.res.State != "":
+		return f.res.Committed()
+	case !f.reached, errors.Is(f.err, durallm.ErrInvalidInput):
+		return workflows.Spend{}
+	}
+	return f.budget.Calls[f.entry].Reserved
 }
 
 // fail ends a call that could not start or be reached.

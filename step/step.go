@@ -45,6 +45,11 @@
 // to collect. docs/workflow.md, "Calling from your own workflow", has the
 // policies and why.
 //
+// The calls may share one budget in tokens and/or cost (Budget,
+// WithBudget): each reserves its part before it starts and settles at
+// what its action committed, so that together they never commit more,
+// across the workflow's retries and Continue-As-New.
+//
 // Everything here is deterministic workflow code. A call that reaches an
 // action its run did not start (a later run's, Attach) waits through the
 // activities workflows.DescribeCall and workflows.AwaitCall, which
@@ -126,6 +131,7 @@ type Option func(*options)
 type options struct {
 	taskQueue string
 	awaitFor  time.Duration
+	budget    *Budget
 }
 
 // TaskQueue names the task queue the durallm workers poll. Default
@@ -189,6 +195,13 @@ func StartCall(ctx workflow.Context, name string, in workflows.ActionInput, opts
 	if err := checkInline(ctx, in); err != nil {
 		f.fail(err)
 		return f
+	}
+	if o.budget != nil {
+		var err error
+		if in, err = o.budget.reserve(ctx, f, name, in); err != nil {
+			f.fail(err)
+			return f
+		}
 	}
 	if o.awaitFor > 0 {
 		in.NotifyParent = true
@@ -273,6 +286,11 @@ func (c *call) start() {
 		// One id, one action, once: never a second execution under the
 		// same idempotency key. A taken id is reached instead (follow).
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}
+	if f.budget != nil {
+		// So that a retried run finds the calls the failed run made
+		// under its budget (workflows.BudgetCalls).
+		opts.Memo = map[string]any{workflows.BudgetMemo: f.budget.Name}
 	}
 	cctx := f.ctx
 	if f.o.awaitFor > 0 {

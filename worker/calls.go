@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/durallm/durallm/workflows"
@@ -18,8 +20,9 @@ import (
 // Calls are the activities package step runs on the durallm task queue to
 // reach an action that is not a child of the calling run
 // (workflows.DescribeCall, workflows.AwaitCall): one an earlier run of the
-// same workflow started, or one attached by id. They only read, through a
-// Temporal client. Worker registers them; to host durallm in a worker of
+// same workflow started, or one attached by id; and to bring a parent's
+// budget up to date with the calls of earlier runs
+// (workflows.BudgetCalls). They only read, through a Temporal client. Worker registers them; to host durallm in a worker of
 // your own, register &worker.Calls{Client: c} beside Register.
 type Calls struct {
 	// Client reads the actions. Required.
@@ -210,4 +213,115 @@ func (c *Calls) heartbeat(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
+}
+
+// BudgetCalls answers where each call of a parent's budget that q asks
+// about stands and what it committed (workflows.BudgetCalls): the calls
+// q.Held names, and on a retried run the calls the runs it retries
+// started under the budget (by their workflows.BudgetMemo), but for
+// those in q.Known. It reads those runs' histories back through the
+// retries (WorkflowExecutionStarted's attempt and continued run) to the
+// run that began with the retried run's input.
+func (c *Calls) BudgetCalls(ctx context.Context, q workflows.BudgetQuery) ([]workflows.CallSpend, error) {
+	ids := slices.Clone(q.Held)
+	var runs map[string]bool
+	if q.Retried != "" {
+		found, walked, err := c.retriedCalls(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		runs = walked
+		for _, id := range found {
+			if !slices.Contains(q.Known, id) && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	out := make([]workflows.CallSpend, 0, len(ids))
+	for i, id := range ids {
+		s, parentRun, err := c.spendOf(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		// A retried run's start of a name an earlier run had made was
+		// refused: that action is the earlier run's, counted there.
+		if i >= len(q.Held) && (!s.Found || !runs[parentRun]) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// retriedCalls lists the actions the run q.Retried, and each run it
+// retried in turn, asked to start under the budget q.Budget, and the
+// runs it read. An action whose memo does not say which budget (a codec
+// encrypts it) counts as this one's: over-counting never overshoots.
+func (c *Calls) retriedCalls(ctx context.Context, q workflows.BudgetQuery) (ids []string, runs map[string]bool, err error) {
+	runs = map[string]bool{}
+	for run := q.Retried; run != "" && !runs[run]; {
+		runs[run] = true
+		next := ""
+		events := c.Client.GetWorkflowHistory(ctx, q.ParentID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for events.HasNext() {
+			ev, err := events.Next()
+			var nf *serviceerror.NotFound
+			if errors.As(err, &nf) {
+				break // no longer kept: nothing to read
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("durallm: history of %s: %w", q.ParentID, err)
+			}
+			if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil && a.GetAttempt() > 1 {
+				next = a.GetContinuedExecutionRunId()
+			}
+			a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes()
+			if a == nil || a.GetWorkflowType().GetName() != workflows.WorkflowName {
+				continue
+			}
+			p, ok := a.GetMemo().GetFields()[workflows.BudgetMemo]
+			if !ok {
+				continue
+			}
+			var name string
+			if converter.GetDefaultDataConverter().FromPayload(p, &name) == nil && name != q.Budget {
+				continue
+			}
+			if id := a.GetWorkflowId(); !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		run = next
+	}
+	return ids, runs, nil
+}
+
+// spendOf is where the action id stands and what it committed, and the
+// run of the workflow that started it.
+func (c *Calls) spendOf(ctx context.Context, id string) (workflows.CallSpend, string, error) {
+	d, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return workflows.CallSpend{ActionRef: id}, "", nil
+	}
+	if err != nil {
+		return workflows.CallSpend{ActionRef: id}, "", fmt.Errorf("durallm: describe %s: %w", id, err)
+	}
+	info := d.GetWorkflowExecutionInfo()
+	runID, parentRun := info.GetExecution().GetRunId(), info.GetParentExecution().GetRunId()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		res, err := c.result(ctx, id, runID)
+		s, err := workflows.SpendOf(id, runID, true, res.Status, err)
+		return s, parentRun, err
+	}
+	var st workflows.Status
+	v, err := c.Client.QueryWorkflow(ctx, id, runID, workflows.QueryStatus)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		return workflows.CallSpend{ActionRef: id}, parentRun, fmt.Errorf("durallm: status of %s: %w", id, err)
+	}
+	s, err := workflows.SpendOf(id, runID, false, st, nil)
+	return s, parentRun, err
 }

@@ -1,8 +1,10 @@
 package workflows
 
 import (
+	"errors"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -95,3 +97,81 @@ const (
 	// (terminated, timed out).
 	CallClosedType = "ActionClosed"
 )
+
+// BudgetCalls is the activity package step runs, on the durallm task
+// queue, to bring a parent's budget (step.Budget) up to date at the first
+// call a run makes under it, when the run carries reservations of calls
+// an earlier run made (Continue-As-New) or retries a run that failed: it
+// answers a BudgetQuery with where each of those calls stands and what it
+// committed. It only reads, through a Temporal client.
+const BudgetCalls = "BudgetCalls"
+
+// BudgetMemo is the memo key of an action started under a parent's
+// budget (step.WithBudget); its value is the budget's name (step.Budget's
+// Name, often empty). A retried run finds the calls the runs it retries
+// made under its budget by it.
+const BudgetMemo = "durallm-budget"
+
+// BudgetQuery asks BudgetCalls about the calls of one parent's budget.
+type BudgetQuery struct {
+	// ParentID is the calling workflow's id.
+	ParentID string `json:"parent_id"`
+	// Held are the ids of the actions the budget holds a reservation for,
+	// made by an earlier run: each is answered.
+	Held []string `json:"held,omitempty"`
+	// Retried is the run the calling run retries (its
+	// WorkflowInfo.ContinuedExecutionRunID, when its Attempt is above 1);
+	// empty for none. The actions that run started under the budget, and
+	// those of the runs it retried in turn, are answered too, but for the
+	// ones in Known.
+	Retried string `json:"retried,omitempty"`
+	// Budget is the budget's name, BudgetMemo's value.
+	Budget string `json:"budget,omitempty"`
+	// Known are the ids of the actions the budget already counts.
+	Known []string `json:"known,omitempty"`
+}
+
+// CallSpend is where one action a parent's budget counts stands, and
+// what it committed.
+type CallSpend struct {
+	ActionRef string `json:"action_ref"`
+	// Found is false when Temporal keeps no action under the id.
+	Found bool   `json:"found"`
+	RunID string `json:"run_id,omitempty"`
+	// Ended: the action ended, and Committed is final.
+	Ended bool `json:"ended,omitempty"`
+	// Limit is the action's own budget, the most it may commit; nil when
+	// it has none or its status cannot be read.
+	Limit *Budget `json:"limit,omitempty"`
+	// Committed is what the action's attempts committed (settled plus
+	// held: its ledger's), or for one without a budget its usage and
+	// cost; nil when its status cannot be read (a workflow closed without
+	// a result: terminated, timed out).
+	Committed *Spend `json:"committed,omitempty"`
+}
+
+// SpendOf is what BudgetCalls answers for action id, found under run
+// runID: from its status st (its result's, once ended) or, for one that
+// ended, the error reading its result gave: an action that failed on its
+// input (InvalidInputType) dispatched nothing; one whose workflow closed
+// without a result (CallClosedType) committed what nothing says.
+func SpendOf(id, runID string, ended bool, st Status, readErr error) (CallSpend, error) {
+	s := CallSpend{ActionRef: id, Found: true, RunID: runID, Ended: ended}
+	var app *temporal.ApplicationError
+	switch {
+	case errors.As(readErr, &app) && app.Type() == InvalidInputType:
+		s.Committed = &Spend{}
+		return s, nil
+	case errors.As(readErr, &app) && app.Type() == CallClosedType:
+		return s, nil
+	case readErr != nil:
+		return s, readErr
+	}
+	committed := st.Committed()
+	s.Committed = &committed
+	if st.Ledger != nil {
+		limit := st.Ledger.Limit
+		s.Limit = &limit
+	}
+	return s, nil
+}

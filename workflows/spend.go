@@ -129,3 +129,13 @@ func spendAttrs(rec AttemptRecord) []slog.Attr {
 	}
 	return a
 }
+
+// Committed is what the action's attempts committed, as its status
+// says: its ledger's settled plus held spending, or for an action
+// without a budget its usage and cost.
+func (st Status) Committed() Spend {
+	if st.Ledger != nil {
+		return st.Ledger.Committed()
+	}
+	return Spend{Tokens: int64(st.Usage.Tokens()), Cost: st.Cost}
+}

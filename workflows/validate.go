@@ -151,6 +151,38 @@ func (in ActionInput) Validate() error {
 	return &InputError{Problems: errs}
 }
 
+// Problems lists what is wrong with b as a limit, each naming its field
+// under field ("budget.tokens"): a negative, non-finite or absurd value,
+// or neither tokens nor cost set. Nil for a valid limit.
+func (b Budget) Problems(field string) []error {
+	var errs []error
+	b.check(field, func(f, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", f, fmt.Sprintf(format, args...)))
+	})
+	return errs
+}
+
+// check reports b's problems to bad, as Problems says.
+func (b Budget) check(field string, bad func(field, format string, args ...any)) {
+	switch {
+	case b.Tokens < 0:
+		bad(field+".tokens", "negative")
+	case b.Tokens > MaxBudgetTokens:
+		bad(field+".tokens", "above %d", int64(MaxBudgetTokens))
+	}
+	switch {
+	case math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0):
+		bad(field+".cost", "not a finite number")
+	case b.Cost < 0:
+		bad(field+".cost", "negative")
+	case b.Cost > MaxBudgetCost:
+		bad(field+".cost", "above %d", MaxBudgetCost)
+	}
+	if b.Tokens == 0 && b.Cost == 0 {
+		bad(field, "neither tokens nor cost is set: a zero limit would send nothing (leave the budget out for none)")
+	}
+}
+
 // maxCaller bounds the caller's name, a metric label.
 const maxCaller = 128
 
@@ -159,23 +191,7 @@ const maxCaller = 128
 // caller.
 func (in ActionInput) validateSpending(bad func(field, format string, args ...any)) {
 	if b := in.Budget; b != nil {
-		switch {
-		case b.Tokens < 0:
-			bad("budget.tokens", "negative")
-		case b.Tokens > MaxBudgetTokens:
-			bad("budget.tokens", "above %d", int64(MaxBudgetTokens))
-		}
-		switch {
-		case math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0):
-			bad("budget.cost", "not a finite number")
-		case b.Cost < 0:
-			bad("budget.cost", "negative")
-		case b.Cost > MaxBudgetCost:
-			bad("budget.cost", "above %d", MaxBudgetCost)
-		}
-		if b.Tokens == 0 && b.Cost == 0 {
-			bad("budget", "neither tokens nor cost is set: a zero limit would send nothing (leave the budget out for none)")
-		}
+		b.check("budget", bad)
 		if _, ok := in.Request.PromptTokenBound(0); !ok {
 			bad("budget", "the request has a file content part, whose tokens nothing bounds, so no attempt's worst case can be reserved")
 		}

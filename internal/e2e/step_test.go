@@ -53,6 +53,7 @@ func registerParents(w sdkworker.Registry) {
 	w.RegisterActivity(&agent.Activities{})
 	w.RegisterWorkflow(patientParent)
 	registerIdentityParents(w)
+	registerBudgetParents(w)
 }
 
 func (s *stack) agentInput(stream bool) agent.Input {

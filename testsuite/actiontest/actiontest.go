@@ -127,6 +127,7 @@ func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
 	env.RegisterActivityWithOptions(a.unscripted, activity.RegisterOptions{Name: attempt.CallModel})
 	env.RegisterActivityWithOptions(a.describeCall, activity.RegisterOptions{Name: workflows.DescribeCall})
 	env.RegisterActivityWithOptions(a.awaitCall, activity.RegisterOptions{Name: workflows.AwaitCall})
+	env.RegisterActivityWithOptions(a.budgetCalls, activity.RegisterOptions{Name: workflows.BudgetCalls})
 	env.OnActivity(attempt.CallModel, mock.Anything, mock.MatchedBy(func(in attempt.Input) bool {
 		_, ok := a.scripted(in)
 		return !ok

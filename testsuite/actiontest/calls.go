@@ -174,3 +174,33 @@ func (a *Actions) positionLocked(q workflows.CallQuery) (workflows.CallPosition,
 	}
 	return pos, nil
 }
+
+// budgetCalls is workflows.BudgetCalls in the test environment: where
+// each call a parent's budget holds stands and what it committed, from
+// what the actions saw of it, as worker.Calls reads it from Temporal. An
+// action this environment never ran is not found, as one Temporal no
+// longer keeps: the budget charges it what it reserved. The environment
+// runs one run and retries none, so q.Retried finds nothing.
+func (a *Actions) budgetCalls(_ context.Context, q workflows.BudgetQuery) ([]workflows.CallSpend, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]workflows.CallSpend, 0, len(q.Held))
+	for _, id := range q.Held {
+		r := a.records[id]
+		if r == nil {
+			out = append(out, workflows.CallSpend{ActionRef: id})
+			continue
+		}
+		pos, err := a.positionLocked(workflows.CallQuery{ActionRef: id})
+		st := r.status
+		if pos.Result != nil {
+			st = pos.Result.Status
+		}
+		s, err := workflows.SpendOf(id, r.runID, r.ended, st, err)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
