@@ -107,8 +107,8 @@ var ErrActionExists = errors.New("durallm: action id already used")
 // completed, completed_partial or reconciled. Use errors.As to read it.
 type ActionError struct {
 	ActionRef string
-	// State is the terminal state: failed, rejected, canceled or
-	// indeterminate.
+	// State is the terminal state: failed, rejected, canceled,
+	// indeterminate or spend_exhausted.
 	State workflows.State
 	// Outcome is the last attempt's classification (or the verdict).
 	Outcome string

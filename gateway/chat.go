@@ -193,7 +193,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri
 	}
 	ri.actionID = id
 	memo := gatewayMemo{Caller: caller.ID, Fingerprint: fp, Created: time.Now().Unix(), Model: m.Name, Keyed: keyed}
-	sess, aerr := g.startOrAttach(r.Context(), id, m.input(cr.Request), memo, m)
+	in := m.input(cr.Request)
+	in.Caller = caller.ID // a label on the action's token and cost metrics
+	sess, aerr := g.startOrAttach(r.Context(), id, in, memo, m)
 	if aerr != nil {
 		writeError(w, aerr)
 		return

@@ -39,6 +39,7 @@ const (
 	typeInProgress            = "durallm_in_progress"
 	typeStreamIncomplete      = "durallm_stream_incomplete"
 	typeServer                = "durallm_gateway_error"
+	typeInsufficientQuota     = "insufficient_quota"
 	codeInvalidAPIKey         = "invalid_api_key"
 	codeModelNotFound         = "model_not_found"
 	codeUnsupportedEndpoint   = "unsupported_endpoint"

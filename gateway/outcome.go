@@ -48,6 +48,11 @@ func outcomeOf(res workflows.ActionResult) outcome {
 			e.RetryAfter = last.Evidence.RetryAfter
 		}
 		return outcome{Err: e}
+	case workflows.StateSpendExhausted:
+		// The action's own budget, not a provider: OpenAI's answer for a
+		// spent quota, and not to be retried as it is.
+		return outcome{Err: &apiError{Status: http.StatusTooManyRequests, Type: typeInsufficientQuota, Code: typeInsufficientQuota,
+			Message: "the action's budget is spent (" + res.Reason + "): its next attempt's worst case did not fit, so it was not sent"}}
 	case workflows.StateIndeterminate:
 		return outcome{Err: &apiError{Status: http.StatusConflict, Type: typeIndeterminate, Code: res.Reason,
 			Message: "the action ended indeterminate (" + res.Reason + "): the provider may have run the request and nobody can tell; sending it again may run it twice"}}
