@@ -1,0 +1,176 @@
+package fleetlimit
+
+import (
+	"math"
+	"time"
+)
+
+// Limits are one route's limits as the store applies them. A zero field
+// sets no limit of its kind.
+type Limits struct {
+	RequestsPerMinute float64
+	TokensPerMinute   float64
+	MaxConcurrent     int
+}
+
+// The limits a take may wait for, or be refused by (Taken.Limit).
+const (
+	LimitRequests    = "requests"
+	LimitTokens      = "tokens"
+	LimitConcurrency = "concurrency"
+	// LimitPushback is a provider's Retry-After, held for the fleet.
+	LimitPushback = "pushback"
+)
+
+// Ask is what a take asks of a route's buckets.
+type Ask struct {
+	// Requests and Tokens are what the attempt needs: taken, with the
+	// wait until they fit, unless that wait is longer than MaxWait.
+	Requests, Tokens float64
+	// ExtraRequests and ExtraTokens are asked on top, for the limiter
+	// to keep on hand: granted only out of what is free now, after
+	// Requests and Tokens, and never while anyone waits.
+	ExtraRequests, ExtraTokens float64
+	// Slot asks for a place among the requests in flight. When there is
+	// none, nothing is taken (Taken.Slot false).
+	Slot bool
+	// MaxWait is the longest wait the caller accepts.
+	MaxWait time.Duration
+}
+
+// Taken is what a take got.
+type Taken struct {
+	// Wait is how long the caller must wait before sending: zero when
+	// everything it asked for was free.
+	Wait time.Duration
+	// Limit is the limit that made it wait (or refused it): LimitRequests,
+	// LimitTokens, LimitConcurrency or LimitPushback; empty when nothing
+	// did.
+	Limit string
+	// Refused reports that nothing was taken: the wait would pass MaxWait
+	// (Wait says how long it would be), or no slot was free (Limit is
+	// LimitConcurrency).
+	Refused bool
+	// ExtraRequests and ExtraTokens are the extras granted.
+	ExtraRequests, ExtraTokens float64
+	// Slot reports that a place among the requests in flight was taken.
+	Slot bool
+}
+
+// state is one route's buckets: the one model of the arithmetic, which
+// Memory runs in Go and Postgres in SQL (fleet_take and its peers in
+// internal/pgdb), and which storeSuite holds both to.
+type state struct {
+	// Requests and Tokens are the buckets' levels at Refilled; below zero
+	// while takers wait for what they were granted.
+	Requests, Tokens float64
+	Refilled         time.Time
+	// Held is how many requests are in flight.
+	Held int
+	// BlockedUntil is the end of the last Retry-After a provider sent.
+	BlockedUntil time.Time
+}
+
+// newState is a route's buckets before any take: full.
+func newState(l Limits, now time.Time) state {
+	return state{Requests: l.RequestsPerMinute, Tokens: l.TokensPerMinute, Refilled: now}
+}
+
+// refill brings the levels to now: a minute's worth per minute, never
+// above a minute's worth.
+func (s *state) refill(l Limits, now time.Time) {
+	if e := now.Sub(s.Refilled).Seconds(); e > 0 {
+		s.Requests = math.Min(l.RequestsPerMinute, s.Requests+l.RequestsPerMinute/60*e)
+		s.Tokens = math.Min(l.TokensPerMinute, s.Tokens+l.TokensPerMinute/60*e)
+		s.Refilled = now
+	}
+}
+
+// waitFor is how long until need fits in a bucket at level, with a limit
+// of perMinute (zero: none). A need above the limit waits for a full
+// bucket, and then takes it into debt: it can never fit whole.
+func waitFor(level, need, perMinute float64) time.Duration {
+	if perMinute <= 0 {
+		return 0
+	}
+	short := math.Min(need, perMinute) - level
+	if short <= 0 {
+		return 0
+	}
+	return time.Duration(short / (perMinute / 60) * float64(time.Second))
+}
+
+// take applies a to s at now (see Ask and Taken).
+func (s *state) take(l Limits, a Ask, now time.Time) Taken {
+	s.refill(l, now)
+	if a.Slot && l.MaxConcurrent > 0 && s.Held >= l.MaxConcurrent {
+		return Taken{Limit: LimitConcurrency, Refused: true}
+	}
+	var t Taken
+	for _, w := range []struct {
+		limit string
+		d     time.Duration
+	}{
+		{LimitRequests, waitFor(s.Requests, a.Requests, l.RequestsPerMinute)},
+		{LimitTokens, waitFor(s.Tokens, a.Tokens, l.TokensPerMinute)},
+		{LimitPushback, s.BlockedUntil.Sub(now)},
+	} {
+		if w.d > t.Wait {
+			t.Wait, t.Limit = w.d, w.limit
+		}
+	}
+	if t.Wait > a.MaxWait {
+		t.Refused = true
+		return t
+	}
+	if l.RequestsPerMinute > 0 {
+		s.Requests -= a.Requests
+		if t.Wait == 0 {
+			t.ExtraRequests = math.Max(0, math.Min(a.ExtraRequests, math.Floor(s.Requests)))
+			s.Requests -= t.ExtraRequests
+		}
+	}
+	if l.TokensPerMinute > 0 {
+		s.Tokens -= a.Tokens
+		if t.Wait == 0 {
+			t.ExtraTokens = math.Max(0, math.Min(a.ExtraTokens, math.Floor(s.Tokens)))
+			s.Tokens -= t.ExtraTokens
+		}
+	}
+	if a.Slot && l.MaxConcurrent > 0 {
+		s.Held++
+		t.Slot = true
+	}
+	return t
+}
+
+// give returns what a taker did not use: requests and tokens back to the
+// buckets (never above a minute's worth; negative tokens charge what an
+// attempt used beyond what it took), and slots it no longer holds.
+func (s *state) give(l Limits, requests, tokens float64, slots int, now time.Time) {
+	s.refill(l, now)
+	if l.RequestsPerMinute > 0 {
+		s.Requests = math.Min(l.RequestsPerMinute, s.Requests+requests)
+	}
+	if l.TokensPerMinute > 0 {
+		s.Tokens = math.Min(l.TokensPerMinute, s.Tokens+tokens)
+	}
+	s.Held = max(0, s.Held-slots)
+}
+
+// tighten applies a provider's pushback: its Retry-After holds every take
+// until it has passed, and what it says is left lowers the buckets to it.
+func (s *state) tighten(l Limits, p Pushback, now time.Time) {
+	s.refill(l, now)
+	if p.KnownRetryAfter {
+		if until := now.Add(p.RetryAfter); until.After(s.BlockedUntil) {
+			s.BlockedUntil = until
+		}
+	}
+	if p.KnownRemainingRequests && l.RequestsPerMinute > 0 {
+		s.Requests = math.Min(s.Requests, p.RemainingRequests)
+	}
+	if p.KnownRemainingTokens && l.TokensPerMinute > 0 {
+		s.Tokens = math.Min(s.Tokens, p.RemainingTokens)
+	}
+}
