@@ -89,6 +89,9 @@ const (
 	tick = 100 * time.Millisecond
 	// storeTimeout bounds the limiter's own store calls.
 	storeTimeout = 5 * time.Second
+	// abandonTimeout bounds the give of a wait cut short, which the
+	// attempt's report waits for.
+	abandonTimeout = time.Second
 )
 
 // Limiter is one process's side of the routes' fleet-wide limits. It is
@@ -125,8 +128,8 @@ type route struct {
 	requests, tokens float64
 	used             time.Time // when the on-hand was last touched
 	// spare slots are held in the store and unused since spareSince;
-	// inUse are held by attempts; taking are being asked of the store.
-	spare, inUse, taking int
+	// inUse are held by attempts.
+	spare, inUse int
 	spareSince           time.Time
 	renewed              time.Time
 	fetching             bool
@@ -280,16 +283,12 @@ func (l *Limiter) Acquire(ctx context.Context, name string, tokens float64, maxW
 				fromHand.slot = true
 			} else {
 				a.Slot = true
-				r.taking++
 			}
 		}
 		freed := r.freed
 		r.mu.Unlock()
 		t, err := l.take(ctx, r, a)
 		r.mu.Lock()
-		if a.Slot {
-			r.taking--
-		}
 		if err != nil || t.Refused {
 			// Put back what came from the hand; nothing was taken.
 			if fromHand.req {
@@ -341,14 +340,45 @@ func (l *Limiter) Acquire(ctx context.Context, name string, tokens float64, maxW
 			select {
 			case <-ctx.Done():
 				w.Stop()
-				// Never sent: all of it goes back on hand.
-				g.give(false, 0, false)
+				l.abandon(g)
 				return nil, ctx.Err()
 			case <-w.C:
 			}
 		}
 		g.Waited = time.Since(start)
 		return g, nil
+	}
+}
+
+// abandon gives back what a grant cut short in its wait took. Its room
+// was not free now but owed from the future, so it goes back to the
+// store, which owes it to the next in line; its place in flight, free
+// now, goes on hand.
+func (l *Limiter) abandon(g *Grant) {
+	r := g.r
+	r.mu.Lock()
+	g.released = true
+	if g.slot {
+		r.inUse--
+		r.addSpare(1)
+	}
+	r.mu.Unlock()
+	var req, tok float64
+	if r.limits.RequestsPerMinute > 0 {
+		req = 1
+	}
+	if r.limits.TokensPerMinute > 0 {
+		tok = g.tokens
+	}
+	if req == 0 && tok == 0 {
+		return
+	}
+	// Before Acquire returns, so the next in line finds it; bounded, as
+	// the attempt's report waits for it.
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	defer cancel()
+	if err := l.store.Give(ctx, r.key, l.holder, r.limits, req, tok, 0); err != nil {
+		l.storeFailed(r, "give", err)
 	}
 }
 
@@ -538,7 +568,7 @@ func (l *Limiter) giveBack(final bool) {
 		renew := r.limits.MaxConcurrent > 0 && !final && now.Sub(r.renewed) > l.lease/3
 		if renew {
 			r.renewed = now
-			held = r.inUse + r.spare + r.taking
+			held = r.inUse + r.spare
 		}
 		r.mu.Unlock()
 		if req == 0 && tok == 0 && slots == 0 && !renew {

@@ -22,7 +22,8 @@ type Store interface {
 	// Renew tells the store that holder still holds slots of key's, so
 	// a store that frees the slots of holders gone silent (Postgres,
 	// after its lease) keeps them. A store that had already freed them
-	// counts them as held again.
+	// counts them as held again; otherwise the count is left to takes and
+	// gives, which a renewal may race.
 	Renew(ctx context.Context, key, holder string, l Limits, slots int) error
 	// Shared reports whether other processes share the store. A limiter
 	// on a store of its own process keeps nothing on hand.

@@ -203,24 +203,21 @@ var migrations = []string{
 		END IF;
 		PERFORM fleet_save(r);
 	END $$;
-	-- fleet_renew sets the holder's lease to the slots it holds, counting
-	-- again any its lease had lost.
+	-- fleet_renew extends the holder's lease; a lease that ran out (its
+	-- slots freed) is made again and its slots counted again. It never
+	-- changes a live lease's count, which only takes and gives change:
+	-- a renewal races the holder's own takes.
 	CREATE FUNCTION fleet_renew(p_key text, p_holder text, p_rpm float8, p_tpm float8, p_slots integer, p_lease float8) RETURNS void
 	LANGUAGE plpgsql AS $$
 	DECLARE
 		t timestamptz := clock_timestamp();
 		r fleet_limits;
-		had integer;
 	BEGIN
 		r := fleet_row(p_key, p_rpm, p_tpm, t);
-		SELECT slots INTO had FROM fleet_leases WHERE key = p_key AND holder = p_holder FOR UPDATE;
-		IF NOT FOUND THEN had := 0; END IF;
-		r.held := greatest(0, r.held + p_slots - had);
-		IF p_slots > 0 THEN
-			INSERT INTO fleet_leases (key, holder, slots, expires) VALUES (p_key, p_holder, p_slots, t + make_interval(secs => p_lease))
-			ON CONFLICT (key, holder) DO UPDATE SET slots = EXCLUDED.slots, expires = EXCLUDED.expires;
-		ELSE
-			DELETE FROM fleet_leases WHERE key = p_key AND holder = p_holder;
+		UPDATE fleet_leases SET expires = t + make_interval(secs => p_lease) WHERE key = p_key AND holder = p_holder;
+		IF NOT FOUND AND p_slots > 0 THEN
+			INSERT INTO fleet_leases (key, holder, slots, expires) VALUES (p_key, p_holder, p_slots, t + make_interval(secs => p_lease));
+			r.held := r.held + p_slots;
 		END IF;
 		PERFORM fleet_save(r);
 	END $$;
