@@ -130,9 +130,9 @@ type route struct {
 	// spare slots are held in the store and unused since spareSince;
 	// inUse are held by attempts.
 	spare, inUse int
-	spareSince           time.Time
-	renewed              time.Time
-	fetching             bool
+	spareSince   time.Time
+	renewed      time.Time
+	fetching     bool
 	// freed is closed, and replaced, when a slot is freed here.
 	freed chan struct{}
 }
