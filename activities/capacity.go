@@ -88,8 +88,10 @@ func (a *Activities) awaitCapacity(ctx context.Context, in attempt.Input, route 
 	c.sentBound = sentBound
 	start := time.Now()
 	g, err := a.Limits.Acquire(ctx, in.Route, reserve, a.capacityWait(ctx, in), func(limit string) { c.waiting.Store(&limit) })
-	c.waiting.Store(nil)
 	c.ev = &evidence.Capacity{Wait: time.Since(start)}
+	if w := c.waiting.Swap(nil); w != nil {
+		c.ev.Limit = *w // a wait cut short says what it waited for
+	}
 	var noRoom *fleetlimit.NoRoomError
 	switch {
 	case errors.As(err, &noRoom):
