@@ -590,8 +590,12 @@ func (l *Limiter) giveBack(final bool) {
 }
 
 // Close gives back everything on hand and stops the limiter. Attempts
-// still holding grants keep their places until their leases run out.
+// still holding grants keep their places until their leases run out. A
+// nil Limiter closes nothing.
 func (l *Limiter) Close() {
+	if l == nil {
+		return
+	}
 	l.closed.Do(func() {
 		close(l.stop)
 		<-l.done
