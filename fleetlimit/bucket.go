@@ -100,6 +100,23 @@ func waitFor(level, need, perMinute float64) time.Duration {
 	return time.Duration(short / (perMinute / 60) * float64(time.Second))
 }
 
+// ArrivalLag is how much later than its take a request may reach the
+// provider (a connection to dial, a TLS handshake). A bucket leaving a
+// minute's worth starts to refill that much later than the take: the
+// provider's starts when the request arrives, and a refill counted from
+// the take would grant what the provider's has not refilled yet.
+const ArrivalLag = time.Second
+
+// lag is the refill a bucket that a take leaves full must not count yet
+// (ArrivalLag): charged after the take, so the take itself sees the full
+// bucket.
+func lag(wasFull bool, perMinute float64) float64 {
+	if wasFull {
+		return perMinute / 60 * ArrivalLag.Seconds()
+	}
+	return 0
+}
+
 // take applies a to s at now (see Ask and Taken).
 func (s *state) take(l Limits, a Ask, now time.Time) Taken {
 	s.refill(l, now)
@@ -124,18 +141,22 @@ func (s *state) take(l Limits, a Ask, now time.Time) Taken {
 		return t
 	}
 	if l.RequestsPerMinute > 0 {
+		full := s.Requests >= l.RequestsPerMinute
 		s.Requests -= a.Requests
 		if t.Wait == 0 {
 			t.ExtraRequests = math.Max(0, math.Min(a.ExtraRequests, math.Floor(s.Requests)))
 			s.Requests -= t.ExtraRequests
 		}
+		s.Requests -= lag(full && a.Requests+t.ExtraRequests > 0, l.RequestsPerMinute)
 	}
 	if l.TokensPerMinute > 0 {
+		full := s.Tokens >= l.TokensPerMinute
 		s.Tokens -= a.Tokens
 		if t.Wait == 0 {
 			t.ExtraTokens = math.Max(0, math.Min(a.ExtraTokens, math.Floor(s.Tokens)))
 			s.Tokens -= t.ExtraTokens
 		}
+		s.Tokens -= lag(full && a.Tokens+t.ExtraTokens > 0, l.TokensPerMinute)
 	}
 	if a.Slot && l.MaxConcurrent > 0 {
 		s.Held++

@@ -39,10 +39,10 @@ func TestStateTake(t *testing.T) {
 		after state // levels after, Refilled at t0+at
 	}{
 		{
-			name:  "room: taken with no wait",
+			name:  "room in a full bucket: taken with no wait, and the arrival lag charged",
 			start: newState(l, t0), ask: Ask{Requests: 1, Tokens: 100},
 			want:  Taken{},
-			after: state{Requests: 59, Tokens: 5900},
+			after: state{Requests: 58, Tokens: 5800},
 		},
 		{
 			name:  "extras come out of what is left, whole",
@@ -54,7 +54,7 @@ func TestStateTake(t *testing.T) {
 			name:  "a wait goes into debt, and takes no extras",
 			start: state{Requests: 0, Tokens: 6000, Refilled: t0}, ask: Ask{Requests: 1, Tokens: 100, ExtraRequests: 5, MaxWait: time.Minute},
 			want:  Taken{Wait: time.Second, Limit: LimitRequests},
-			after: state{Requests: -1, Tokens: 5900},
+			after: state{Requests: -1, Tokens: 5800},
 		},
 		{
 			name:  "the longer wait names the limit",
@@ -72,13 +72,13 @@ func TestStateTake(t *testing.T) {
 			name:  "the levels refill with time, never above a minute's worth",
 			start: state{Requests: 0, Tokens: 5990, Refilled: t0}, ask: Ask{Requests: 1, Tokens: 100}, at: 2 * time.Second,
 			want:  Taken{},
-			after: state{Requests: 1, Tokens: 5900},
+			after: state{Requests: 1, Tokens: 5800},
 		},
 		{
 			name:  "a slot when there is one",
-			start: state{Requests: 60, Tokens: 6000, Held: 1, Refilled: t0}, ask: Ask{Requests: 1, Slot: true},
+			start: state{Requests: 30, Tokens: 6000, Held: 1, Refilled: t0}, ask: Ask{Requests: 1, Slot: true},
 			want:  Taken{Slot: true},
-			after: state{Requests: 59, Tokens: 6000, Held: 2},
+			after: state{Requests: 29, Tokens: 6000, Held: 2},
 		},
 		{
 			name:  "no slot: nothing is taken",
@@ -88,15 +88,21 @@ func TestStateTake(t *testing.T) {
 		},
 		{
 			name:  "a provider's Retry-After holds every take",
-			start: state{Requests: 60, Tokens: 6000, Refilled: t0, BlockedUntil: t0.Add(30 * time.Second)}, ask: Ask{Requests: 1, MaxWait: time.Minute},
+			start: state{Requests: 30, Tokens: 6000, Refilled: t0, BlockedUntil: t0.Add(30 * time.Second)}, ask: Ask{Requests: 1, MaxWait: time.Minute},
 			want:  Taken{Wait: 30 * time.Second, Limit: LimitPushback},
-			after: state{Requests: 59, Tokens: 6000},
+			after: state{Requests: 29, Tokens: 6000},
 		},
 		{
 			name:  "a Retry-After that has passed holds nothing",
-			start: state{Requests: 60, Tokens: 6000, Refilled: t0, BlockedUntil: t0.Add(-time.Second)}, ask: Ask{Requests: 1, ExtraRequests: 2},
+			start: state{Requests: 30, Tokens: 6000, Refilled: t0, BlockedUntil: t0.Add(-time.Second)}, ask: Ask{Requests: 1, ExtraRequests: 2},
 			want:  Taken{ExtraRequests: 2},
-			after: state{Requests: 57, Tokens: 6000},
+			after: state{Requests: 27, Tokens: 6000},
+		},
+		{
+			name:  "extras alone leaving a full bucket are charged the lag too",
+			start: newState(l, t0), ask: Ask{ExtraRequests: 10},
+			want:  Taken{ExtraRequests: 10},
+			after: state{Requests: 49, Tokens: 6000},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {

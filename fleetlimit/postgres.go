@@ -57,9 +57,9 @@ func (p *Postgres) Take(ctx context.Context, key, holder string, l Limits, a Ask
 	var t Taken
 	var wait float64
 	err := p.pool.QueryRow(ctx, `SELECT wait, lim, refused, extra_requests, extra_tokens, slot
-FROM fleet_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+FROM fleet_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		key, holder, l.RequestsPerMinute, l.TokensPerMinute, l.MaxConcurrent,
-		a.Requests, a.Tokens, a.ExtraRequests, a.ExtraTokens, a.Slot, a.MaxWait.Seconds(), p.lease(),
+		a.Requests, a.Tokens, a.ExtraRequests, a.ExtraTokens, a.Slot, a.MaxWait.Seconds(), p.lease(), ArrivalLag.Seconds(),
 	).Scan(&wait, &t.Limit, &t.Refused, &t.ExtraRequests, &t.ExtraTokens, &t.Slot)
 	if err != nil {
 		return Taken{}, fmt.Errorf("fleetlimit: take %s: %w", key, err)

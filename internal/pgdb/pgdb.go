@@ -125,13 +125,14 @@ var migrations = []string{
 	$$;
 	CREATE FUNCTION fleet_take(p_key text, p_holder text, p_rpm float8, p_tpm float8, p_max integer,
 		p_requests float8, p_tokens float8, p_extra_requests float8, p_extra_tokens float8, p_slot boolean,
-		p_max_wait float8, p_lease float8,
+		p_max_wait float8, p_lease float8, p_lag float8,
 		OUT wait float8, OUT lim text, OUT refused boolean, OUT extra_requests float8, OUT extra_tokens float8, OUT slot boolean)
 	LANGUAGE plpgsql AS $$
 	DECLARE
 		t timestamptz := clock_timestamp();
 		r fleet_limits;
 		w float8;
+		was_full boolean;
 	BEGIN
 		r := fleet_row(p_key, p_rpm, p_tpm, t);
 		wait := 0; lim := ''; refused := false; extra_requests := 0; extra_tokens := 0; slot := false;
@@ -154,18 +155,27 @@ var migrations = []string{
 			IF wait > p_max_wait THEN
 				refused := true;
 			ELSE
+				-- A bucket a take leaves full refills p_lag later.
 				IF p_rpm > 0 THEN
+					was_full := r.requests >= p_rpm;
 					r.requests := r.requests - p_requests;
 					IF wait = 0 THEN
 						extra_requests := greatest(0, least(p_extra_requests, floor(r.requests)));
 						r.requests := r.requests - extra_requests;
 					END IF;
+					IF was_full AND p_requests + extra_requests > 0 THEN
+						r.requests := r.requests - p_rpm / 60 * p_lag;
+					END IF;
 				END IF;
 				IF p_tpm > 0 THEN
+					was_full := r.tokens >= p_tpm;
 					r.tokens := r.tokens - p_tokens;
 					IF wait = 0 THEN
 						extra_tokens := greatest(0, least(p_extra_tokens, floor(r.tokens)));
 						r.tokens := r.tokens - extra_tokens;
+					END IF;
+					IF was_full AND p_tokens + extra_tokens > 0 THEN
+						r.tokens := r.tokens - p_tpm / 60 * p_lag;
 					END IF;
 				END IF;
 				IF p_slot AND p_max > 0 THEN
