@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -66,6 +67,8 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 		case err == nil:
 			g.count(g.idempotent, memo.Keyed, "started")
 			return &session{act: act, who: answerIdentity{ID: id, Created: memo.Created, Model: memo.Model}, keyed: memo.Keyed, model: m}, nil
+		case errors.Is(err, resultstore.ErrTooLarge):
+			return nil, tooLarge("the request is larger than the result store keeps; nothing was started")
 		case errors.Is(err, durallm.ErrInvalidInput):
 			return nil, badRequest("", err.Error())
 		case errors.Is(err, durallm.ErrActionExists):
@@ -126,16 +129,36 @@ func (g *Gateway) count(c metric.Int64Counter, keyed bool, result string) {
 	c.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
 }
 
-// chat answers POST /v1/chat/completions.
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri *requestInfo) {
+// readBody reads a request body of at most MaxBody bytes. A larger one
+// is a 413: at once when its Content-Length says so, else once MaxBody+1
+// bytes were read; the rest is never read, and the connection closes.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	over := func() ([]byte, *apiError) {
+		w.Header().Set("Connection", "close")
+		return nil, tooLarge(fmt.Sprintf("the request body is over %d bytes; nothing was started", g.o.MaxBody))
+	}
+	if r.ContentLength > g.o.MaxBody {
+		return over()
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
 	if err != nil {
-		writeError(w, badRequest("", "the request body could not be read"))
-		return
+		return nil, badRequest("", "the request body could not be read")
 	}
 	if int64(len(body)) > g.o.MaxBody {
-		writeError(w, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
-			Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)})
+		return over()
+	}
+	return body, nil
+}
+
+func tooLarge(msg string) *apiError {
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge, Message: msg}
+}
+
+// chat answers POST /v1/chat/completions.
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, caller Caller, ri *requestInfo) {
+	body, aerr := g.readBody(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	cr, aerr := parseChatRequest(body)

@@ -172,3 +172,20 @@ func TestUsageTokensAndReported(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// What sizing a large request costs the workflow before each attempt: a
+// 64-message conversation of about 128 KiB with an image part.
+func BenchmarkPromptTokenBound(b *testing.B) {
+	msgs := make([]Message, 0, 65)
+	for i := range 64 {
+		msgs = append(msgs, TextMessage([]string{"user", "assistant"}[i%2], strings.Repeat("lorem ipsum ", 170)))
+	}
+	msgs = append(msgs, Message{Role: "user", Content: json.RawMessage(`[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]`)})
+	r := Request{Messages: msgs}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := r.PromptTokenBound(0); !ok {
+			b.Fatal("unbounded")
+		}
+	}
+}

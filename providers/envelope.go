@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,9 +50,14 @@ func (r Request) Needs() Capabilities {
 		n.StructuredOutput = true
 	}
 	for _, m := range r.Messages {
+		if trimmed := bytes.TrimLeft(m.Content, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '[' {
+			// A string (the most common content, and the largest): no
+			// image, and no need to scan it.
+			continue
+		}
 		var parts []json.RawMessage
 		if json.Unmarshal(m.Content, &parts) != nil {
-			continue // a string, or not parts: no image
+			continue // not parts: no image
 		}
 		for _, part := range parts {
 			typed.Type = ""

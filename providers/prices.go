@@ -78,13 +78,17 @@ func (p Prices) Validate() error {
 // without its parts) is priced at the larger of Input and Output, so an
 // incomplete usage never costs less than it may have. It is pure, so
 // workflow code may call it.
+//
+// Each product is rounded on its own (the float64 conversions), so that
+// no architecture fuses a multiply and an add (Go may, on arm64): a
+// workflow replayed on another machine computes the same cost to the bit.
 func (p Prices) Cost(u Usage) float64 {
 	cached, written := max(0, u.CachedTokens), max(0, u.CacheWriteTokens)
 	uncached := max(0, u.PromptTokens-cached-written)
-	c := float64(uncached)*p.Input + float64(cached)*p.CachedInput + float64(written)*p.CacheWriteInput +
-		float64(max(0, u.CompletionTokens))*p.Output
+	c := float64(float64(uncached)*p.Input) + float64(float64(cached)*p.CachedInput) +
+		float64(float64(written)*p.CacheWriteInput) + float64(float64(max(0, u.CompletionTokens))*p.Output)
 	if extra := u.TotalTokens - u.PromptTokens - u.CompletionTokens; extra > 0 {
-		c += float64(extra) * max(p.Input, p.Output)
+		c += float64(float64(extra) * max(p.Input, p.Output))
 	}
 	return c / perMillion
 }
@@ -95,7 +99,7 @@ func (p Prices) Cost(u Usage) float64 {
 func (p Prices) MaxInput() float64 { return max(p.Input, p.CachedInput, p.CacheWriteInput) }
 
 // WorstCost is the most prompt prompt tokens and output completion
-// tokens can cost at p.
+// tokens can cost at p (rounded as Cost is, product by product).
 func (p Prices) WorstCost(prompt, output int64) float64 {
-	return (float64(prompt)*p.MaxInput() + float64(output)*p.Output) / perMillion
+	return (float64(float64(prompt)*p.MaxInput()) + float64(float64(output)*p.Output)) / perMillion
 }

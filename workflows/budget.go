@@ -216,7 +216,7 @@ func grantFor(l Ledger, s sizing, r attempt.RouteInfo) (g grant, ok bool, why st
 	want, change := s.maxTokens, ""
 	if !s.bounded {
 		want, change = DefaultBudgetMaxTokens, MaxTokensAdded
-		if r.Kind == "anthropic" {
+		if r.Kind == "anthropic" { // routes.KindAnthropic, which the workflow does not link
 			want = anthropicDefaultMaxTokens
 		}
 	}

@@ -195,12 +195,7 @@ func TestAnAmbiguousAttemptHoldsItsReservationUntilItsVerdict(t *testing.T) {
 			in.Budget = &Budget{Tokens: worst + int64(helloPrompt) + MinMaxTokens - 1}
 			var during Status
 			r.afterAwaiting(time.Minute, func() {
-				v, err := r.env.QueryWorkflow(QueryStatus)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				_ = v.Get(&during)
+				during = r.status()
 				r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: tt.verdict})
 			})
 			res := r.exec(in)

@@ -44,7 +44,7 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	timeout := w.attemptTimeout(route, remaining)
 	input := attempt.Input{
 		ActionRef: w.status.ActionRef, Attempt: n,
-		AttemptID:      w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n),
+		AttemptID:      w.attemptID(n),
 		IdempotencyKey: w.in.IdempotencyKey, Route: route.Name, Request: w.in.Request,
 		Avoid: nx.avoid, FreshConnection: nx.fresh, AfterMisdirected: w.misdirected,
 		Timeout: timeout, Caller: w.in.Caller,
@@ -61,7 +61,7 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: now, Deadline: now.Add(queue + input.CapacityWait + timeout + attemptGrace)}
 	// The worst case is reserved before the attempt is sent: the budget
 	// can never be overshot by what it could not see.
-	input.Request = w.reserve(&rec, input.AttemptID, nx.grant)
+	input.Request = w.reserve(&rec, nx.grant)
 	rec.Summary = summary(n, nx, route, input.CapacityWait)
 	actx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
 		ScheduleToStartTimeout: queue,
@@ -126,6 +126,12 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	}
 	w.log.Info("attempt finished", "attempt", n, "route", route.Name, "classification", string(rec.Classification.Class), "reason", rec.Classification.Reason)
 	return rec
+}
+
+// attemptID is attempt n's id, <run id>-<n>: its X-Durallm-Attempt
+// header, and the id its budget reservation is held under.
+func (w *action) attemptID(n int) string {
+	return w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n)
 }
 
 // deadlineTimerMargin is how long before the deadline the attempt's own

@@ -140,17 +140,17 @@ const (
 // verdict sent by a signal or Update (whatever its By says, which the
 // notes keep).
 func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, end waitEnd) {
-	w.status.AwaitingAttempt = rec.N
+	w.status.AwaitingAttempt, w.status.AwaitingSince = rec.N, workflow.Now(w.ctx)
 	w.verdict = nil
 	w.setState(StateAwaitingReconciliation, string(evidence.Ambiguous), rec.Route)
 	if w.plan.Reconciler {
 		v, ok, stopped := w.runReconciler(rec)
 		switch {
 		case stopped:
-			w.status.AwaitingAttempt = 0
+			w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
 			return ReconcileRequest{}, "", scopeEndedWhileWaiting
 		case ok:
-			w.status.AwaitingAttempt = 0
+			w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
 			return v, v.By, verdictArrived
 		}
 	}
@@ -163,7 +163,7 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 	w.count("durallm.left_to_person", "journal_state", js)
 	w.details()
 	got, err := workflow.AwaitWithTimeout(w.ctx, w.in.ReconcileTimeout, func() bool { return w.verdict != nil || w.cancelReq != nil })
-	w.status.AwaitingAttempt = 0
+	w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
 	switch {
 	case w.verdict != nil:
 		v := *w.verdict

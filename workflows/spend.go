@@ -24,11 +24,11 @@ func (w *action) routeInfo(name string) attempt.RouteInfo {
 // reserve holds the attempt's worst case, as the decision that made it
 // sized it on this same ledger (grantFor), and records it; it returns
 // the request to send, with the output bound the budget gave it.
-func (w *action) reserve(rec *AttemptRecord, id string, g *grant) providers.Request {
+func (w *action) reserve(rec *AttemptRecord, g *grant) providers.Request {
 	if g == nil || w.status.Ledger == nil {
 		return w.in.Request
 	}
-	w.status.Ledger.hold(id, g.worst)
+	w.status.Ledger.hold(w.attemptID(rec.N), g.worst)
 	rec.Reservation = &Reservation{Worst: g.worst, MaxTokens: g.maxTokens, MaxTokensChange: g.change}
 	if g.change == "" {
 		return w.in.Request
@@ -79,7 +79,7 @@ func (w *action) settle(n int, s Spend) {
 	if was := rec.Reservation.Charged; was != nil {
 		l.Resettle(*was, s)
 	} else {
-		l.Settle(rec.Evidence.AttemptID, s)
+		l.Settle(w.attemptID(n), s)
 	}
 	rec.Reservation.Charged = &s
 }

@@ -142,6 +142,9 @@ type AwaitingNotice struct {
 	Awaiting bool `json:"awaiting"`
 	// Attempt is the attempt a verdict must name, while awaiting.
 	Attempt int `json:"attempt,omitempty"`
+	// Since is when the action began to await the verdict (the action's
+	// workflow time), while awaiting.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // CancelOrigin says who or what ended an action's scope.
@@ -315,6 +318,9 @@ type Status struct {
 	Notes     []Note          `json:"notes,omitempty"`
 	// AwaitingAttempt is the attempt a reconcile must name, when awaiting.
 	AwaitingAttempt int `json:"awaiting_attempt,omitempty"`
+	// AwaitingSince is when the action began to await that verdict
+	// (workflow time), when awaiting.
+	AwaitingSince time.Time `json:"awaiting_since,omitzero"`
 	// Budget is MaxAttempts; Used is attempts started.
 	Budget int `json:"budget"`
 	Used   int `json:"used"`
@@ -327,6 +333,13 @@ type Status struct {
 	// and still hold against it; nil without a budget.
 	Ledger *Ledger `json:"ledger,omitempty"`
 }
+
+// InlineInHistory keeps a Status, and an ActionResult, in history under
+// a data converter that stores large payloads by reference
+// (claimcheck.Inline): apps in any language, and parent workflows whose
+// workers store nothing by reference, read them. Both are bounded: a
+// response over 256 KiB is stored by the worker (ResultRef).
+func (Status) InlineInHistory() {}
 
 // ActionResult is the terminal result: the final state, the timeline, and
 // the response when there is one.

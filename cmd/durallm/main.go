@@ -54,7 +54,7 @@ var commands = map[string]command{
 	"reconcile":    {"deliver a verdict on an action awaiting reconciliation", runReconcile},
 	"list":         {"list actions in a state", runList},
 	"load":         {"drive happy actions at a concurrency and report actions/s and latency percentiles", runLoad},
-	"codec-server": {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
+	"codec-server": {"serve the payload codec for the Temporal UI and CLI (payloads by reference, encrypted payloads)", runCodecServer},
 }
 
 // The development tools (dev, chaos, demo-provider, check-path) link the

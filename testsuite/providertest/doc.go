@@ -95,7 +95,8 @@
 // per-minute limit x-ratelimit-limit-, x-ratelimit-remaining- and
 // x-ratelimit-reset-requests or -tokens. [Provider.RateLimited] counts
 // the 429s by limit, and [Record.Behavior] names them
-// ("RateLimited(tokens)").
+// ("RateLimited(tokens)"); [Provider.RequestsInProgress] is what the
+// concurrency limit counts.
 //
 // # Usage
 //

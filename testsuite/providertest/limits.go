@@ -63,6 +63,16 @@ type RateLimitCounts struct {
 // Total is every 429 the limits answered.
 func (c RateLimitCounts) Total() int { return c.Requests + c.Tokens + c.Concurrency }
 
+// RequestsInProgress returns how many requests have been given their
+// behaviour and not finished it, what [WithMaxConcurrentRequests] limits.
+// A client may have read a whole answer a moment before its request
+// stops counting here: tests poll it to see a place freed.
+func (p *Provider) RequestsInProgress() int {
+	p.limits.mu.Lock()
+	defer p.limits.mu.Unlock()
+	return p.limits.inFlight
+}
+
 // RateLimited returns how many requests each of the provider's limits
 // refused since it started. [Provider.Reset] does not clear it.
 func (p *Provider) RateLimited() RateLimitCounts {
@@ -149,10 +159,10 @@ func (b *bucket) reset() time.Duration {
 // request costs and returns release, which gives back its place among
 // those in progress. When it may not, it returns the 429 to answer.
 func (l *limiter) admit(req Request) (refusal *Behavior, release func()) {
-	if l.requests == nil && l.tokens == nil && l.maxConcurrent == 0 {
-		return nil, func() {}
+	cost := 0.0
+	if l.tokens != nil {
+		cost = float64(requestTokens(req.Body))
 	}
-	cost := float64(requestTokens(req.Body))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()

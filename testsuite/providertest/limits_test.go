@@ -155,10 +155,14 @@ func TestMaxConcurrentRequestsHoldsAPlaceUntilTheBehaviourEnds(t *testing.T) {
 			if resp, b := post(t, p, base, `{"model":"m"}`); resp.StatusCode != 429 || p.RateLimited().Concurrency != 1 {
 				t.Fatalf("a second request while the first runs: %d %s, counted %+v", resp.StatusCode, b, p.RateLimited())
 			}
+			if n := p.RequestsInProgress(); n != 1 {
+				t.Fatalf("%d requests in progress, want the first", n)
+			}
 			close(gate)
 			if code := <-first; code != 200 {
 				t.Fatalf("the first request: %d", code)
 			}
+			waitFor(t, "the first request's place to be freed", func() bool { return p.RequestsInProgress() == 0 })
 			if resp, b := post(t, p, base, `{"model":"m"}`); resp.StatusCode != 200 || !strings.Contains(string(b), "after") {
 				t.Fatalf("a request after the first ended: %d %s", resp.StatusCode, b)
 			}
