@@ -1,0 +1,81 @@
+package fleetlimit_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/durallm/durallm/fleetlimit"
+	"github.com/durallm/durallm/providers/routes"
+)
+
+// The cost of a take from the shared store: one round trip to
+// PostgreSQL on loopback, a function call that locks the route's row.
+// docs/performance.md has the figures.
+//
+//	go test ./fleetlimit -run '^$' -bench . -benchtime 2000x
+func BenchmarkPostgresTake(b *testing.B) {
+	p, err := fleetlimit.OpenPostgres(context.Background(), pg.FreshDSN())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	l := fleetlimit.Limits{RequestsPerMinute: 1e9, TokensPerMinute: 1e12}
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := p.Take(ctx, "r", "h", l, fleetlimit.Ask{Requests: 1, Tokens: 100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Four stores (four workers' pools) taking from one route's row at once:
+// the row lock serializes them.
+func BenchmarkPostgresTakeFourWorkers(b *testing.B) {
+	dsn := pg.FreshDSN()
+	stores := make([]*fleetlimit.Postgres, 4)
+	for i := range stores {
+		p, err := fleetlimit.OpenPostgres(context.Background(), dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		stores[i] = p
+	}
+	l := fleetlimit.Limits{RequestsPerMinute: 1e9, TokensPerMinute: 1e12}
+	ctx := context.Background()
+	var next int
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		next++
+		p := stores[next%len(stores)]
+		for pb.Next() {
+			if _, err := p.Take(ctx, "r", "h", l, fleetlimit.Ask{Requests: 1, Tokens: 100}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// An attempt with room on hand: what a worker adds to an attempt that
+// does not have to wait.
+func BenchmarkAcquireWithRoomOnHand(b *testing.B) {
+	p, err := fleetlimit.OpenPostgres(context.Background(), pg.FreshDSN())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	lim := fleetlimit.New(fleetlimit.Options{Store: p, Routes: map[string]routes.Limits{"r": {RequestsPerMinute: 6_000_000, TokensPerMinute: 600_000_000}}})
+	defer lim.Close()
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		g, err := lim.Acquire(ctx, "r", 100, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Release(true, 60, true)
+	}
+}
