@@ -68,15 +68,19 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	defer detach()
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
-	if room != nil && !a.awaitCapacity(ctx, in, route, room) {
-		// Nothing was sent: no room before the deadline, or the wait
-		// was cut short (the scope, the worker's stop).
-		stop()
-		if ctx.Err() != nil {
-			att.EndBeforeSend(ctx)
+	if room != nil {
+		if ok, ended := a.awaitCapacity(ctx, in, route, room); !ok {
+			// Nothing was sent: no room before the deadline, or the
+			// wait was cut short (the scope, the worker's stop).
+			stop()
+			var stopped evidence.StopCause
+			if ended != nil {
+				att.EndBeforeSend(ended)
+				stopped = stopCause(ended)
+			}
+			ev, class := att.FinishWith(evidence.Facts{Stop: stopped, Capacity: room.ev})
+			return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{}, nil)
 		}
-		ev, class := att.FinishWith(evidence.Facts{Stop: stopCause(ctx), Capacity: room.ev})
-		return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{}, nil)
 	}
 	sent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink

@@ -78,16 +78,31 @@ func (c *capacity) stage() (string, string) {
 }
 
 // awaitCapacity waits for room for the attempt under its route's limits,
-// before anything is sent. It returns nil for a route without limits (or
-// a worker without a limiter). Otherwise the evidence says how long it
-// took, and ok is false when the attempt must not be sent: no room
-// within what the deadline leaves (Capacity.NoRoom), or ctx ended while
-// it waited.
-func (a *Activities) awaitCapacity(ctx context.Context, in attempt.Input, route routes.Route, c *capacity) (ok bool) {
+// before anything is sent, and records in c how long it took. ok is false
+// when the attempt must not be sent: no room within what the deadline
+// leaves (Capacity.NoRoom), or the wait was cut short, when ended is the
+// context that ended it: ctx, or one ended at once when the worker
+// begins to stop (nothing sent, nothing to finish within the grace: the
+// next attempt goes to another worker).
+func (a *Activities) awaitCapacity(ctx context.Context, in attempt.Input, route routes.Route, c *capacity) (ok bool, ended context.Context) {
 	reserve, sentBound := attemptTokens(in.Request, route)
 	c.sentBound = sentBound
+	maxWait := a.capacityWait(ctx, in)
+	if activity.IsActivity(ctx) {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stopping := activity.GetWorkerStopChannel(ctx)
+		go func() {
+			select {
+			case <-stopping:
+				cancel(ErrWorkerStopping)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	start := time.Now()
-	g, err := a.Limits.Acquire(ctx, in.Route, reserve, a.capacityWait(ctx, in), func(limit string) { c.waiting.Store(&limit) })
+	g, err := a.Limits.Acquire(ctx, in.Route, reserve, maxWait, func(limit string) { c.waiting.Store(&limit) })
 	c.ev = &evidence.Capacity{Wait: time.Since(start)}
 	if w := c.waiting.Swap(nil); w != nil {
 		c.ev.Limit = *w // a wait cut short says what it waited for
@@ -96,14 +111,14 @@ func (a *Activities) awaitCapacity(ctx context.Context, in attempt.Input, route 
 	switch {
 	case errors.As(err, &noRoom):
 		c.ev.Limit, c.ev.NoRoom, c.ev.In = noRoom.Limit, true, noRoom.In
-		return false
+		return false, nil
 	case err != nil:
 		// Only ctx ends a wait otherwise: the scope, the worker's stop,
 		// Temporal losing the attempt. Nothing was sent.
-		return false
+		return false, ctx
 	}
 	c.grant, c.ev.Wait, c.ev.Limit = g, g.Waited, g.Limit
-	return true
+	return true, nil
 }
 
 // capacityWait is how long this attempt may wait for room: what the

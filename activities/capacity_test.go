@@ -223,3 +223,47 @@ func TestAttemptTokens(t *testing.T) {
 		t.Fatalf("usedTokens past the bound = %v", got)
 	}
 }
+
+// A worker that starts to stop ends the attempts still waiting for room
+// at once, unsent, so another worker takes the action's next attempt:
+// nothing was sent, and there is nothing to finish within the grace.
+func TestAStoppingWorkerEndsAttemptsWaitingForRoomAtOnce(t *testing.T) {
+	a, p := limitActs(t, nil, routes.Limits{RequestsPerMinute: 1})
+	a.StopGrace = time.Hour
+	in := attemptOn("openai", hello())
+	if _, err := a.CallModel(context.Background(), nth(in, 1)); err != nil {
+		t.Fatal(err)
+	}
+	var s sdktestsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	stopping := make(chan struct{})
+	env.SetWorkerStopChannel(stopping)
+	in2 := nth(in, 2)
+	in2.CapacityWait = time.Hour
+	done := make(chan attempt.Outcome, 1)
+	go func() {
+		var out attempt.Outcome
+		v, err := env.ExecuteActivity(a.CallModel, in2)
+		if err == nil {
+			err = v.Get(&out)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	time.Sleep(100 * time.Millisecond) // the wait is a minute long
+	close(stopping)
+	select {
+	case out := <-done:
+		if c := out.Classification; c.Class != evidence.Unsent || c.Reason != "worker_stopped_before_send" || c.ProviderHealth {
+			t.Fatalf("outcome %+v", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the attempt still waits for room after its worker began to stop")
+	}
+	if n := len(p.Received()); n != 1 {
+		t.Fatalf("the provider received %d requests", n)
+	}
+}
