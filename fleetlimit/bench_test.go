@@ -2,7 +2,10 @@ package fleetlimit_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/durallm/durallm/fleetlimit"
 	"github.com/durallm/durallm/providers/routes"
@@ -77,5 +80,54 @@ func BenchmarkAcquireWithRoomOnHand(b *testing.B) {
 			b.Fatal(err)
 		}
 		g.Release(true, 60, true)
+	}
+}
+
+// Four workers' limiters on one database, their callers each asking for
+// room for an attempt that counts `reserve` tokens before it is sent and
+// uses `used` (the provider's count, which settles it), against a tokens
+// per minute limit that binds: the grants over the run, against what
+// the limit admits (a full bucket and the refill, at `used` a request).
+// It reports the ratio; what is given back must reach the other workers,
+// or the fleet runs at reserve's pace instead of used's.
+//
+//	go test ./fleetlimit -run '^$' -bench TokensSettle -benchtime 1x
+func BenchmarkTokensSettleAcrossWorkers(b *testing.B) {
+	const tpm, reserve, used, workers, callers = 6000, 109, 35, 4, 16
+	const run = 20 * time.Second
+	dsn := pg.FreshDSN()
+	lims := make([]*fleetlimit.Limiter, workers)
+	for i := range lims {
+		p, err := fleetlimit.OpenPostgres(context.Background(), dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		lims[i] = fleetlimit.New(fleetlimit.Options{Store: p, Routes: map[string]routes.Limits{"r": {TokensPerMinute: tpm}}})
+		defer lims[i].Close()
+	}
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), run)
+		var granted atomic.Int64
+		var wg sync.WaitGroup
+		for _, lim := range lims {
+			for range callers {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						g, err := lim.Acquire(ctx, "r", reserve, time.Hour, nil)
+						if err != nil {
+							return
+						}
+						granted.Add(1)
+						time.Sleep(time.Millisecond) // the exchange
+						g.Release(true, used, true)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		cancel()
+		allowed := float64(tpm) * (1 + run.Minutes()) / used
+		b.ReportMetric(float64(granted.Load())/allowed, "granted/allowed")
 	}
 }

@@ -77,7 +77,8 @@ const (
 	// of a second of the route's rate.
 	OnHand = 250 * time.Millisecond
 	// KeepIdle is how long requests and tokens on hand stay unused before
-	// they are given back.
+	// they are given back. What attempts give back beyond what the hand
+	// keeps goes back at once (within a tick).
 	KeepIdle = 2 * time.Second
 	// KeepSlots is how long a place among the requests in flight stays
 	// on hand, unused, before it is given back: long enough for the next
@@ -557,9 +558,22 @@ func (l *Limiter) giveBack(final bool) {
 		r.mu.Lock()
 		var req, tok float64
 		var slots, held int
-		if (final || now.Sub(r.used) > KeepIdle) && (r.requests != 0 || r.tokens != 0) && !r.fetching {
+		switch {
+		case r.fetching:
+		case final || now.Sub(r.used) > KeepIdle:
 			req, tok = r.requests, r.tokens
 			r.requests, r.tokens = 0, 0
+		default:
+			// What the attempts gave back beyond what the hand keeps
+			// (the unused part of their tokens, the room of those never
+			// sent) goes back now, for the other workers' waiters, and so
+			// does what they owe: a hand that kept it would hold the
+			// fleet to the pace of what attempts take before they are
+			// sent instead of what they use.
+			keepReq := math.Min(math.Max(r.requests, 0), r.chunkRequests)
+			keepTok := math.Min(math.Max(r.tokens, 0), r.chunkTokens)
+			req, tok = r.requests-keepReq, r.tokens-keepTok
+			r.requests, r.tokens = keepReq, keepTok
 		}
 		if r.spare > 0 && (final || now.Sub(r.spareSince) > KeepSlots) {
 			slots = r.spare
