@@ -88,8 +88,11 @@ func BenchmarkAcquireWithRoomOnHand(b *testing.B) {
 // uses `used` (the provider's count, which settles it), against a tokens
 // per minute limit that binds: the grants over the run, against what
 // the limit admits (a full bucket and the refill, at `used` a request).
-// It reports the ratio; what is given back must reach the other workers,
-// or the fleet runs at reserve's pace instead of used's.
+// It reports the ratio over the whole run, and the rate of grants over
+// its second half against the limit's (T / used): what is given back
+// must reach the other workers, or the fleet runs at reserve's pace
+// instead of used's. The difference between the two is what the waiting
+// attempts hold beyond what they will use, callers × (reserve − used).
 //
 //	go test ./fleetlimit -run '^$' -bench TokensSettle -benchtime 1x
 func BenchmarkTokensSettleAcrossWorkers(b *testing.B) {
@@ -108,7 +111,8 @@ func BenchmarkTokensSettleAcrossWorkers(b *testing.B) {
 	}
 	for range b.N {
 		ctx, cancel := context.WithTimeout(context.Background(), run)
-		var granted atomic.Int64
+		var granted, half atomic.Int64
+		time.AfterFunc(run/2, func() { half.Store(granted.Load()) })
 		var wg sync.WaitGroup
 		for _, lim := range lims {
 			for range callers {
@@ -129,5 +133,6 @@ func BenchmarkTokensSettleAcrossWorkers(b *testing.B) {
 		cancel()
 		allowed := float64(tpm) * (1 + run.Minutes()) / used
 		b.ReportMetric(float64(granted.Load())/allowed, "granted/allowed")
+		b.ReportMetric(float64(granted.Load()-half.Load())/((run/2).Minutes()*tpm/used), "second-half-rate/limit")
 	}
 }

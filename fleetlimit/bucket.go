@@ -55,6 +55,49 @@ type Taken struct {
 	ExtraRequests, ExtraTokens float64
 	// Slot reports that a place among the requests in flight was taken.
 	Slot bool
+	// RequestsWait and TokensWait are the waits for each bucket (Wait is
+	// the longest of them and the provider's hold), and Mark what had
+	// been given back when the take was made: with a later Mark, a waiter
+	// finds its time moved by what was given back since (Moved).
+	RequestsWait, TokensWait time.Duration
+	Mark                     Mark
+}
+
+// Mark is how much room has been given back to a route's buckets since
+// they were made (the room attempts did not use, less what they used
+// beyond what they took, less what a provider's pushback took away), and
+// the provider's hold. Room given back while a taker waits is owed to it
+// and to everyone before it in line: its time comes that much sooner.
+type Mark struct {
+	GivenRequests, GivenTokens float64
+	BlockedUntil               time.Time
+}
+
+// Moved is when a take made at `at` may be sent, now that m has been
+// given back (m later than t.Mark): each bucket's wait less what was
+// given back to it since, at its rate, and never before the provider's
+// hold.
+func (t Taken) Moved(l Limits, at time.Time, m Mark) time.Time {
+	when := at
+	for _, b := range []struct {
+		wait        time.Duration
+		given, rate float64
+	}{
+		{t.RequestsWait, m.GivenRequests - t.Mark.GivenRequests, l.RequestsPerMinute / 60},
+		{t.TokensWait, m.GivenTokens - t.Mark.GivenTokens, l.TokensPerMinute / 60},
+	} {
+		if b.rate <= 0 {
+			continue
+		}
+		w := b.wait - time.Duration(b.given/b.rate*float64(time.Second))
+		if w > 0 && at.Add(w).After(when) {
+			when = at.Add(w)
+		}
+	}
+	if m.BlockedUntil.After(when) {
+		when = m.BlockedUntil
+	}
+	return when
 }
 
 // state is one route's buckets: the one model of the arithmetic, which
@@ -69,6 +112,13 @@ type state struct {
 	Held int
 	// BlockedUntil is the end of the last Retry-After a provider sent.
 	BlockedUntil time.Time
+	// GivenRequests and GivenTokens count the room given back (Mark).
+	GivenRequests, GivenTokens float64
+}
+
+// mark is s's Mark.
+func (s *state) mark() Mark {
+	return Mark{GivenRequests: s.GivenRequests, GivenTokens: s.GivenTokens, BlockedUntil: s.BlockedUntil}
 }
 
 // newState is a route's buckets before any take: full.
@@ -123,13 +173,17 @@ func (s *state) take(l Limits, a Ask, now time.Time) Taken {
 	if a.Slot && l.MaxConcurrent > 0 && s.Held >= l.MaxConcurrent {
 		return Taken{Limit: LimitConcurrency, Refused: true}
 	}
-	var t Taken
+	t := Taken{
+		RequestsWait: waitFor(s.Requests, a.Requests, l.RequestsPerMinute),
+		TokensWait:   waitFor(s.Tokens, a.Tokens, l.TokensPerMinute),
+		Mark:         s.mark(),
+	}
 	for _, w := range []struct {
 		limit string
 		d     time.Duration
 	}{
-		{LimitRequests, waitFor(s.Requests, a.Requests, l.RequestsPerMinute)},
-		{LimitTokens, waitFor(s.Tokens, a.Tokens, l.TokensPerMinute)},
+		{LimitRequests, t.RequestsWait},
+		{LimitTokens, t.TokensWait},
 		{LimitPushback, s.BlockedUntil.Sub(now)},
 	} {
 		if w.d > t.Wait {
@@ -171,10 +225,14 @@ func (s *state) take(l Limits, a Ask, now time.Time) Taken {
 func (s *state) give(l Limits, requests, tokens float64, slots int, now time.Time) {
 	s.refill(l, now)
 	if l.RequestsPerMinute > 0 {
+		was := s.Requests
 		s.Requests = math.Min(l.RequestsPerMinute, s.Requests+requests)
+		s.GivenRequests += s.Requests - was
 	}
 	if l.TokensPerMinute > 0 {
+		was := s.Tokens
 		s.Tokens = math.Min(l.TokensPerMinute, s.Tokens+tokens)
+		s.GivenTokens += s.Tokens - was
 	}
 	s.Held = max(0, s.Held-slots)
 }
@@ -188,10 +246,15 @@ func (s *state) tighten(l Limits, p Pushback, now time.Time) {
 			s.BlockedUntil = until
 		}
 	}
+	// What the pushback takes away delays every waiter as a charge does.
 	if p.KnownRemainingRequests && l.RequestsPerMinute > 0 {
+		was := s.Requests
 		s.Requests = math.Min(s.Requests, p.RemainingRequests)
+		s.GivenRequests += s.Requests - was
 	}
 	if p.KnownRemainingTokens && l.TokensPerMinute > 0 {
+		was := s.Tokens
 		s.Tokens = math.Min(s.Tokens, p.RemainingTokens)
+		s.GivenTokens += s.Tokens - was
 	}
 }

@@ -109,6 +109,8 @@ func TestStateTake(t *testing.T) {
 			s := c.start
 			now := t0.Add(c.at)
 			got := s.take(l, c.ask, now)
+			// The waits per bucket and the mark: TestTakenMoved.
+			got.RequestsWait, got.TokensWait, got.Mark = 0, 0, Mark{}
 			if got != c.want {
 				t.Fatalf("take = %+v, want %+v", got, c.want)
 			}
@@ -127,8 +129,8 @@ func TestStateGive(t *testing.T) {
 	l := Limits{RequestsPerMinute: 60, TokensPerMinute: 6000, MaxConcurrent: 2}
 	s := state{Requests: 50, Tokens: 100, Held: 1, Refilled: t0}
 	s.give(l, 20, -300, 3, t0)
-	if want := (state{Requests: 60, Tokens: -200, Held: 0, Refilled: t0}); s != want {
-		t.Fatalf("after give %+v, want %+v (requests capped at a minute's worth, negative tokens charged, held never below zero)", s, want)
+	if want := (state{Requests: 60, Tokens: -200, Held: 0, Refilled: t0, GivenRequests: 10, GivenTokens: -300}); s != want {
+		t.Fatalf("after give %+v, want %+v (requests capped at a minute's worth and counted given as such, negative tokens charged, held never below zero)", s, want)
 	}
 }
 
@@ -145,8 +147,8 @@ func TestStateTighten(t *testing.T) {
 			state{Requests: 30, Tokens: 3000, BlockedUntil: t0.Add(20 * time.Second)}},
 		{"a shorter Retry-After does not shorten a longer hold", state{Requests: 30, Tokens: 3000, BlockedUntil: t0.Add(time.Minute)},
 			Pushback{RetryAfter: time.Second, KnownRetryAfter: true}, state{Requests: 30, Tokens: 3000, BlockedUntil: t0.Add(time.Minute)}},
-		{"what is left lowers the buckets", state{Requests: 30, Tokens: 3000},
-			Pushback{RemainingRequests: 2, KnownRemainingRequests: true, RemainingTokens: 0, KnownRemainingTokens: true}, state{Requests: 2, Tokens: 0}},
+		{"what is left lowers the buckets, delaying every waiter", state{Requests: 30, Tokens: 3000},
+			Pushback{RemainingRequests: 2, KnownRemainingRequests: true, RemainingTokens: 0, KnownRemainingTokens: true}, state{Requests: 2, Tokens: 0, GivenRequests: -28, GivenTokens: -3000}},
 		{"what is left never raises them", state{Requests: 1, Tokens: -50},
 			Pushback{RemainingRequests: 40, KnownRemainingRequests: true, RemainingTokens: 4000, KnownRemainingTokens: true}, state{Requests: 1, Tokens: -50}},
 	} {
@@ -157,6 +159,40 @@ func TestStateTighten(t *testing.T) {
 			c.want.Refilled = t0
 			if s != c.want {
 				t.Fatalf("after tighten %+v, want %+v", s, c.want)
+			}
+		})
+	}
+}
+
+// Room given back while a take waits moves its time sooner, at the
+// bucket's rate; room taken away (a charge, a pushback) moves it later;
+// the provider's hold is never passed.
+func TestTakenMoved(t *testing.T) {
+	l := Limits{RequestsPerMinute: 60, TokensPerMinute: 6000}
+	s := state{Requests: 0, Tokens: 0, Refilled: t0}
+	taken := s.take(l, Ask{Requests: 1, Tokens: 500, MaxWait: time.Hour}, t0) // 1s for requests, 5s for tokens
+	if taken.Wait != 5*time.Second || taken.RequestsWait != time.Second || taken.TokensWait != 5*time.Second {
+		t.Fatalf("take %+v", taken)
+	}
+	for _, c := range []struct {
+		name string
+		give func(*state)
+		want time.Duration // after t0
+	}{
+		{"nothing given back", func(*state) {}, 5 * time.Second},
+		{"200 tokens given back: 2s sooner", func(s *state) { s.give(l, 0, 200, 0, t0) }, 3 * time.Second},
+		{"more given back than it waits for: the requests bucket's wait remains", func(s *state) { s.give(l, 0, 10000, 0, t0) }, time.Second},
+		{"both given back: at once", func(s *state) { s.give(l, 5, 10000, 0, t0) }, 0},
+		{"a charge of 100 tokens: 1s later", func(s *state) { s.give(l, 0, -100, 0, t0) }, 6 * time.Second},
+		{"a provider's hold beyond it", func(s *state) {
+			s.tighten(l, Pushback{RetryAfter: 20 * time.Second, KnownRetryAfter: true}, t0)
+		}, 20 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			after := s
+			c.give(&after)
+			if got := taken.Moved(l, t0, after.mark()); got != t0.Add(c.want) {
+				t.Fatalf("moved to %v after t0, want %v", got.Sub(t0), c.want)
 			}
 		})
 	}

@@ -123,10 +123,15 @@ type route struct {
 	chunkRequests, chunkTokens float64
 
 	mu sync.Mutex
-	// requests and tokens are on hand: taken from the store, not yet
-	// used. tokens below zero are owed (an attempt used more than it
-	// took).
+	// requests and tokens are on hand: taken from the store while they
+	// were free, not yet used.
 	requests, tokens float64
+	// returnRequests and returnTokens are what attempts gave back (what
+	// they took and did not use; negative tokens: what they used beyond
+	// it), for the store at the next tick. Never spent here: the store
+	// owes it to whoever waits first, and moves every waiter by it
+	// (Taken.Moved); spent here, it would go to the back of the line.
+	returnRequests, returnTokens float64
 	used             time.Time // when the on-hand was last touched
 	// spare slots are held in the store and unused since spareSince;
 	// inUse are held by attempts.
@@ -134,6 +139,12 @@ type route struct {
 	spareSince   time.Time
 	renewed      time.Time
 	fetching     bool
+	// waiters are the attempts waiting here for a time the store gave
+	// them; mark is the store's last Mark, read each tick while there
+	// are any, which moves their times (Taken.Moved).
+	waiters int
+	mark    Mark
+	marked  bool
 	// freed is closed, and replaced, when a slot is freed here.
 	freed chan struct{}
 }
@@ -337,17 +348,52 @@ func (l *Limiter) Acquire(ctx context.Context, name string, tokens float64, maxW
 		if t.Wait > 0 {
 			tell(t.Limit)
 			g.Limit = t.Limit
-			w := time.NewTimer(t.Wait)
-			select {
-			case <-ctx.Done():
-				w.Stop()
+			if err := r.await(ctx, t, time.Now()); err != nil {
 				l.abandon(g)
-				return nil, ctx.Err()
-			case <-w.C:
+				return nil, err
 			}
 		}
 		g.Waited = time.Since(start)
 		return g, nil
+	}
+}
+
+// markPoll is how often a waiter looks at the store's last Mark.
+const markPoll = 100 * time.Millisecond
+
+// await waits until the time t gave a take made at `at`, moved by what
+// the fleet gives back meanwhile (Taken.Moved), or until ctx ends.
+func (r *route) await(ctx context.Context, t Taken, at time.Time) error {
+	r.mu.Lock()
+	r.waiters++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.waiters--
+		if r.waiters == 0 {
+			r.marked = false
+		}
+		r.mu.Unlock()
+	}()
+	wake := at.Add(t.Wait)
+	for {
+		d := time.Until(wake)
+		if d <= 0 {
+			return nil
+		}
+		timer := time.NewTimer(min(d, markPoll))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+		r.mu.Lock()
+		m, ok := r.mark, r.marked
+		r.mu.Unlock()
+		if ok {
+			wake = t.Moved(r.limits, at, m)
+		}
 	}
 }
 
@@ -481,7 +527,14 @@ func (g *Grant) Release(sent bool, used float64, usedKnown bool) {
 func (g *Grant) give(sent bool, used float64, usedKnown bool) {
 	r := g.r
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer func() {
+		if !g.l.store.Shared() && (r.returnRequests != 0 || r.returnTokens != 0) {
+			// A store of this process's own costs no round trip: at once.
+			_ = g.l.store.Give(context.Background(), r.key, g.l.holder, r.limits, r.returnRequests, r.returnTokens, 0)
+			r.returnRequests, r.returnTokens = 0, 0
+		}
+		r.mu.Unlock()
+	}()
 	if g.released {
 		return
 	}
@@ -489,13 +542,13 @@ func (g *Grant) give(sent bool, used float64, usedKnown bool) {
 	switch {
 	case !sent:
 		if r.limits.RequestsPerMinute > 0 {
-			r.requests++
+			r.returnRequests++
 		}
 		if r.limits.TokensPerMinute > 0 {
-			r.tokens += g.tokens
+			r.returnTokens += g.tokens
 		}
 	case usedKnown && r.limits.TokensPerMinute > 0:
-		r.tokens += g.tokens - used
+		r.returnTokens += g.tokens - used
 	}
 	r.used = time.Now()
 	if g.slot {
@@ -556,24 +609,12 @@ func (l *Limiter) giveBack(final bool) {
 	now := time.Now()
 	for _, r := range l.routes {
 		r.mu.Lock()
-		var req, tok float64
 		var slots, held int
-		switch {
-		case r.fetching:
-		case final || now.Sub(r.used) > KeepIdle:
-			req, tok = r.requests, r.tokens
+		req, tok := r.returnRequests, r.returnTokens
+		r.returnRequests, r.returnTokens = 0, 0
+		if !r.fetching && (final || now.Sub(r.used) > KeepIdle) {
+			req, tok = req+r.requests, tok+r.tokens
 			r.requests, r.tokens = 0, 0
-		default:
-			// What the attempts gave back beyond what the hand keeps
-			// (the unused part of their tokens, the room of those never
-			// sent) goes back now, for the other workers' waiters, and so
-			// does what they owe: a hand that kept it would hold the
-			// fleet to the pace of what attempts take before they are
-			// sent instead of what they use.
-			keepReq := math.Min(math.Max(r.requests, 0), r.chunkRequests)
-			keepTok := math.Min(math.Max(r.tokens, 0), r.chunkTokens)
-			req, tok = r.requests-keepReq, r.tokens-keepTok
-			r.requests, r.tokens = keepReq, keepTok
 		}
 		if r.spare > 0 && (final || now.Sub(r.spareSince) > KeepSlots) {
 			slots = r.spare
@@ -584,14 +625,25 @@ func (l *Limiter) giveBack(final bool) {
 			r.renewed = now
 			held = r.inUse + r.spare
 		}
+		mark := r.waiters > 0 && !final
 		r.mu.Unlock()
-		if req == 0 && tok == 0 && slots == 0 && !renew {
+		if req == 0 && tok == 0 && slots == 0 && !renew && !mark {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		if req != 0 || tok != 0 || slots != 0 {
 			if err := l.store.Give(ctx, r.key, l.holder, r.limits, req, tok, slots); err != nil {
 				l.storeFailed(r, "give", err)
+			}
+		}
+		if mark {
+			// After the give, so this worker's own room moves its waiters.
+			if m, err := l.store.Mark(ctx, r.key); err != nil {
+				l.storeFailed(r, "mark", err)
+			} else {
+				r.mu.Lock()
+				r.mark, r.marked = m, true
+				r.mu.Unlock()
 			}
 		}
 		if renew && (held > 0 || slots > 0) {

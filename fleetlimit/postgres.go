@@ -2,9 +2,11 @@ package fleetlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durallm/durallm/internal/pgdb"
@@ -55,17 +57,39 @@ func (p *Postgres) lease() float64 {
 // Take implements Store.
 func (p *Postgres) Take(ctx context.Context, key, holder string, l Limits, a Ask) (Taken, error) {
 	var t Taken
-	var wait float64
-	err := p.pool.QueryRow(ctx, `SELECT wait, lim, refused, extra_requests, extra_tokens, slot
+	var wait, reqWait, tokWait float64
+	var blocked *time.Time
+	err := p.pool.QueryRow(ctx, `SELECT wait, lim, refused, extra_requests, extra_tokens, slot, requests_wait, tokens_wait, given_requests, given_tokens, blocked_until
 FROM fleet_take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		key, holder, l.RequestsPerMinute, l.TokensPerMinute, l.MaxConcurrent,
 		a.Requests, a.Tokens, a.ExtraRequests, a.ExtraTokens, a.Slot, a.MaxWait.Seconds(), p.lease(), ArrivalLag.Seconds(),
-	).Scan(&wait, &t.Limit, &t.Refused, &t.ExtraRequests, &t.ExtraTokens, &t.Slot)
+	).Scan(&wait, &t.Limit, &t.Refused, &t.ExtraRequests, &t.ExtraTokens, &t.Slot, &reqWait, &tokWait, &t.Mark.GivenRequests, &t.Mark.GivenTokens, &blocked)
 	if err != nil {
 		return Taken{}, fmt.Errorf("fleetlimit: take %s: %w", key, err)
 	}
-	t.Wait = seconds(wait)
+	t.Wait, t.RequestsWait, t.TokensWait = seconds(wait), seconds(reqWait), seconds(tokWait)
+	if blocked != nil {
+		t.Mark.BlockedUntil = *blocked
+	}
 	return t, nil
+}
+
+// Mark implements Store: one read, no lock.
+func (p *Postgres) Mark(ctx context.Context, key string) (Mark, error) {
+	var m Mark
+	var blocked *time.Time
+	err := p.pool.QueryRow(ctx, `SELECT given_requests, given_tokens, blocked_until FROM fleet_limits WHERE key = $1`, key).
+		Scan(&m.GivenRequests, &m.GivenTokens, &blocked)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Mark{}, nil
+	case err != nil:
+		return Mark{}, fmt.Errorf("fleetlimit: mark %s: %w", key, err)
+	}
+	if blocked != nil {
+		m.BlockedUntil = *blocked
+	}
+	return m, nil
 }
 
 // Give implements Store.

@@ -25,6 +25,10 @@ type Store interface {
 	// counts them as held again; otherwise the count is left to takes and
 	// gives, which a renewal may race.
 	Renew(ctx context.Context, key, holder string, l Limits, slots int) error
+	// Mark reads how much room has been given back to key's buckets, and
+	// the provider's hold (the zero Mark for buckets not made yet), for
+	// the waiters of a take (Taken.Moved). It changes nothing.
+	Mark(ctx context.Context, key string) (Mark, error)
 	// Shared reports whether other processes share the store. A limiter
 	// on a store of its own process keeps nothing on hand.
 	Shared() bool
@@ -87,6 +91,16 @@ func (m *Memory) Tighten(_ context.Context, key string, l Limits, p Pushback) er
 	now := m.now()
 	m.state(key, l, now).tighten(l, p, now)
 	return nil
+}
+
+// Mark implements Store.
+func (m *Memory) Mark(_ context.Context, key string) (Mark, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.states[key]; ok {
+		return s.mark(), nil
+	}
+	return Mark{}, nil
 }
 
 // Renew implements Store: one process never loses its own slots.

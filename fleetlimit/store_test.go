@@ -175,6 +175,32 @@ func TestStores(t *testing.T) {
 					t.Fatalf("take of more tokens than remain %+v", got)
 				}
 			})
+			t.Run("room given back moves a waiter sooner, room taken away later", func(t *testing.T) {
+				s := st.open(t)
+				l := fleetlimit.Limits{TokensPerMinute: 60}
+				take(t, s, "r", l, fleetlimit.Ask{Tokens: 60}) // empty, and the lag's 1 owed
+				at := time.Now()
+				waiter := take(t, s, "r", l, fleetlimit.Ask{Tokens: 30, MaxWait: time.Hour})
+				between(t, "the waiter's wait", waiter.Wait, 30*time.Second, 31*time.Second)
+				if err := s.Give(ctx, "r", "h1", l, 0, 20, 0); err != nil {
+					t.Fatal(err)
+				}
+				m, err := s.Mark(ctx, "r")
+				if err != nil {
+					t.Fatal(err)
+				}
+				between(t, "its wait once 20 were given back", waiter.Moved(l, at, m).Sub(at), 10*time.Second, 11*time.Second)
+				if err := s.Tighten(ctx, "r", l, fleetlimit.Pushback{RetryAfter: time.Minute, KnownRetryAfter: true}); err != nil {
+					t.Fatal(err)
+				}
+				if m, err = s.Mark(ctx, "r"); err != nil {
+					t.Fatal(err)
+				}
+				between(t, "its wait once a provider holds the route a minute", waiter.Moved(l, at, m).Sub(at), 59*time.Second, 61*time.Second)
+				if m, err := s.Mark(ctx, "unknown"); err != nil || m != (fleetlimit.Mark{}) {
+					t.Fatalf("the mark of buckets never made: %+v, %v", m, err)
+				}
+			})
 			t.Run("routes keep buckets of their own", func(t *testing.T) {
 				s := st.open(t)
 				l := fleetlimit.Limits{RequestsPerMinute: 1}

@@ -85,7 +85,10 @@ var migrations = []string{
 		tokens        double precision NOT NULL,
 		refilled      timestamptz NOT NULL,
 		held          integer NOT NULL DEFAULT 0,
-		blocked_until timestamptz
+		blocked_until timestamptz,
+		-- room given back since the row was made (fleetlimit.Mark)
+		given_requests double precision NOT NULL DEFAULT 0,
+		given_tokens   double precision NOT NULL DEFAULT 0
 	);
 	CREATE TABLE fleet_leases (
 		key     text NOT NULL,
@@ -120,13 +123,15 @@ var migrations = []string{
 		RETURN r;
 	END $$;
 	CREATE FUNCTION fleet_save(r fleet_limits) RETURNS void LANGUAGE sql AS $$
-		UPDATE fleet_limits SET requests = r.requests, tokens = r.tokens, refilled = r.refilled, held = r.held, blocked_until = r.blocked_until
+		UPDATE fleet_limits SET requests = r.requests, tokens = r.tokens, refilled = r.refilled, held = r.held, blocked_until = r.blocked_until,
+			given_requests = r.given_requests, given_tokens = r.given_tokens
 		WHERE key = r.key;
 	$$;
 	CREATE FUNCTION fleet_take(p_key text, p_holder text, p_rpm float8, p_tpm float8, p_max integer,
 		p_requests float8, p_tokens float8, p_extra_requests float8, p_extra_tokens float8, p_slot boolean,
 		p_max_wait float8, p_lease float8, p_lag float8,
-		OUT wait float8, OUT lim text, OUT refused boolean, OUT extra_requests float8, OUT extra_tokens float8, OUT slot boolean)
+		OUT wait float8, OUT lim text, OUT refused boolean, OUT extra_requests float8, OUT extra_tokens float8, OUT slot boolean,
+		OUT requests_wait float8, OUT tokens_wait float8, OUT given_requests float8, OUT given_tokens float8, OUT blocked_until timestamptz)
 	LANGUAGE plpgsql AS $$
 	DECLARE
 		t timestamptz := clock_timestamp();
@@ -136,17 +141,19 @@ var migrations = []string{
 	BEGIN
 		r := fleet_row(p_key, p_rpm, p_tpm, t);
 		wait := 0; lim := ''; refused := false; extra_requests := 0; extra_tokens := 0; slot := false;
+		requests_wait := 0; tokens_wait := 0;
+		given_requests := r.given_requests; given_tokens := r.given_tokens; blocked_until := r.blocked_until;
 		IF p_slot AND p_max > 0 AND r.held >= p_max THEN
 			lim := 'concurrency';
 			refused := true;
 		ELSE
 			IF p_rpm > 0 THEN
-				w := greatest(0, least(p_requests, p_rpm) - r.requests) / (p_rpm / 60);
-				IF w > wait THEN wait := w; lim := 'requests'; END IF;
+				requests_wait := greatest(0, least(p_requests, p_rpm) - r.requests) / (p_rpm / 60);
+				IF requests_wait > wait THEN wait := requests_wait; lim := 'requests'; END IF;
 			END IF;
 			IF p_tpm > 0 THEN
-				w := greatest(0, least(p_tokens, p_tpm) - r.tokens) / (p_tpm / 60);
-				IF w > wait THEN wait := w; lim := 'tokens'; END IF;
+				tokens_wait := greatest(0, least(p_tokens, p_tpm) - r.tokens) / (p_tpm / 60);
+				IF tokens_wait > wait THEN wait := tokens_wait; lim := 'tokens'; END IF;
 			END IF;
 			IF r.blocked_until IS NOT NULL THEN
 				w := extract(epoch FROM r.blocked_until - t);
@@ -196,10 +203,19 @@ var migrations = []string{
 	DECLARE
 		r fleet_limits;
 		had integer;
+		was float8;
 	BEGIN
 		r := fleet_row(p_key, p_rpm, p_tpm, clock_timestamp());
-		IF p_rpm > 0 THEN r.requests := least(p_rpm, r.requests + p_requests); END IF;
-		IF p_tpm > 0 THEN r.tokens := least(p_tpm, r.tokens + p_tokens); END IF;
+		IF p_rpm > 0 THEN
+			was := r.requests;
+			r.requests := least(p_rpm, r.requests + p_requests);
+			r.given_requests := r.given_requests + r.requests - was;
+		END IF;
+		IF p_tpm > 0 THEN
+			was := r.tokens;
+			r.tokens := least(p_tpm, r.tokens + p_tokens);
+			r.given_tokens := r.given_tokens + r.tokens - was;
+		END IF;
 		IF p_slots > 0 THEN
 			SELECT slots INTO had FROM fleet_leases WHERE key = p_key AND holder = p_holder FOR UPDATE;
 			IF FOUND THEN
@@ -237,13 +253,23 @@ var migrations = []string{
 	DECLARE
 		t timestamptz := clock_timestamp();
 		r fleet_limits;
+		was float8;
 	BEGIN
 		r := fleet_row(p_key, p_rpm, p_tpm, t);
 		IF p_retry_after IS NOT NULL AND (r.blocked_until IS NULL OR t + make_interval(secs => p_retry_after) > r.blocked_until) THEN
 			r.blocked_until := t + make_interval(secs => p_retry_after);
 		END IF;
-		IF p_remaining_requests IS NOT NULL AND p_rpm > 0 THEN r.requests := least(r.requests, p_remaining_requests); END IF;
-		IF p_remaining_tokens IS NOT NULL AND p_tpm > 0 THEN r.tokens := least(r.tokens, p_remaining_tokens); END IF;
+		-- What the pushback takes away delays every waiter as a charge does.
+		IF p_remaining_requests IS NOT NULL AND p_rpm > 0 THEN
+			was := r.requests;
+			r.requests := least(r.requests, p_remaining_requests);
+			r.given_requests := r.given_requests + r.requests - was;
+		END IF;
+		IF p_remaining_tokens IS NOT NULL AND p_tpm > 0 THEN
+			was := r.tokens;
+			r.tokens := least(r.tokens, p_remaining_tokens);
+			r.given_tokens := r.given_tokens + r.tokens - was;
+		END IF;
 		PERFORM fleet_save(r);
 	END $$;`,
 }
