@@ -132,7 +132,7 @@ type route struct {
 	// owes it to whoever waits first, and moves every waiter by it
 	// (Taken.Moved); spent here, it would go to the back of the line.
 	returnRequests, returnTokens float64
-	used             time.Time // when the on-hand was last touched
+	used                         time.Time // when the on-hand was last touched
 	// spare slots are held in the store and unused since spareSince;
 	// inUse are held by attempts.
 	spare, inUse int
