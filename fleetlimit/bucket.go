@@ -194,24 +194,8 @@ func (s *state) take(l Limits, a Ask, now time.Time) Taken {
 		t.Refused = true
 		return t
 	}
-	if l.RequestsPerMinute > 0 {
-		full := s.Requests >= l.RequestsPerMinute
-		s.Requests -= a.Requests
-		if t.Wait == 0 {
-			t.ExtraRequests = math.Max(0, math.Min(a.ExtraRequests, math.Floor(s.Requests)))
-			s.Requests -= t.ExtraRequests
-		}
-		s.Requests -= lag(full && a.Requests+t.ExtraRequests > 0, l.RequestsPerMinute)
-	}
-	if l.TokensPerMinute > 0 {
-		full := s.Tokens >= l.TokensPerMinute
-		s.Tokens -= a.Tokens
-		if t.Wait == 0 {
-			t.ExtraTokens = math.Max(0, math.Min(a.ExtraTokens, math.Floor(s.Tokens)))
-			s.Tokens -= t.ExtraTokens
-		}
-		s.Tokens -= lag(full && a.Tokens+t.ExtraTokens > 0, l.TokensPerMinute)
-	}
+	t.ExtraRequests = debit(&s.Requests, l.RequestsPerMinute, a.Requests, a.ExtraRequests, t.Wait == 0)
+	t.ExtraTokens = debit(&s.Tokens, l.TokensPerMinute, a.Tokens, a.ExtraTokens, t.Wait == 0)
 	if a.Slot && l.MaxConcurrent > 0 {
 		s.Held++
 		t.Slot = true
@@ -219,21 +203,43 @@ func (s *state) take(l Limits, a Ask, now time.Time) Taken {
 	return t
 }
 
+// debit takes need from a bucket of perMinute (none when zero) at level,
+// and, when the take need not wait, extra out of what is left, whole; it
+// charges the arrival lag to a bucket it leaves full, and returns the
+// extra taken.
+func debit(level *float64, perMinute, need, extra float64, noWait bool) float64 {
+	if perMinute <= 0 {
+		return 0
+	}
+	full := *level >= perMinute
+	*level -= need
+	got := 0.0
+	if noWait {
+		got = math.Max(0, math.Min(extra, math.Floor(*level)))
+		*level -= got
+	}
+	*level -= lag(full && need+got > 0, perMinute)
+	return got
+}
+
+// adjust sets a bucket of perMinute (none when zero) to to(level) and
+// counts the change as room given back (Mark).
+func adjust(level, given *float64, perMinute float64, to func(float64) float64) {
+	if perMinute <= 0 {
+		return
+	}
+	was := *level
+	*level = to(was)
+	*given += *level - was
+}
+
 // give returns what a taker did not use: requests and tokens back to the
 // buckets (never above a minute's worth; negative tokens charge what an
 // attempt used beyond what it took), and slots it no longer holds.
 func (s *state) give(l Limits, requests, tokens float64, slots int, now time.Time) {
 	s.refill(l, now)
-	if l.RequestsPerMinute > 0 {
-		was := s.Requests
-		s.Requests = math.Min(l.RequestsPerMinute, s.Requests+requests)
-		s.GivenRequests += s.Requests - was
-	}
-	if l.TokensPerMinute > 0 {
-		was := s.Tokens
-		s.Tokens = math.Min(l.TokensPerMinute, s.Tokens+tokens)
-		s.GivenTokens += s.Tokens - was
-	}
+	adjust(&s.Requests, &s.GivenRequests, l.RequestsPerMinute, func(v float64) float64 { return math.Min(l.RequestsPerMinute, v+requests) })
+	adjust(&s.Tokens, &s.GivenTokens, l.TokensPerMinute, func(v float64) float64 { return math.Min(l.TokensPerMinute, v+tokens) })
 	s.Held = max(0, s.Held-slots)
 }
 
@@ -247,14 +253,10 @@ func (s *state) tighten(l Limits, p Pushback, now time.Time) {
 		}
 	}
 	// What the pushback takes away delays every waiter as a charge does.
-	if p.KnownRemainingRequests && l.RequestsPerMinute > 0 {
-		was := s.Requests
-		s.Requests = math.Min(s.Requests, p.RemainingRequests)
-		s.GivenRequests += s.Requests - was
+	if p.KnownRemainingRequests {
+		adjust(&s.Requests, &s.GivenRequests, l.RequestsPerMinute, func(v float64) float64 { return math.Min(v, p.RemainingRequests) })
 	}
-	if p.KnownRemainingTokens && l.TokensPerMinute > 0 {
-		was := s.Tokens
-		s.Tokens = math.Min(s.Tokens, p.RemainingTokens)
-		s.GivenTokens += s.Tokens - was
+	if p.KnownRemainingTokens {
+		adjust(&s.Tokens, &s.GivenTokens, l.TokensPerMinute, func(v float64) float64 { return math.Min(v, p.RemainingTokens) })
 	}
 }

@@ -127,6 +127,25 @@ var migrations = []string{
 			given_requests = r.given_requests, given_tokens = r.given_tokens
 		WHERE key = r.key;
 	$$;
+	-- fleet_debit takes p_need from a bucket of p_per_minute (none when
+	-- zero) at p_level, and, when the take need not wait, p_extra out of
+	-- what is left, whole; a bucket it leaves full refills p_lag later.
+	CREATE FUNCTION fleet_debit(p_level float8, p_per_minute float8, p_need float8, p_extra float8, p_no_wait boolean, p_lag float8,
+		OUT level float8, OUT got float8)
+	LANGUAGE plpgsql IMMUTABLE AS $$
+	BEGIN
+		level := p_level;
+		got := 0;
+		IF p_per_minute <= 0 THEN RETURN; END IF;
+		level := level - p_need;
+		IF p_no_wait THEN
+			got := greatest(0, least(p_extra, floor(level)));
+			level := level - got;
+		END IF;
+		IF p_level >= p_per_minute AND p_need + got > 0 THEN
+			level := level - p_per_minute / 60 * p_lag;
+		END IF;
+	END $$;
 	CREATE FUNCTION fleet_take(p_key text, p_holder text, p_rpm float8, p_tpm float8, p_max integer,
 		p_requests float8, p_tokens float8, p_extra_requests float8, p_extra_tokens float8, p_slot boolean,
 		p_max_wait float8, p_lease float8, p_lag float8,
@@ -137,7 +156,6 @@ var migrations = []string{
 		t timestamptz := clock_timestamp();
 		r fleet_limits;
 		w float8;
-		was_full boolean;
 	BEGIN
 		r := fleet_row(p_key, p_rpm, p_tpm, t);
 		wait := 0; lim := ''; refused := false; extra_requests := 0; extra_tokens := 0; slot := false;
@@ -162,29 +180,8 @@ var migrations = []string{
 			IF wait > p_max_wait THEN
 				refused := true;
 			ELSE
-				-- A bucket a take leaves full refills p_lag later.
-				IF p_rpm > 0 THEN
-					was_full := r.requests >= p_rpm;
-					r.requests := r.requests - p_requests;
-					IF wait = 0 THEN
-						extra_requests := greatest(0, least(p_extra_requests, floor(r.requests)));
-						r.requests := r.requests - extra_requests;
-					END IF;
-					IF was_full AND p_requests + extra_requests > 0 THEN
-						r.requests := r.requests - p_rpm / 60 * p_lag;
-					END IF;
-				END IF;
-				IF p_tpm > 0 THEN
-					was_full := r.tokens >= p_tpm;
-					r.tokens := r.tokens - p_tokens;
-					IF wait = 0 THEN
-						extra_tokens := greatest(0, least(p_extra_tokens, floor(r.tokens)));
-						r.tokens := r.tokens - extra_tokens;
-					END IF;
-					IF was_full AND p_tokens + extra_tokens > 0 THEN
-						r.tokens := r.tokens - p_tpm / 60 * p_lag;
-					END IF;
-				END IF;
+				SELECT d.level, d.got INTO r.requests, extra_requests FROM fleet_debit(r.requests, p_rpm, p_requests, p_extra_requests, wait = 0, p_lag) d;
+				SELECT d.level, d.got INTO r.tokens, extra_tokens FROM fleet_debit(r.tokens, p_tpm, p_tokens, p_extra_tokens, wait = 0, p_lag) d;
 				IF p_slot AND p_max > 0 THEN
 					r.held := r.held + 1;
 					slot := true;
