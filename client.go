@@ -294,13 +294,26 @@ func tooLarge(err error) error {
 	return &workflows.InputError{Problems: []error{fmt.Errorf("request: larger than the result store keeps, so nothing was started: %w", err)}}
 }
 
-// resolve fetches a response stored by reference. A reference the store
-// does not understand (a verdict's own result_ref) is left as it is.
+// resolve fetches a response stored by reference (ResolveResponse).
 func (c *Client) resolve(ctx context.Context, res *workflows.ActionResult) error {
-	if res.Response != nil || res.ResultRef == "" || c.results == nil {
+	if c.results == nil {
 		return nil
 	}
-	b, err := c.results.Get(ctx, res.ResultRef)
+	return ResolveResponse(ctx, c.results, res)
+}
+
+// ResolveResponse fills res.Response from store when the worker stored
+// the response by reference (res.ResultRef and no Response: every durallm
+// worker stores one over 256 KiB), as Action.Result does. A reference the
+// store does not understand (a verdict's own result_ref) is left as it
+// is, Response nil. Workflow code cannot read a store: a workflow that
+// calls step resolves its answers in an activity of its own with this
+// (examples/agent, Activities.ReadResponse).
+func ResolveResponse(ctx context.Context, store resultstore.Store, res *workflows.ActionResult) error {
+	if res.Response != nil || res.ResultRef == "" {
+		return nil
+	}
+	b, err := store.Get(ctx, res.ResultRef)
 	if errors.Is(err, resultstore.ErrBadRef) {
 		return nil
 	}

@@ -16,6 +16,7 @@ package activities
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/durallm/durallm/providers/routes"
@@ -99,8 +100,17 @@ type Activities struct {
 	// slog.Default().
 	Logger *slog.Logger
 
-	// lease overrides journalLease, for tests.
-	lease time.Duration
+	// Abandoned bounds the journal and result-store operations this
+	// worker stopped waiting for that have not returned (AbandonedOps):
+	// share one across the worker's attempts. Nil means one of its own,
+	// with DefaultMaxAbandoned.
+	Abandoned *AbandonedOps
+
+	// ownAbandoned is the AbandonedOps of an Activities given none.
+	ownAbandoned atomic.Pointer[AbandonedOps]
+	// lease overrides journalLease, journalRead journalReadTimeout and
+	// recordLookup recordLookupTimeout, for tests.
+	lease, journalRead, recordLookup time.Duration
 }
 
 func (a *Activities) logger() *slog.Logger {

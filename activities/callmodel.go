@@ -84,8 +84,10 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	}
 	sent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
+	var pieces *providers.Pieces
 	if a.Streams != nil {
-		sink = a.Streams.forAttempt(in.ActionRef, in.Attempt)
+		as := a.Streams.forAttempt(in.ActionRef, in.Attempt)
+		sink, pieces = as, &as.pieces
 	}
 	var rt http.RoundTripper = a.Engine
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
@@ -106,6 +108,10 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	room.release(ev, res.Response.Usage)
 	if a.Streams != nil {
 		a.Streams.attemptEnded(in.ActionRef, class.Class)
+	}
+	if pieces != nil {
+		// How the answer streamed, so that any reader numbers it alike.
+		res.Response.Pieces = *pieces
 	}
 	out := attempt.Outcome{Evidence: ev, Classification: class}
 	switch class.Class {

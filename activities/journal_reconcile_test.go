@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,5 +309,56 @@ func TestReconcileJudgesASentEntryOnItsOwnClock(t *testing.T) {
 	v, err = a.Reconcile(short, attempt.ReconcileInput{AttemptID: "run-2"})
 	if err != nil || v.Verdict != attempt.VerdictNone || v.JournalState != "sent" || strings.Contains(v.Note, "stopped renewing") || !strings.Contains(v.Note, "still renews") {
 		t.Fatalf("a live worker still renewing: verdict %+v err %v", v, err)
+	}
+}
+
+// slowRenewals is a Dir whose Sent writes after the first take 2.7 s each
+// (a journal that slowed down under load), whatever their context says.
+type slowRenewals struct {
+	journal.Dir
+	sent atomic.Int32
+}
+
+func (s *slowRenewals) Record(ctx context.Context, e journal.Entry) error {
+	if e.State == journal.Sent && s.sent.Add(1) > 1 {
+		time.Sleep(2700 * time.Millisecond)
+	}
+	return s.Dir.Record(ctx, e)
+}
+
+// A live worker whose renewal writes slow down to 2.7 s, with a 1 s
+// lease, lands each one inside the bound it gives it (three leases), so
+// the reader's patience covers that bound: the reconciler waits for the
+// end and settles the attempt from it, instead of deciding after 3 s
+// that the worker stopped renewing.
+func TestALiveWorkerWhoseRenewalsSlowDownIsNotTakenForDead(t *testing.T) {
+	writer, p := newActs(t)
+	j := &slowRenewals{Dir: journal.Dir{Path: t.TempDir()}}
+	writer.Journal, writer.lease = j, time.Second
+	release := make(chan struct{})
+	p.Push(providertest.Answer("the whole answer").WaitFor(release))
+	time.AfterFunc(6*time.Second, func() { close(release) })
+	in := attemptOn("openai", hello())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := callInBackground(ctx, writer, in)
+	for give := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok, _ := j.Lookup(ctx, in.AttemptID); ok {
+			break
+		}
+		if time.Now().After(give) {
+			t.Fatal("no sent record")
+		}
+	}
+	// Another worker's reconciler, as when Temporal lost track of the
+	// attempt while its worker runs on.
+	reader, _ := newActs(t)
+	reader.Journal, reader.lease = j.Dir, time.Second
+	v, err := reader.Reconcile(ctx, attempt.ReconcileInput{ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID, Route: in.Route})
+	if out := <-done; out.Classification.Class != evidence.Completed {
+		t.Fatalf("the attempt: %s", out.Classification.Class)
+	}
+	if err != nil || v.Verdict != attempt.VerdictCompleted || v.By != attempt.ByJournal || v.Response == nil || v.Response.Text != "the whole answer" {
+		t.Fatalf("verdict %+v err %v", v, err)
 	}
 }

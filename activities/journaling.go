@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,21 +44,10 @@ func writeBy(ctx context.Context, d time.Duration) time.Time {
 
 // boundedWrite runs write on a goroutine of its own, with a context that
 // ends at by (and not with ctx: a worker stop must not cut the record of
-// what it saw), and stops waiting for it then: Dir's fsync ignores its
-// context, and a half-open connection may outlast it. The write is left
-// to finish or fail by itself; the backends keep a late Sent from hiding
-// an end (journal.Journal.Record).
-func boundedWrite(ctx context.Context, by time.Time, write func(context.Context) error) error {
-	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- write(wctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-wctx.Done():
-		return fmt.Errorf("%w: %w", ErrWriteTimedOut, wctx.Err())
-	}
+// what it saw), and stops waiting for it then (Activities.bounded). The
+// backends keep a late Sent from hiding an end (journal.Journal.Record).
+func (a *Activities) boundedWrite(ctx context.Context, by time.Time, write func(context.Context) error) error {
+	return a.bounded(ctx, by, true, ErrWriteTimedOut, write)
 }
 
 // record journals how the attempt ended, before it is reported: the
@@ -87,7 +75,7 @@ func (a *Activities) record(ctx context.Context, in attempt.Input, out attempt.O
 	}
 	// A worker shutdown may have ended ctx; the entry must still be
 	// written.
-	if err := boundedWrite(ctx, by, func(ctx context.Context) error { return a.Journal.Record(ctx, e) }); err != nil {
+	if err := a.boundedWrite(ctx, by, func(ctx context.Context) error { return a.Journal.Record(ctx, e) }); err != nil {
 		a.logger().Warn("attempt journal unavailable: the outcome is reported without it", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
 	}
@@ -101,6 +89,13 @@ const (
 	journalSentPoll = 50 * time.Millisecond
 	journalLease    = 2 * time.Second
 )
+
+// renewalBound is how many leases a renewal write may take before the
+// worker stops waiting for it. The next renewal starts a lease after this
+// one, so a worker whose writes land within their bound lands a renewal
+// at most a lease plus that bound after the one before: what it writes in
+// the entry (journal.Entry.Renewal) for its readers' patience.
+const renewalBound = 3
 
 // sentInFlight bounds an attempt's renewal writes that have not returned
 // (waited for or abandoned): a hung journal holds that many goroutines per
@@ -147,11 +142,12 @@ func (s *sentRecord) wait(by time.Time) {
 
 // journalSent journals the attempt as Sent once its request is on the
 // wire, and renews the entry every journalLease while the exchange runs,
-// with the time left to the exchange's deadline. A renewal never waits
-// for the one before it: each is a write of its own, bounded by three
-// leases (the reader's patience), so one stuck write does not make a
-// live worker look dead. Failures are logged and counted like record's,
-// once.
+// with the time left to the exchange's deadline and how long its next
+// renewal may take to land (journal.Entry.Renewal, the reader's
+// patience). A renewal never waits for the one before it: each is a
+// write of its own, bounded by renewalBound leases, so one stuck write
+// does not make a live worker look dead. Failures are logged and counted
+// like record's, once.
 func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *recovery.Attempt) *sentRecord {
 	if a.Journal == nil {
 		return nil
@@ -165,22 +161,29 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 			return
 		}
 		last = time.Now()
-		e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline}
+		e := journal.Entry{AttemptID: in.AttemptID, ActionRef: in.ActionRef, Attempt: in.Attempt, State: journal.Sent, At: last, Deadline: deadline,
+			Renewal: a.journalLease() + renewalBound*a.journalLease()}
 		if !deadline.IsZero() {
 			e.Remaining = deadline.Sub(last)
 		}
-		by := last.Add(3 * a.journalLease())
+		by := last.Add(renewalBound * a.journalLease())
 		if !deadline.IsZero() && deadline.Before(by) {
 			by = deadline
 		}
 		s.inFlight.Add(1)
 		s.writes.Add(1)
+		returned := func() {
+			s.writes.Done()
+			s.inFlight.Add(-1)
+		}
 		go func() {
-			err := boundedWrite(ctx, by, func(ctx context.Context) error {
-				defer s.writes.Done()
-				defer s.inFlight.Add(-1)
+			err := a.boundedWrite(ctx, by, func(ctx context.Context) error {
+				defer returned()
 				return a.Journal.Record(ctx, e)
 			})
+			if errors.Is(err, ErrJournalStuck) {
+				returned() // never started
+			}
 			if err != nil && !s.failed.Swap(true) {
 				a.logger().Warn("attempt journal unavailable: the attempt goes on without its sent record", "attempt_id", in.AttemptID, "error", err)
 				a.Telemetry.JournalFailed(ctx)
@@ -207,7 +210,7 @@ func (a *Activities) storeLarge(ctx context.Context, actionRef string, out *atte
 		return
 	}
 	var ref string
-	err = boundedWrite(ctx, writeBy(ctx, resultWriteTimeout), func(ctx context.Context) error {
+	err = a.boundedWrite(ctx, writeBy(ctx, resultWriteTimeout), func(ctx context.Context) error {
 		var err error
 		if ex, ok := a.Results.(resultstore.Expirable); ok {
 			ref, err = ex.PutFor(ctx, actionRef, b)

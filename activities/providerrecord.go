@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,10 +18,11 @@ import (
 )
 
 // The provider record lookup's own budget and pace (docs/contract.md
-// section 5.5): each lookup is one GET, bounded by recordLookupTimeout;
-// recordLookupFailures failed ones end the search; between lookups that
-// find nothing it backs off from recordPollFirst, doubling, to
-// recordPollMax. A lookup is a read, so trying it again is safe.
+// section 5.6): each lookup is one GET, bounded by recordLookupTimeout;
+// recordLookupFailures failed ones end the search (a throttled one is not
+// a failure, and the next waits at least its Retry-After); between
+// lookups that find nothing it backs off from recordPollFirst, doubling,
+// to recordPollMax. A lookup is a read, so trying it again is safe.
 const (
 	recordLookupTimeout  = 10 * time.Second
 	recordLookupFailures = 3
@@ -32,6 +34,10 @@ const (
 type recordSearch struct {
 	lookups, failures int
 	lastFailure       string
+	// throttled counts the lookups the provider throttled, which are not
+	// failures; listed says one lookup had a list for an answer.
+	throttled int
+	listed    bool
 	// refused: the provider refused the listing itself.
 	refused   bool
 	unusable  *exchange.StoredCompletion
@@ -53,31 +59,42 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 	route = route.WithDefaults()
 	start := time.Now()
 	until := start.Add(max(0, in.Remaining) + route.ProviderRecordSettle)
-	if d, ok := ctx.Deadline(); ok && d.Add(-recordLookupTimeout-time.Second).Before(until) {
+	if d, ok := ctx.Deadline(); ok && d.Add(-a.recordLookupBound()-time.Second).Before(until) {
 		// The reconcilers after this one, and the report, need their time.
-		until = d.Add(-recordLookupTimeout - time.Second)
+		until = d.Add(-a.recordLookupBound() - time.Second)
 	}
 	var s recordSearch
 	wait := recordPollFirst
 	for {
 		s.lookups++
-		f, class, err := a.lookUpRecord(ctx, in, route, s.lookups)
+		f, class, timedOut, err := a.lookUpRecord(ctx, in, route, s.lookups)
 		if ctx.Err() != nil {
 			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 		}
+		pause := wait
 		switch {
 		case err == nil && class.Class == evidence.Completed:
+			s.listed = true
 			if out, ok := a.settledByRecord(ctx, in, route, f); ok {
 				return out, true, nil
 			}
 			if len(f.Completions) > 0 {
 				s.unusable = &f.Completions[0]
 			}
+		case class.Class == evidence.Throttled:
+			// The provider is busy, not failing: no failure is spent, and
+			// the next lookup waits at least what it asked.
+			s.throttled++
+			pause = max(wait, class.RetryAfter)
+			if !time.Now().Add(pause).Before(until) {
+				s.outOfTime = until.Before(start.Add(max(0, in.Remaining) + route.ProviderRecordSettle))
+				return a.recordUnsettled(ctx, route, s, time.Since(start)), false, nil
+			}
 		case lookupCannotSucceed(class.Class):
-			s.failures, s.lastFailure, s.refused = s.failures+1, failureOf(class, err), true
+			s.failures, s.lastFailure, s.refused = s.failures+1, a.failureOf(class, err, timedOut), true
 			return a.recordUnsettled(ctx, route, s, time.Since(start)), false, nil
 		default:
-			s.failures, s.lastFailure = s.failures+1, failureOf(class, err)
+			s.failures, s.lastFailure = s.failures+1, a.failureOf(class, err, timedOut)
 			if s.failures >= recordLookupFailures {
 				return a.recordUnsettled(ctx, route, s, time.Since(start)), false, nil
 			}
@@ -93,7 +110,7 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 		select {
 		case <-ctx.Done():
 			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
-		case <-time.After(min(wait, until.Sub(now))):
+		case <-time.After(min(pause, until.Sub(now))):
 		}
 		wait = min(2*wait, recordPollMax)
 	}
@@ -102,8 +119,9 @@ func (a *Activities) reconcileFromProviderRecord(ctx context.Context, in attempt
 // lookUpRecord makes lookup n: one GET through the engine, as an
 // attempt of its own (its id is the attempt's with "-record-n", so it is
 // never counted as the attempt), classified by the engine like any.
-func (a *Activities) lookUpRecord(ctx context.Context, in attempt.ReconcileInput, route routes.Route, n int) (exchange.Found, evidence.Classification, error) {
-	lctx, cancel := context.WithTimeoutCause(ctx, recordLookupTimeout, recovery.ErrTimedOut)
+// timedOut says its own bound (recordLookupTimeout) ended it.
+func (a *Activities) lookUpRecord(ctx context.Context, in attempt.ReconcileInput, route routes.Route, n int) (f exchange.Found, class evidence.Classification, timedOut bool, err error) {
+	lctx, cancel := context.WithTimeoutCause(ctx, a.recordLookupBound(), recovery.ErrTimedOut)
 	defer cancel()
 	att := recovery.NewAttempt(recovery.Spec{
 		ActionRef: in.ActionRef, Attempt: in.Attempt, AttemptID: in.AttemptID + "-record-" + strconv.Itoa(n),
@@ -116,9 +134,16 @@ func (a *Activities) lookUpRecord(ctx context.Context, in attempt.ReconcileInput
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
 		engine = a.InsecureEngine
 	}
-	f, err := exchange.FindStored(recovery.WithAttempt(lctx, att), engine, route, in.AttemptID)
-	_, class := att.Finish(f.Signal)
-	return f, class, err
+	f, err = exchange.FindStored(recovery.WithAttempt(lctx, att), engine, route, in.AttemptID)
+	_, class = att.Finish(f.Signal)
+	return f, class, ctx.Err() == nil && errors.Is(context.Cause(lctx), recovery.ErrTimedOut), err
+}
+
+func (a *Activities) recordLookupBound() time.Duration {
+	if a.recordLookup > 0 {
+		return a.recordLookup
+	}
+	return recordLookupTimeout
 }
 
 // lookupCannotSucceed says a failed lookup would fail the same way again:
@@ -132,11 +157,14 @@ func lookupCannotSucceed(c evidence.Class) bool {
 }
 
 // failureOf names a failed lookup by its class and reason (and status),
-// never by what the body said.
-func failureOf(c evidence.Classification, err error) string {
+// never by what the body said; one its own bound ended says so.
+func (a *Activities) failureOf(c evidence.Classification, err error, timedOut bool) string {
 	why := string(c.Class) + " (" + c.Reason + ")"
-	if c.Class == evidence.Completed && err != nil {
+	switch {
+	case c.Class == evidence.Completed && err != nil:
 		why = "an answer that is not a list of stored completions"
+	case timedOut:
+		why = "the provider's record did not answer within " + a.recordLookupBound().String() + ": " + why
 	}
 	return why
 }
@@ -189,6 +217,9 @@ func (a *Activities) recordUnsettled(ctx context.Context, route routes.Route, s 
 	if s.failures > 0 {
 		looked += fmt.Sprintf(", %d failed, the last with %s", s.failures, s.lastFailure)
 	}
+	if s.throttled > 0 {
+		looked += fmt.Sprintf(", %d throttled by the provider", s.throttled)
+	}
 	switch {
 	case s.unusable != nil:
 		out.ProviderRecord = attempt.ProviderRecordUnusable
@@ -196,6 +227,10 @@ func (a *Activities) recordUnsettled(ctx context.Context, route routes.Route, s 
 	case s.refused || s.failures >= recordLookupFailures:
 		out.ProviderRecord = attempt.ProviderRecordUnreadable
 		out.Note = fmt.Sprintf("the provider's record could not be read: %d of %d lookups failed, the last with %s", s.failures, s.lookups, s.lastFailure)
+	case !s.listed && s.throttled > 0:
+		// Throttled until the window ended: nothing was read.
+		out.ProviderRecord = attempt.ProviderRecordUnreadable
+		out.Note = "the provider's record could not be read: the provider throttled the lookups (" + looked + ")"
 	default:
 		out.ProviderRecord = attempt.ProviderRecordNotFound
 		out.Note = "the provider's record lookup found nothing for this attempt (" + looked + ", " + route.ProviderRecordSettle.String() + " past the attempt's deadline"

@@ -35,7 +35,8 @@ func lostAnswer(t *testing.T, a *Activities, p *providertest.Provider, b provide
 	t.Cleanup(func() { close(gate) })
 	p.Push(b.WaitFor(gate))
 	in := attemptOn("recorded", hello())
-	in.Timeout = 300 * time.Millisecond
+	// Long enough to dial and send on a loaded machine.
+	in.Timeout = time.Second
 	out, err := a.CallModel(context.Background(), in)
 	if err != nil || out.Classification.Class != evidence.Ambiguous {
 		t.Fatalf("the attempt is %s (%s), %v; want ambiguous", out.Classification.Class, out.Classification.Reason, err)
@@ -240,6 +241,25 @@ func TestARecordWithoutAUsableAnswerIsNoVerdict(t *testing.T) {
 	}
 }
 
+// A stored completion still in progress holds part of an answer at most:
+// however much text it has, it settles nothing (contract section 5.6).
+func TestAStoredCompletionInProgressWithTextSettlesNothing(t *testing.T) {
+	a, p := newActs(t)
+	withRecordRoute(a, p, 300*time.Millisecond)
+	in := lostAnswer(t, a, p, providertest.Answer("x").Unstored())
+	p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
+		if r.Method != http.MethodGet {
+			return providertest.Behavior{}, false
+		}
+		return providertest.Status(http.StatusOK, nil, `{"object":"list","data":[{"id":"chatcmpl-half","object":"chat.completion","status":"in_progress",`+
+			`"metadata":{"durallm_attempt_id":"`+in.AttemptID+`"},"choices":[{"index":0,"message":{"role":"assistant","content":"the first half of"}}]}]}`), true
+	})
+	out, err := a.Reconcile(context.Background(), in)
+	if err != nil || out.Verdict != attempt.VerdictNone || out.ProviderRecord != attempt.ProviderRecordUnusable || out.Response != nil || !strings.Contains(out.Note, "chatcmpl-half") {
+		t.Fatalf("out %+v err %v", out, err)
+	}
+}
+
 func TestFailedLookupsSpendTheirOwnBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -272,6 +292,55 @@ func TestFailedLookupsSpendTheirOwnBudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A provider that throttles the lookup asks to be left alone for a while:
+// a throttled lookup is not a failed one (the record is there, the
+// provider is busy), so it spends none of the three failures' budget, and
+// the next waits at least as long as Retry-After says.
+func TestThrottledLookupsHonourRetryAfterAndSpendNoFailure(t *testing.T) {
+	t.Run("the record is found after the throttling", func(t *testing.T) {
+		a, p := newActs(t)
+		withRecordRoute(a, p, 20*time.Second)
+		in := lostAnswer(t, a, p, providertest.Answer("found after the throttling"))
+		var throttled atomic.Int32
+		p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
+			if r.Method == http.MethodGet && throttled.Add(1) <= recordLookupFailures+1 {
+				return providertest.TooManyRequests(providertest.RetryAfterMS(300)), true
+			}
+			return providertest.Behavior{}, false
+		})
+		out, err := a.Reconcile(context.Background(), in)
+		if err != nil || out.ProviderRecord != attempt.ProviderRecordFound || out.Response == nil || out.Response.Text != "found after the throttling" {
+			t.Fatalf("out %+v err %v after %d lookups", out, err, throttled.Load())
+		}
+	})
+	t.Run("Retry-After paces the lookups", func(t *testing.T) {
+		a, p := newActs(t)
+		withRecordRoute(a, p, 3*time.Second)
+		in := lostAnswer(t, a, p, providertest.Answer("x"))
+		in.Remaining = 0
+		var lookups atomic.Int32
+		p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
+			if r.Method == http.MethodGet {
+				lookups.Add(1)
+				h := http.Header{}
+				h.Set("Retry-After", "2")
+				return providertest.TooManyRequests(h), true
+			}
+			return providertest.Behavior{}, false
+		})
+		out, err := a.Reconcile(context.Background(), in)
+		// A 3 s window and 2 s between lookups leaves room for two;
+		// ignoring Retry-After, the backoff (0.5 s, 1 s, 2 s) makes three
+		// in 1.5 s, and three failures end the search.
+		if err != nil || out.Verdict != attempt.VerdictNone || out.ProviderRecord != attempt.ProviderRecordUnreadable || lookups.Load() > 2 {
+			t.Fatalf("out %+v err %v after %d lookups", out, err, lookups.Load())
+		}
+		if !strings.Contains(out.Note, "throttled") {
+			t.Fatalf("the note does not say the provider throttled the lookups: %q", out.Note)
+		}
+	})
 }
 
 // A journaled answer settles the attempt before the provider is asked.

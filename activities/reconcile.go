@@ -63,6 +63,14 @@ var ErrNoReconciler = errors.New("durallm: no reconciler configured on this work
 // canceled) returns an error wrapping ctx's error and cause: it has not
 // found that nothing can tell, so Temporal retries it.
 func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (attempt.ReconcileOutput, error) {
+	if activity.IsActivity(ctx) {
+		// While any reconciler runs, the application's included: its
+		// worker's loss is then seen within the heartbeat timeout, and it
+		// runs again on another worker at once.
+		defer onEachTick(reconcileHeartbeatEvery, ctx.Done(), func() {
+			activity.RecordHeartbeat(ctx, "reconciling attempt "+in.AttemptID)
+		})()
+	}
 	var builtin attempt.ReconcileOutput
 	asked := false
 	if a.Journal != nil {
@@ -137,12 +145,54 @@ func joinNotes(notes ...string) string {
 // attempt that may still end on a live worker; journalEndGrace is how long
 // past the attempt's deadline it waits for the end record the worker
 // writes right after the exchange ends.
-// A Sent entry unrenewed for three leases (journalLease) counts as its
-// worker's loss.
+// A Sent entry unrenewed for as long as its writer said its next renewal
+// may take (journal.Entry.Renewal; a lease plus renewalBound leases for an
+// entry that does not say) counts as its worker's loss.
 const (
 	journalPoll     = 250 * time.Millisecond
 	journalEndGrace = 3 * time.Second
 )
+
+// reconcileHeartbeatEvery is how often Reconcile heartbeats while it
+// runs: well inside the workflow's heartbeat timeout for it (20 s).
+const reconcileHeartbeatEvery = 2 * time.Second
+
+// journalReadTimeout bounds each of the built-in reconciler's reads of the
+// journal: a read past it (a half-open PostgreSQL connection, a table
+// lock, a stalled disk) leaves the journal unreadable and the reconciler
+// goes on to the next source, instead of waiting for it until its own
+// deadline.
+const journalReadTimeout = 5 * time.Second
+
+// ErrReadTimedOut is returned (wrapped, with the context's error) for a
+// journal read that did not finish within journalReadTimeout.
+var ErrReadTimedOut = errors.New("durallm: the journal did not answer in time")
+
+func (a *Activities) journalReadBound() time.Duration {
+	if a.journalRead > 0 {
+		return a.journalRead
+	}
+	return journalReadTimeout
+}
+
+// lookUpJournal is Journal.Lookup bounded by journalReadTimeout (and ctx),
+// counted among the worker's abandoned operations while a read it stopped
+// waiting for has not returned (Activities.bounded).
+func (a *Activities) lookUpJournal(ctx context.Context, attemptID string) (journal.Entry, bool, error) {
+	var res struct {
+		e  journal.Entry
+		ok bool
+	}
+	err := a.bounded(ctx, time.Now().Add(a.journalReadBound()), false, ErrReadTimedOut, func(ctx context.Context) error {
+		e, ok, err := a.Journal.Lookup(ctx, attemptID)
+		res.e, res.ok = e, ok
+		return err
+	})
+	if err != nil {
+		return journal.Entry{}, false, err
+	}
+	return res.e, res.ok, nil
+}
 
 func (a *Activities) journalLease() time.Duration {
 	if a.lease > 0 {
@@ -158,7 +208,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 	unsettled := func(state, note string) (attempt.ReconcileOutput, bool, error) {
 		return attempt.ReconcileOutput{JournalState: state, Note: note}, false, nil
 	}
-	e, ok, err := a.Journal.Lookup(ctx, in.AttemptID)
+	e, ok, err := a.lookUpJournal(ctx, in.AttemptID)
 	// A Sent entry's worker renews it while the exchange runs: the wait
 	// goes on while it does, judged on this worker's own observation of
 	// the entry (sentWait), whatever the writer's clock says.
@@ -177,7 +227,7 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 			return attempt.ReconcileOutput{}, false, cutShort(ctx, in)
 		case <-time.After(journalPoll):
 		}
-		e, ok, err = a.Journal.Lookup(ctx, in.AttemptID)
+		e, ok, err = a.lookUpJournal(ctx, in.AttemptID)
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -187,7 +237,17 @@ func (a *Activities) reconcileFromJournal(ctx context.Context, in attempt.Reconc
 	case err != nil:
 		a.logger().Warn("attempt journal unavailable: the built-in reconciler cannot tell", "attempt_id", in.AttemptID, "error", err)
 		a.Telemetry.JournalFailed(ctx)
-		return unsettled("unreadable", "the journal could not be read")
+		note := "the journal could not be read"
+		switch {
+		case errors.Is(err, ErrReadTimedOut):
+			note = "the journal did not answer within " + a.journalReadBound().String() + ": it was passed over"
+		case errors.Is(err, ErrJournalStuck):
+			note = "the journal is stuck (reads and writes this worker stopped waiting for have not returned): it was passed over"
+		}
+		if w.changed.IsZero() {
+			return unsettled("unreadable", note)
+		}
+		return unsettled("unreadable", note+" (it last held the request sent, written at "+w.last.At.UTC().Format(time.RFC3339Nano)+")")
 	case !ok:
 		return unsettled("none", "the journal holds no entry for this attempt")
 	}
@@ -268,6 +328,17 @@ func remaining(e journal.Entry) time.Duration {
 	return 0
 }
 
+// patience is how long a reader waits for a Sent entry to change before
+// it takes its worker for dead: what the writer said its next renewal may
+// take to land (Renewal), or, for an entry that does not say, a lease
+// plus the bound on a renewal write, this worker's own.
+func (a *Activities) patience(e journal.Entry) time.Duration {
+	if e.Renewal > 0 {
+		return e.Renewal
+	}
+	return a.journalLease() + renewalBound*a.journalLease()
+}
+
 // sentWaitEnd says why the built-in reconciler stopped waiting for a Sent
 // attempt to end.
 type sentWaitEnd string
@@ -276,7 +347,8 @@ const (
 	// sentPastDeadline: the attempt's deadline, and the grace for its end
 	// record, passed.
 	sentPastDeadline sentWaitEnd = "past_deadline"
-	// sentStoppedRenewing: the entry did not change for three leases.
+	// sentStoppedRenewing: the entry did not change for as long as its
+	// writer said a renewal may take (patience).
 	sentStoppedRenewing sentWaitEnd = "stopped_renewing"
 	// sentOutOfTime: this reconcile activity's own deadline is near.
 	sentOutOfTime sentWaitEnd = "out_of_time"
@@ -288,7 +360,7 @@ func (a *Activities) whyNotWait(ctx context.Context, w sentWait, now time.Time) 
 	switch {
 	case !now.Before(w.until.Add(journalEndGrace)):
 		return sentPastDeadline
-	case now.Sub(w.changed) >= 3*a.journalLease():
+	case now.Sub(w.changed) >= a.patience(w.last):
 		return sentStoppedRenewing
 	}
 	if d, ok := ctx.Deadline(); ok && !now.Before(d.Add(-time.Second)) {

@@ -271,13 +271,14 @@ func (s *Streams) logLocked(actionRef string) *actionLog {
 }
 
 // publish appends ev to its action's log, numbering it, and hands it to
-// the subscribers. Nothing is appended after the end event.
-func (s *Streams) publish(ev StreamEvent) {
+// the subscribers. Nothing is appended after the end event; appended says
+// whether ev was.
+func (s *Streams) publish(ev StreamEvent) (appended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.logLocked(ev.ActionRef)
 	if l.ended {
-		return
+		return false
 	}
 	ev.Seq = uint64(len(l.events)) + 1
 	l.events = append(l.events, ev)
@@ -302,6 +303,7 @@ func (s *Streams) publish(ev StreamEvent) {
 			sub.dropped++
 		}
 	}
+	return true
 }
 
 // End ends actionRef's stream with an end event saying why (a terminal
@@ -310,7 +312,7 @@ func (s *Streams) publish(ev StreamEvent) {
 // their class ends the action; End is for whoever learns the end from the
 // action's result.
 func (s *Streams) End(actionRef, why string) {
-	s.publish(StreamEvent{ActionRef: actionRef, Kind: EventEnd, End: why})
+	_ = s.publish(StreamEvent{ActionRef: actionRef, Kind: EventEnd, End: why})
 }
 
 // sweepLocked drops the logs past their retention, at most once a tenth
@@ -364,8 +366,8 @@ func (s *Streams) boundLocked() {
 }
 
 // forAttempt returns the provider-layer sink for one attempt.
-func (s *Streams) forAttempt(actionRef string, attempt int) exchange.ChunkSink {
-	return attemptSink{s: s, ref: actionRef, n: attempt}
+func (s *Streams) forAttempt(actionRef string, attempt int) *attemptSink {
+	return &attemptSink{s: s, ref: actionRef, n: attempt}
 }
 
 // attemptEnded ends the action's stream when the attempt's class ends the
@@ -379,34 +381,50 @@ func (s *Streams) attemptEnded(actionRef string, class evidence.Class) {
 	}
 }
 
+// attemptSink publishes one attempt's stream to the hub and records the
+// pieces of content it published (providers.Pieces), for the response:
+// from it and the response, a reader without the hub's log rebuilds the
+// same deltas. Its methods are called on one goroutine, in order
+// (exchange.Sink).
 type attemptSink struct {
-	s   *Streams
-	ref string
-	n   int
+	s      *Streams
+	ref    string
+	n      int
+	pieces providers.Pieces
 }
 
-func (a attemptSink) Delta(text string) {
-	a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventContent, Delta: text})
+func (a *attemptSink) Delta(text string) {
+	a.content(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventContent, Delta: text}, providers.Piece{Kind: providers.PieceText, Len: len(text)})
 }
 
-func (a attemptSink) Chunk(c exchange.Chunk) {
+func (a *attemptSink) Chunk(c exchange.Chunk) {
 	if c.Text != "" {
-		a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventContent, Delta: c.Text})
+		a.content(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventContent, Delta: c.Text}, providers.Piece{Kind: providers.PieceText, Len: len(c.Text)})
 	}
 	if c.Refusal != "" {
-		a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventRefusal, Refusal: c.Refusal})
+		a.content(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventRefusal, Refusal: c.Refusal}, providers.Piece{Kind: providers.PieceRefusal, Len: len(c.Refusal)})
 	}
 	for i := range c.ToolCalls {
-		a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventToolCall, ToolCall: &c.ToolCalls[i]})
+		t := &c.ToolCalls[i]
+		a.content(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventToolCall, ToolCall: t},
+			providers.Piece{Kind: providers.PieceToolCall, Call: t.Index, ID: t.ID != "", Type: t.Type != "", Name: t.Name != "", Len: len(t.Arguments)})
 	}
 	if c.FinishReason != "" {
-		a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventFinish, FinishReason: c.FinishReason})
+		_ = a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventFinish, FinishReason: c.FinishReason})
 	}
 	if c.Usage != nil {
-		a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventUsage, Usage: c.Usage})
+		_ = a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventUsage, Usage: c.Usage})
 	}
 }
 
-func (a attemptSink) Incomplete(reason string) {
-	a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventIncomplete, Incomplete: reason})
+// content publishes a content event and records its piece if the hub
+// took it.
+func (a *attemptSink) content(ev StreamEvent, p providers.Piece) {
+	if a.s.publish(ev) {
+		a.pieces = a.pieces.Append(p)
+	}
+}
+
+func (a *attemptSink) Incomplete(reason string) {
+	_ = a.s.publish(StreamEvent{ActionRef: a.ref, Attempt: a.n, Kind: EventIncomplete, Incomplete: reason})
 }

@@ -119,6 +119,25 @@ func TestStreamsChunkSinkPublishesTypedEvents(t *testing.T) {
 	}
 }
 
+// An attempt's sink records the pieces of content the hub took, in order,
+// so the response says how it streamed; nothing after the stream's end.
+func TestAnAttemptsSinkRecordsThePiecesItPublished(t *testing.T) {
+	s := NewStreams()
+	sink := s.forAttempt("act", 1)
+	sink.Chunk(exchange.Chunk{Text: "Hé"})
+	sink.Chunk(exchange.Chunk{Refusal: "no", ToolCalls: []exchange.ToolCallDelta{{Index: 0, ID: "c1", Type: "function", Name: "f"}, {Index: 0, Arguments: "{}"}}})
+	sink.Chunk(exchange.Chunk{FinishReason: "stop"})
+	sink.Delta("!")
+	if sink.pieces != "t3 r2 c0:iyn:0 c0::2 t1" {
+		t.Fatalf("pieces %q", sink.pieces)
+	}
+	s.End("act", "completed")
+	sink.Delta("late")
+	if sink.pieces != "t3 r2 c0:iyn:0 c0::2 t1" {
+		t.Fatalf("a piece the hub refused was recorded: %q", sink.pieces)
+	}
+}
+
 // Only a class that ends the action whatever the workflow decides ends
 // the stream: a retry or a fallback may still stream, here or elsewhere.
 func TestStreamsAttemptEndedEndsOnlyOnFinalClasses(t *testing.T) {

@@ -3,49 +3,138 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"io"
+
 	"net/http"
 	"strconv"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
 )
 
-// owned finds an action the caller may see: its own (the memo's caller),
-// or any for an operator. Another caller's action, or one that does not
-// exist, is a 404 alike.
-func (g *Gateway) owned(w http.ResponseWriter, r *http.Request, c Caller, id string) (durallm.Description, gatewayMemo, bool) {
-	d, err := g.c.Describe(r.Context(), id)
+// owned finds the action the call names, if the caller may see it: its
+// own (the memo's caller), or any for an operator. Another caller's
+// action, or one that does not exist, is a NotFound alike.
+func (g *Gateway) owned(w http.ResponseWriter, r *http.Request, c *call) (durallm.Description, gatewayMemo, bool) {
+	d, err := g.c.Describe(r.Context(), c.id)
 	if err != nil {
 		if errors.Is(err, durallm.ErrNotFound) {
-			notFound(w)
+			writeProblem(w, c.surface, noSuchAction())
 		} else {
-			g.temporalFailed(w, id, err)
+			g.temporalFailed(w, c, err)
 		}
 		return d, gatewayMemo{}, false
 	}
 	var m gatewayMemo
 	ok, err := d.Memo(memoKey, &m)
-	if err != nil || (!c.Operator() && (!ok || m.Caller != c.ID)) {
-		notFound(w)
+	if err != nil || (!c.caller.Operator() && (!ok || m.Caller != c.caller.ID)) {
+		writeProblem(w, c.surface, noSuchAction())
 		return d, m, false
 	}
 	if !ok {
 		// Not started by a gateway: render with what Temporal knows.
 		m = gatewayMemo{Created: d.StartTime.Unix()}
 	}
+	c.ri.actionID = c.id
 	return d, m, true
 }
 
-func (g *Gateway) temporalFailed(w http.ResponseWriter, id string, err error) {
+func (g *Gateway) temporalFailed(w http.ResponseWriter, c *call, err error) {
 	if unavailable(err) {
-		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: codeTemporalUnreachable, Message: "Temporal is not reachable"})
+		writeProblem(w, c.surface, &answer.Problem{Kind: answer.UnavailableNothingStarted, Message: "Temporal is not reachable"})
 		return
 	}
-	g.log.Error("gateway: reading an action failed", "action_id", id, "error", err)
-	writeError(w, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "the action could not be read"})
+	g.log.Error("gateway: reading an action failed", "action_id", c.id, "error", err)
+	writeProblem(w, c.surface, &answer.Problem{Kind: answer.Internal, Message: "the action could not be read"})
+}
+
+// readQuery reads a read's query: ?stream=true, and starting_after=N
+// (resume says it was given).
+func readQuery(r *http.Request) (stream, resume bool, after uint64, p *answer.Problem) {
+	q := r.URL.Query()
+	stream = q.Get("stream") == "true"
+	if q.Has("starting_after") {
+		n, err := strconv.ParseUint(q.Get("starting_after"), 10, 64)
+		if err != nil {
+			return false, false, 0, badRequest("starting_after", "starting_after must be a sequence number, 0 or more")
+		}
+		resume, after = true, n
+	}
+	return stream, resume, after, nil
+}
+
+// read answers a surface's Read request: the action's answer once it
+// ended (an InProgress problem while it runs); with ?stream=true, its
+// stream.
+func (g *Gateway) read(w http.ResponseWriter, r *http.Request, c *call) {
+	g.reading(w, r, c, func(d durallm.Description, who answer.Identity) {
+		if d.Running {
+			writeProblem(w, c.surface, &answer.Problem{Kind: answer.InProgress,
+				Message: "the action is still running: read it again later, or with ?stream=true"})
+			return
+		}
+		if res, ok := g.ended(w, r, c, d); ok {
+			g.answerJSON(w, &session{who: who, surface: c.surface}, waitDone{res: res})
+		}
+	})
+}
+
+// reading serves a read of the action the call names: its query, the
+// action (if the caller may see it), then its stream when ?stream=true
+// asks, else what view writes.
+func (g *Gateway) reading(w http.ResponseWriter, r *http.Request, c *call, view func(d durallm.Description, who answer.Identity)) {
+	stream, resume, after, p := readQuery(r)
+	if p != nil {
+		writeProblem(w, c.surface, p)
+		return
+	}
+	d, m, ok := g.owned(w, r, c)
+	if !ok {
+		return
+	}
+	if stream {
+		g.readStream(w, r, c, d, m, resume, after)
+		return
+	}
+	actionHeaders(w.Header(), c.id)
+	who := answer.Identity{ID: c.id, Created: m.Created, Model: m.Model}
+	view(d, who)
+}
+
+// ended reads the result of the ended action d describes.
+func (g *Gateway) ended(w http.ResponseWriter, r *http.Request, c *call, d durallm.Description) (workflows.ActionResult, bool) {
+	act := g.c.Get(c.id)
+	act.RunID = d.RunID
+	res, err := act.Result(r.Context())
+	var ae *durallm.ActionError
+	switch {
+	case errors.As(err, &ae):
+		res = ae.Result
+	case err != nil:
+		g.temporalFailed(w, c, err)
+		return res, false
+	}
+	return res, true
+}
+
+// readStream serves the action's stream to a reader that does not own
+// it: its leaving cancels nothing. It holds one of the caller's
+// max_in_flight places while it reads.
+func (g *Gateway) readStream(w http.ResponseWriter, r *http.Request, c *call, d durallm.Description, m gatewayMemo, resume bool, after uint64) {
+	release, ok := g.acquire(c.caller)
+	if !ok {
+		writeProblem(w, c.surface, callerLimit(c.caller, "nothing was read"))
+		return
+	}
+	defer release()
+	actionHeaders(w.Header(), c.id)
+	act := g.c.Get(c.id)
+	act.RunID = d.RunID
+	who := answer.Identity{ID: c.id, Created: m.Created, Model: m.Model}
+	s := &session{act: act, who: who, surface: c.surface, replayed: !d.Running, onDisconnect: OnDisconnectContinue, gone: true}
+	g.serveStream(w, r, s, streamOptions{encoder: c.surface.Stream(who, nil), resume: resume, after: after})
 }
 
 // actionView is GET /v1/actions/{id}'s answer.
@@ -71,60 +160,31 @@ type actionView struct {
 }
 
 // getAction answers GET /v1/actions/{id}: the action's state, attempts
-// and answer; with ?stream=true its stream (replayed after
-// starting_after=N, then live).
-func (g *Gateway) getAction(w http.ResponseWriter, r *http.Request, c Caller, id string) {
-	q := r.URL.Query()
-	stream := q.Get("stream") == "true"
-	var after uint64
-	if v := q.Get("starting_after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, badRequest("starting_after", "starting_after must be a sequence number, 0 or more"))
-			return
+// and answer; with ?stream=true its stream (after starting_after=N, then
+// live).
+func (g *Gateway) getAction(w http.ResponseWriter, r *http.Request, c *call) {
+	g.reading(w, r, c, func(d durallm.Description, who answer.Identity) {
+		var v actionView
+		if d.Running {
+			st, err := g.c.Status(r.Context(), c.id)
+			if err != nil {
+				g.temporalFailed(w, c, err)
+				return
+			}
+			v = g.viewOf(who, workflows.ActionResult{Status: st})
+		} else {
+			res, ok := g.ended(w, r, c, d)
+			if !ok {
+				return
+			}
+			v = g.viewOf(who, res)
 		}
-		after = n
-	}
-	d, m, ok := g.owned(w, r, c, id)
-	if !ok {
-		return
-	}
-	actionHeaders(w.Header(), id)
-	act := g.c.Get(id)
-	act.RunID = d.RunID
-	who := answerIdentity{ID: id, Created: m.Created, Model: m.Model}
-	if stream {
-		// A reader of the stream does not own the action: its leaving
-		// cancels nothing.
-		s := &session{act: act, who: who, replayed: !d.Running, onDisconnect: OnDisconnectContinue, gone: true}
-		g.serveStream(w, r, s, streamOptions{includeUsage: true, after: after})
-		return
-	}
-	var v actionView
-	if d.Running {
-		st, err := g.c.Status(r.Context(), id)
-		if err != nil {
-			g.temporalFailed(w, id, err)
-			return
-		}
-		v = viewOf(who, workflows.ActionResult{Status: st})
-	} else {
-		res, err := act.Result(r.Context())
-		var ae *durallm.ActionError
-		switch {
-		case errors.As(err, &ae):
-			res = ae.Result
-		case err != nil:
-			g.temporalFailed(w, id, err)
-			return
-		}
-		v = viewOf(who, res)
-	}
-	w.Header().Set("X-Durallm-State", string(v.State))
-	writeJSON(w, http.StatusOK, v)
+		w.Header().Set("X-Durallm-State", string(v.State))
+		writeJSON(w, http.StatusOK, v)
+	})
 }
 
-func viewOf(who answerIdentity, res workflows.ActionResult) actionView {
+func (g *Gateway) viewOf(who answer.Identity, res workflows.ActionResult) actionView {
 	v := actionView{
 		ID: who.ID, Object: "durallm.action", Created: who.Created, Model: who.Model,
 		State: res.State, Outcome: res.Outcome, Reason: res.Reason, Origin: res.Origin,
@@ -140,16 +200,12 @@ func viewOf(who answerIdentity, res workflows.ActionResult) actionView {
 	o := outcomeOf(res)
 	switch {
 	case o.OK:
-		resp := res.Response
-		if resp == nil {
-			resp = emptyResponse()
-		}
-		v.Completion = completionJSON(who, resp)
-	case o.Err != nil:
+		v.Completion = g.chat.Answer(answerOf(who, res, o))
+	case o.Problem != nil:
 		var e struct {
 			Error json.RawMessage `json:"error"`
 		}
-		if json.Unmarshal(errorBody(o.Err), &e) == nil {
+		if json.Unmarshal(g.chat.Problem(*o.Problem).Body, &e) == nil {
 			v.Error = e.Error
 		}
 	}
@@ -158,21 +214,22 @@ func viewOf(who answerIdentity, res workflows.ActionResult) actionView {
 
 // cancel answers POST /v1/actions/{id}/cancel: user_stop, or
 // operator_stop for an operator.
-func (g *Gateway) cancel(w http.ResponseWriter, r *http.Request, c Caller, id string) {
-	if _, _, ok := g.owned(w, r, c, id); !ok {
+func (g *Gateway) cancel(w http.ResponseWriter, r *http.Request, c *call) {
+	id := c.id
+	if _, _, ok := g.owned(w, r, c); !ok {
 		return
 	}
 	origin := workflows.OriginUserStop
-	if c.Operator() {
+	if c.caller.Operator() {
 		origin = workflows.OriginOperatorStop
 	}
-	if err := g.c.Cancel(r.Context(), id, origin, "canceled through the gateway by "+c.ID); err != nil {
+	if err := g.c.Cancel(r.Context(), id, origin, "canceled through the gateway by "+c.caller.ID); err != nil {
 		if errors.Is(err, durallm.ErrNotFound) {
 			// The action closed: nothing to cancel.
-			writeError(w, &apiError{Status: http.StatusConflict, Type: typeInvalidRequest, Code: "action_ended", Message: "the action already ended"})
+			writeProblem(w, c.surface, &answer.Problem{Kind: answer.Conflict, Code: "action_ended", Message: "the action already ended"})
 			return
 		}
-		g.temporalFailed(w, id, err)
+		g.temporalFailed(w, c, err)
 		return
 	}
 	actionHeaders(w.Header(), id)
@@ -194,35 +251,36 @@ type reconcileBody struct {
 }
 
 // reconcile answers POST /v1/actions/{id}/reconcile (operators only).
-func (g *Gateway) reconcile(w http.ResponseWriter, r *http.Request, c Caller, id string) {
-	if !c.Operator() {
-		notFound(w)
+func (g *Gateway) reconcile(w http.ResponseWriter, r *http.Request, c *call) {
+	id := c.id
+	if !c.caller.Operator() {
+		writeProblem(w, c.surface, noSuchAction())
 		return
 	}
-	if _, _, ok := g.owned(w, r, c, id); !ok {
+	if _, _, ok := g.owned(w, r, c); !ok {
 		return
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
-	if err != nil || int64(len(raw)) > g.o.MaxBody {
-		writeError(w, badRequest("", "the body could not be read, or is too large"))
+	raw, p := g.readBody(w, r)
+	if p != nil {
+		writeProblem(w, c.surface, p)
 		return
 	}
 	var b reconcileBody
 	if err := json.Unmarshal(raw, &b); err != nil {
-		writeError(w, badRequest("", "the body must be a JSON object: {\"attempt\": N, \"verdict\": \"completed\", \"text\": \"...\"}"))
+		writeProblem(w, c.surface, badRequest("", "the body must be a JSON object: {\"attempt\": N, \"verdict\": \"completed\", \"text\": \"...\"}"))
 		return
 	}
 	if b.Attempt == 0 {
 		st, err := g.c.Status(r.Context(), id)
 		if err != nil {
-			g.temporalFailed(w, id, err)
+			g.temporalFailed(w, c, err)
 			return
 		}
 		b.Attempt = st.AwaitingAttempt
 	}
 	req := workflows.ReconcileRequest{Attempt: b.Attempt, Verdict: b.Verdict, Response: b.Response, ResultRef: b.ResultRef, By: b.By}
 	if req.By == "" {
-		req.By = "gateway:" + c.ID
+		req.By = "gateway:" + c.caller.ID
 	}
 	if req.Response == nil && b.Text != "" {
 		req.Response = &providers.Response{Text: b.Text, FinishReason: "stop"}
@@ -230,10 +288,10 @@ func (g *Gateway) reconcile(w http.ResponseWriter, r *http.Request, c Caller, id
 	if err := g.c.Reconcile(r.Context(), id, req); err != nil {
 		var re *durallm.ReconcileError
 		if errors.As(err, &re) {
-			writeError(w, &apiError{Status: http.StatusConflict, Type: "durallm_reconcile_rejected", Code: re.Reason, Message: re.Message})
+			writeProblem(w, c.surface, &answer.Problem{Kind: answer.Conflict, Code: re.Reason, Message: re.Message})
 			return
 		}
-		g.temporalFailed(w, id, err)
+		g.temporalFailed(w, c, err)
 		return
 	}
 	actionHeaders(w.Header(), id)
@@ -242,29 +300,29 @@ func (g *Gateway) reconcile(w http.ResponseWriter, r *http.Request, c Caller, id
 
 // list answers GET /v1/actions?state=STATE (operators only): the ids of
 // the actions in a state, newest first.
-func (g *Gateway) list(w http.ResponseWriter, r *http.Request, c Caller) {
-	if !c.Operator() {
-		writeError(w, &apiError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: codeOperatorOnly, Message: "listing actions needs an operator token"})
+func (g *Gateway) list(w http.ResponseWriter, r *http.Request, c *call) {
+	if !c.caller.Operator() {
+		writeProblem(w, c.surface, &answer.Problem{Kind: answer.Forbidden, Code: "operator_only", Message: "listing actions needs an operator token"})
 		return
 	}
 	state := workflows.State(r.URL.Query().Get("state"))
 	if !state.Terminal() && state != workflows.StateAwaitingReconciliation && state != workflows.StateDispatching &&
 		state != workflows.StateBackingOff && state != workflows.StateQueued {
-		writeError(w, badRequest("state", "state must be one of the action states, e.g. awaiting_reconciliation"))
+		writeProblem(w, c.surface, badRequest("state", "state must be one of the action states, e.g. awaiting_reconciliation"))
 		return
 	}
 	limit := 100
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			writeError(w, badRequest("limit", "limit must be 1 to 1000"))
+			writeProblem(w, c.surface, badRequest("limit", "limit must be 1 to 1000"))
 			return
 		}
 		limit = n
 	}
 	ids, err := g.c.List(r.Context(), state, limit)
 	if err != nil {
-		g.temporalFailed(w, "", err)
+		g.temporalFailed(w, c, err)
 		return
 	}
 	type item struct {

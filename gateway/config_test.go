@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/gateway/chat"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,9 +54,9 @@ models:
 	}
 }
 
-func parse(t *testing.T, body string) chatRequest {
+func parse(t *testing.T, body string) answer.Request {
 	t.Helper()
-	cr, e := parseChatRequest([]byte(body))
+	cr, e := chat.Surface{}.Parse([]byte(body))
 	if e != nil {
 		t.Fatal(e)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/gateway/chat"
 	"github.com/durallm/durallm/resultstore"
 )
 
@@ -71,6 +73,19 @@ type Options struct {
 	// StartTimeout bounds the start of an action (all its tries) before
 	// the answer is a 503. Zero means 10s.
 	StartTimeout time.Duration
+	// WriteTimeout bounds each write to a caller: a caller that stops
+	// reading is taken for gone once one write has waited this long (a
+	// stream's keep-alives make one at least every KeepAlive), its
+	// request ends and its max_in_flight place is free. Zero means 30s.
+	WriteTimeout time.Duration
+	// BodyTimeout bounds the reading of a request's body, which happens
+	// after the caller's max_in_flight place is taken: a body that has
+	// not arrived in time is a 408. Zero means 30s.
+	BodyTimeout time.Duration
+	// Surfaces are the front doors served beside OpenAI chat completions
+	// (package gateway/chat), which is always served and whose shape the
+	// models and action endpoints answer in. Nil means none.
+	Surfaces []answer.Surface
 }
 
 // Gateway is the OpenAI-compatible front door, an http.Handler. It is safe
@@ -79,13 +94,20 @@ type Gateway struct {
 	o   Options
 	c   *durallm.Client
 	log *slog.Logger
+	// chat is the surface of the core's own endpoints; surfaces are all
+	// served, chat first; endpoints is the route table.
+	chat      answer.Surface
+	surfaces  []answer.Surface
+	endpoints []endpoint
 
 	mu       sync.Mutex
 	inFlight map[string]int // by caller id
 	// attached counts the requests of this process attached to each
-	// running action, so a keyed disconnect's grace knows whether a retry
-	// came back.
+	// running action; departed holds, for an action that none is attached
+	// to, the last departure whose grace runs, so that only the grace of
+	// the last caller to leave may cancel it.
 	attached map[string]int
+	departed map[string]*departure
 
 	requests   metric.Int64Counter
 	idempotent metric.Int64Counter
@@ -100,6 +122,9 @@ const (
 	DefaultStreamHold = 10 * time.Second
 	DefaultKeepAlive  = 15 * time.Second
 	DefaultMaxBody    = resultstore.DefaultMaxBytes
+	// DefaultWriteTimeout is twice the keep-alive interval.
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultBodyTimeout  = 30 * time.Second
 )
 
 // New validates the options and returns the gateway.
@@ -135,7 +160,15 @@ func New(o Options) (*Gateway, error) {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 10 * time.Second
 	}
-	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
+	}
+	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, departed: map[string]*departure{}, chat: chat.Surface{}}
+	g.surfaces = append([]answer.Surface{g.chat}, o.Surfaces...)
+	g.endpoints = g.routes()
 	if o.Meter != nil {
 		var err error
 		if g.requests, err = o.Meter.Int64Counter("durallm.gateway.requests", metric.WithDescription("Gateway requests by endpoint and status")); err != nil {
@@ -158,9 +191,12 @@ func (g *Gateway) KeylessRetries() int64 { return g.keylessRetries.Load() }
 // ServeHTTP routes the request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &statusRecorder{ResponseWriter: w, rc: http.NewResponseController(w), timeout: g.o.WriteTimeout}
 	var ri requestInfo
 	g.serve(rec, r, &ri)
+	// What the server itself still writes (the end of a chunked body) is
+	// bounded too.
+	rec.bound()
 	g.log.Debug("gateway request", "method", r.Method, "path", ri.endpoint, "status", rec.status,
 		"action_id", ri.actionID, "model", ri.model, "caller", ri.caller, "took", time.Since(start).Round(time.Microsecond))
 	if g.requests != nil {
@@ -174,83 +210,123 @@ type requestInfo struct {
 	endpoint, actionID, model, caller string
 }
 
+// call is one request on its way through the core: the endpoint it
+// reached, the surface whose wire format answers it, its caller once
+// authenticated, and the action id the path names.
+type call struct {
+	surface answer.Surface
+	caller  Caller
+	id      string
+	ri      *requestInfo
+}
+
+// endpoint is one route of the gateway: a surface's or the core's own.
+type endpoint struct {
+	method string
+	// path is the pattern: exact, or with one "{id}" segment.
+	path    string
+	surface answer.Surface
+	serve   func(w http.ResponseWriter, r *http.Request, c *call)
+}
+
+// routes builds the route table: the surfaces' routes, then the core's
+// own (the models and the action endpoints, in the chat surface's shape).
+func (g *Gateway) routes() []endpoint {
+	var out []endpoint
+	for _, s := range g.surfaces {
+		for _, rt := range s.Routes() {
+			e := endpoint{method: rt.Method, path: rt.Path, surface: s}
+			switch rt.Op {
+			case answer.Start:
+				e.serve = g.start
+			case answer.Read:
+				e.serve = g.read
+			default:
+				continue
+			}
+			out = append(out, e)
+		}
+	}
+	return append(out,
+		endpoint{method: http.MethodGet, path: "/v1/models", surface: g.chat, serve: g.models},
+		endpoint{method: http.MethodGet, path: "/v1/actions", surface: g.chat, serve: g.list},
+		endpoint{method: http.MethodGet, path: "/v1/actions/{id}", surface: g.chat, serve: g.getAction},
+		endpoint{method: http.MethodPost, path: "/v1/actions/{id}/cancel", surface: g.chat, serve: g.cancel},
+		endpoint{method: http.MethodPost, path: "/v1/actions/{id}/reconcile", surface: g.chat, serve: g.reconcile},
+	)
+}
+
+// match reports whether path fits the pattern, and the {id} it names.
+func match(pattern, path string) (id string, ok bool) {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	if len(ps) != len(xs) {
+		return "", false
+	}
+	for i, p := range ps {
+		if p == "{id}" {
+			v, err := url.PathUnescape(xs[i])
+			if err != nil || v == "" {
+				return "", false
+			}
+			id = v
+			continue
+		}
+		if p != xs[i] {
+			return "", false
+		}
+	}
+	return id, true
+}
+
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo) {
 	path := r.URL.EscapedPath()
-	switch {
-	case path == "/v1/chat/completions":
-		if caller, ok := g.enter(w, r, ri, path, http.MethodPost); ok {
-			g.chat(w, r, caller, ri)
+	var allow []string
+	for _, e := range g.endpoints {
+		id, ok := match(e.path, path)
+		if !ok {
+			continue
 		}
-	case path == "/v1/models":
-		if caller, ok := g.enter(w, r, ri, path, http.MethodGet); ok {
-			g.models(w, caller)
+		if r.Method != e.method {
+			allow = append(allow, e.method)
+			continue
 		}
-	case path == "/v1/actions":
-		if caller, ok := g.enter(w, r, ri, path, http.MethodGet); ok {
-			g.list(w, r, caller)
-		}
-	case strings.HasPrefix(path, "/v1/actions/"):
-		seg, verb, _ := strings.Cut(strings.TrimPrefix(path, "/v1/actions/"), "/")
-		id, err := url.PathUnescape(seg)
-		if err != nil || id == "" || strings.Contains(verb, "/") {
-			ri.endpoint = "other"
-			notFound(w)
+		// The id is caller input: the request's log line names it only
+		// once it names an action the caller may see (owned).
+		ri.endpoint = e.path
+		c := &call{surface: e.surface, id: id, ri: ri}
+		if !g.authenticate(w, r, c) {
 			return
 		}
-		ri.actionID = id
-		switch verb {
-		case "":
-			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}", http.MethodGet); ok {
-				g.getAction(w, r, caller, id)
+		e.serve(w, r, c)
+		return
+	}
+	ri.endpoint = "other"
+	if len(allow) > 0 {
+		writeProblem(w, g.chat, &answer.Problem{Kind: answer.MethodNotAllowed, Allow: strings.Join(allow, ", "), Message: "use " + strings.Join(allow, " or ")})
+		return
+	}
+	msg := "durallm's gateway serves " + g.served() + ", /v1/models and /v1/actions"
+	if strings.HasPrefix(path, "/v1/responses") {
+		msg = "/v1/responses is not served: durallm's actions are chat-shaped, and Responses needs stored conversation state; use /v1/chat/completions"
+	}
+	writeProblem(w, g.chat, &answer.Problem{Kind: answer.NotFound, Code: "unsupported_endpoint", Message: msg})
+}
+
+// served names the surfaces' start endpoints.
+func (g *Gateway) served() string {
+	var paths []string
+	for _, s := range g.surfaces {
+		for _, rt := range s.Routes() {
+			if rt.Op == answer.Start {
+				paths = append(paths, rt.Path)
 			}
-		case "cancel":
-			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}/cancel", http.MethodPost); ok {
-				g.cancel(w, r, caller, id)
-			}
-		case "reconcile":
-			if caller, ok := g.enter(w, r, ri, "/v1/actions/{id}/reconcile", http.MethodPost); ok {
-				g.reconcile(w, r, caller, id)
-			}
-		default:
-			ri.endpoint = "other"
-			notFound(w)
 		}
-	default:
-		ri.endpoint = "other"
-		msg := "durallm's gateway serves /v1/chat/completions, /v1/models and /v1/actions"
-		if strings.HasPrefix(path, "/v1/responses") {
-			msg = "/v1/responses is not served: durallm's actions are chat-shaped, and Responses needs stored conversation state; use /v1/chat/completions"
-		}
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnsupportedEndpoint, Message: msg})
 	}
-}
-
-// enter checks a request for an endpoint: its method, then its caller.
-func (g *Gateway) enter(w http.ResponseWriter, r *http.Request, ri *requestInfo, endpoint, method string) (Caller, bool) {
-	ri.endpoint = endpoint
-	if !allow(w, r, method) {
-		return Caller{}, false
-	}
-	caller, ok := g.authenticate(w, r)
-	ri.caller = caller.ID
-	return caller, ok
-}
-
-func allow(w http.ResponseWriter, r *http.Request, method string) bool {
-	if r.Method == method {
-		return true
-	}
-	w.Header().Set("Allow", method)
-	writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed, Message: "use " + method})
-	return false
-}
-
-func notFound(w http.ResponseWriter) {
-	writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeNotFound, Message: "no such action"})
+	return strings.Join(paths, ", ")
 }
 
 // models answers GET /v1/models: the models the caller may use.
-func (g *Gateway) models(w http.ResponseWriter, c Caller) {
+func (g *Gateway) models(w http.ResponseWriter, _ *http.Request, c *call) {
 	type model struct {
 		ID      string `json:"id"`
 		Object  string `json:"object"`
@@ -262,17 +338,27 @@ func (g *Gateway) models(w http.ResponseWriter, c Caller) {
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
 	for _, m := range g.o.Models.Models {
-		if c.mayUse(m.Name) {
+		if c.caller.mayUse(m.Name) {
 			out.Data = append(out.Data, model{ID: m.Name, Object: "model", OwnedBy: "durallm"})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// statusRecorder remembers the status written, for the request log.
+// statusRecorder remembers the status written, for the request log, and
+// bounds every write (Options.WriteTimeout).
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
+	rc      *http.ResponseController
+	timeout time.Duration
+	status  int
+}
+
+// bound sets the connection's write deadline for the next write and the
+// flush that follows it. A writer without deadlines (a test's recorder)
+// is left as it is.
+func (s *statusRecorder) bound() {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -286,6 +372,7 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
+	s.bound()
 	return s.ResponseWriter.Write(b)
 }
 

@@ -1,23 +1,24 @@
 package gateway
 
 import (
-	"net/http"
 	"strconv"
 
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/workflows"
 )
 
 // outcome is how an ended action answers its caller (docs/contract.md
-// section 6.5): a 200 with the answer (marked incomplete for a partial
-// one), or an error that keeps the states apart.
+// section 6.5): its answer (marked incomplete for a partial one), or a
+// problem that keeps the states apart. This is the one place that
+// decides it; every surface renders what it says.
 type outcome struct {
 	// OK: the answer is the response (completed, completed_partial,
 	// reconciled).
 	OK bool
 	// Incomplete is why a completed_partial answer was cut.
 	Incomplete string
-	// Err is the answer otherwise.
-	Err *apiError
+	// Problem is the answer otherwise.
+	Problem *answer.Problem
 }
 
 // The classes an ended action's outcome may name that decide the answer.
@@ -28,7 +29,8 @@ const (
 	classThrottled       = "throttled"
 )
 
-// outcomeOf maps a terminal result to its answer. res must be terminal.
+// outcomeOf maps a terminal result (or one awaiting reconciliation) to
+// its answer.
 func outcomeOf(res workflows.ActionResult) outcome {
 	switch res.State {
 	case workflows.StateCompleted, workflows.StateReconciled:
@@ -40,73 +42,61 @@ func outcomeOf(res workflows.ActionResult) outcome {
 		}
 		return outcome{OK: true, Incomplete: reason}
 	case workflows.StateRejected:
-		return outcome{Err: rejectedError(res)}
+		return outcome{Problem: rejectedProblem(res)}
 	case workflows.StateFailed:
-		e := &apiError{Status: http.StatusBadGateway, Type: typeFailed, Code: res.Reason,
+		p := &answer.Problem{Kind: answer.Failed, Code: res.Reason,
 			Message: "no provider could answer: the action failed (" + res.Reason + "); retrying it now starts a new action"}
 		if last, ok := lastAttempt(res); ok && res.Outcome == classThrottled && last.Evidence.RetryAfter > 0 {
-			e.RetryAfter = last.Evidence.RetryAfter
+			p.RetryAfter = last.Evidence.RetryAfter
 		}
-		return outcome{Err: e}
+		return outcome{Problem: p}
 	case workflows.StateSpendExhausted:
-		// The action's own budget, not a provider: OpenAI's answer for a
-		// spent quota, and not to be retried as it is.
-		return outcome{Err: &apiError{Status: http.StatusTooManyRequests, Type: typeInsufficientQuota, Code: typeInsufficientQuota,
+		// The action's own budget, not a provider's failure.
+		return outcome{Problem: &answer.Problem{Kind: answer.SpendExhausted,
 			Message: "the action's budget is spent (" + res.Reason + "): its next attempt's worst case did not fit, so it was not sent"}}
 	case workflows.StateIndeterminate:
-		return outcome{Err: &apiError{Status: http.StatusConflict, Type: typeIndeterminate, Code: res.Reason,
+		return outcome{Problem: &answer.Problem{Kind: answer.Indeterminate, Code: res.Reason,
 			Message: "the action ended indeterminate (" + res.Reason + "): the provider may have run the request and nobody can tell; sending it again may run it twice"}}
 	case workflows.StateCanceled:
-		return outcome{Err: &apiError{Status: http.StatusConflict, Type: typeCanceled, Code: string(res.Origin),
+		return outcome{Problem: &answer.Problem{Kind: answer.Canceled, Code: string(res.Origin),
 			Message: "the action was canceled (" + string(res.Origin) + ")"}}
 	case workflows.StateAwaitingReconciliation:
-		return outcome{Err: awaitingError(res.ActionRef, res.AwaitingAttempt)}
+		return outcome{Problem: awaitingProblem(res.ActionRef, res.AwaitingAttempt)}
 	}
-	return outcome{Err: &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "the action is in an unknown state " + string(res.State)}}
+	return outcome{Problem: &answer.Problem{Kind: answer.Internal, Message: "the action is in an unknown state " + string(res.State)}}
 }
 
-// awaitingError is the answer for an action that waits for a verdict: it
-// says how to resolve it. The same key gets the verdict's answer later.
-func awaitingError(id string, attempt int) *apiError {
+// awaitingProblem is the answer for an action that waits for a verdict:
+// it says how to resolve it. The same key gets the verdict's answer later.
+func awaitingProblem(id string, attempt int) *answer.Problem {
 	n := strconv.Itoa(attempt)
-	return &apiError{Status: http.StatusConflict, Type: typeAwaiting, Code: codeAwaitingReconcilation,
+	return &answer.Problem{Kind: answer.AwaitingVerdict,
 		Message: "attempt " + n + " of action " + id + " may have run at the provider and its answer was lost, so it is not sent again: " +
 			"an operator settles it (POST /v1/actions/" + id + "/reconcile, or 'durallm reconcile " + id + " --attempt " + n + " --verdict completed|not_executed|allow_replay|abandon'); " +
 			"the same Idempotency-Key then gets the verdict's answer"}
 }
 
-// rejectedError is the provider's own status and error object for a
-// request it rejected; 401 and 403 are the route's key, not the caller's,
-// so they are a 502; a content filter is a 400 content_filter.
-func rejectedError(res workflows.ActionResult) *apiError {
-	e := &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: res.Reason,
+// rejectedProblem is the provider's rejection with its status and error
+// object; 401 and 403 are the route's key, not the caller's; a content
+// filter is its own kind.
+func rejectedProblem(res workflows.ActionResult) *answer.Problem {
+	p := &answer.Problem{Kind: answer.Rejected, Code: res.Reason,
 		Message: "the provider rejected the request (" + res.Reason + ")"}
-	if res.Response != nil && res.Response.Error != nil {
-		pe := res.Response.Error
-		if pe.Message != "" {
-			e.Message = pe.Message
-		}
-		if pe.Type != "" {
-			e.Type = pe.Type
-		}
-		e.Code, e.Param = pe.Code, pe.Param
+	if res.Response != nil {
+		p.ProviderError = res.Response.Error
 	}
 	if res.Outcome == classContentFiltered {
-		e.Status, e.Type, e.Code = http.StatusBadRequest, typeInvalidRequest, codeContentFilter
-		return e
+		p.Kind = answer.ContentFiltered
+		return p
 	}
-	status := 0
 	if last, ok := lastAttempt(res); ok {
-		status = last.Evidence.Status
+		p.ProviderStatus = last.Evidence.Status
 	}
-	switch {
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return &apiError{Status: http.StatusBadGateway, Type: typeUpstreamAuth, Code: strconv.Itoa(status),
-			Message: "the provider refused the gateway's credentials for the route (" + strconv.Itoa(status) + "): the route's key, not yours, needs fixing"}
-	case status == http.StatusBadRequest, status == http.StatusNotFound, status == http.StatusRequestEntityTooLarge, status == http.StatusUnprocessableEntity:
-		e.Status = status
+	if s := p.ProviderStatus; s == 401 || s == 403 {
+		return &answer.Problem{Kind: answer.UpstreamAuth, Code: strconv.Itoa(s),
+			Message: "the provider refused the gateway's credentials for the route (" + strconv.Itoa(s) + "): the route's key, not yours, needs fixing"}
 	}
-	return e
+	return p
 }
 
 func lastAttempt(res workflows.ActionResult) (workflows.AttemptRecord, bool) {

@@ -1,6 +1,10 @@
 package gateway
 
 import (
+	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/gateway/chat"
+	"github.com/durallm/durallm/gateway/openaiwire"
+
 	"bytes"
 	"encoding/json"
 	"log/slog"
@@ -68,38 +72,38 @@ func TestOutcomeTable(t *testing.T) {
 			r.Response, r.Attempts = provErr("invalid_request_error", "bad_thing", "the provider says no"), attemptWith(evidence.Evidence{Status: 400})
 		}), status: 400, errType: "invalid_request_error", code: "bad_thing"},
 		{name: "rejected 404", res: with(res(workflows.StateRejected, "rejected", "http_404"), func(r *workflows.ActionResult) { r.Attempts = attemptWith(evidence.Evidence{Status: 404}) }),
-			status: 404, errType: typeInvalidRequest, code: "http_404"},
+			status: 404, errType: openaiwire.TypeInvalidRequest, code: "http_404"},
 		{name: "rejected 413", res: with(res(workflows.StateRejected, "rejected", "http_413"), func(r *workflows.ActionResult) { r.Attempts = attemptWith(evidence.Evidence{Status: 413}) }),
-			status: 413, errType: typeInvalidRequest, code: "http_413"},
+			status: 413, errType: openaiwire.TypeInvalidRequest, code: "http_413"},
 		{name: "rejected 422", res: with(res(workflows.StateRejected, "rejected", "http_422"), func(r *workflows.ActionResult) { r.Attempts = attemptWith(evidence.Evidence{Status: 422}) }),
-			status: 422, errType: typeInvalidRequest, code: "http_422"},
+			status: 422, errType: openaiwire.TypeInvalidRequest, code: "http_422"},
 		{name: "rejected other 4xx as 400", res: with(res(workflows.StateRejected, "rejected", "http_418"), func(r *workflows.ActionResult) { r.Attempts = attemptWith(evidence.Evidence{Status: 418}) }),
-			status: 400, errType: typeInvalidRequest, code: "http_418"},
-		{name: "rejected before sending", res: res(workflows.StateRejected, "rejected", "invalid_request"), status: 400, errType: typeInvalidRequest, code: "invalid_request"},
+			status: 400, errType: openaiwire.TypeInvalidRequest, code: "http_418"},
+		{name: "rejected before sending", res: res(workflows.StateRejected, "rejected", "invalid_request"), status: 400, errType: openaiwire.TypeInvalidRequest, code: "invalid_request"},
 		{name: "content filter", res: with(res(workflows.StateRejected, "content_filtered", "content_filter"), func(r *workflows.ActionResult) {
 			r.Response, r.Attempts = provErr("invalid_request_error", "content_policy_violation", "filtered"), attemptWith(evidence.Evidence{Status: 400})
-		}), status: 400, errType: typeInvalidRequest, code: codeContentFilter},
+		}), status: 400, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeContentFilter},
 		{name: "provider 401 is the route's key", res: with(res(workflows.StateRejected, "rejected", "http_401"), func(r *workflows.ActionResult) {
 			r.Response, r.Attempts = provErr("invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-abc"), attemptWith(evidence.Evidence{Status: 401})
-		}), status: 502, errType: typeUpstreamAuth, code: "401"},
+		}), status: 502, errType: openaiwire.TypeUpstreamAuth, code: "401"},
 		{name: "provider 403", res: with(res(workflows.StateRejected, "rejected", "http_403"), func(r *workflows.ActionResult) { r.Attempts = attemptWith(evidence.Evidence{Status: 403}) }),
-			status: 502, errType: typeUpstreamAuth, code: "403"},
-		{name: "failed", res: res(workflows.StateFailed, "upstream_error", "budget_exhausted"), status: 502, errType: typeFailed, code: "budget_exhausted"},
+			status: 502, errType: openaiwire.TypeUpstreamAuth, code: "403"},
+		{name: "failed", res: res(workflows.StateFailed, "upstream_error", "budget_exhausted"), status: 502, errType: openaiwire.TypeFailed, code: "budget_exhausted"},
 		{name: "failed after throttling", res: with(res(workflows.StateFailed, "throttled", "budget_exhausted"), func(r *workflows.ActionResult) {
 			r.Attempts = attemptWith(evidence.Evidence{Status: 429, RetryAfter: 2500 * time.Millisecond})
-		}), status: 502, errType: typeFailed, code: "budget_exhausted", retryAfter: "3"},
+		}), status: 502, errType: openaiwire.TypeFailed, code: "budget_exhausted", retryAfter: "3"},
 		{name: "awaiting_reconciliation", res: with(res(workflows.StateAwaitingReconciliation, "ambiguous", ""), func(r *workflows.ActionResult) { r.AwaitingAttempt = 1 }),
-			status: 409, errType: typeAwaiting, code: codeAwaitingReconcilation},
-		{name: "indeterminate", res: res(workflows.StateIndeterminate, "ambiguous", "reconcile_timeout"), status: 409, errType: typeIndeterminate, code: "reconcile_timeout"},
+			status: 403, errType: openaiwire.TypeAwaiting, code: openaiwire.CodeAwaitingReconcilation},
+		{name: "indeterminate", res: res(workflows.StateIndeterminate, "ambiguous", "reconcile_timeout"), status: 403, errType: openaiwire.TypeIndeterminate, code: "reconcile_timeout"},
 		{name: "spend_exhausted: the action's budget, never a provider failure", res: res(workflows.StateSpendExhausted, "upstream_error", "token_budget_exhausted"),
-			status: 429, errType: typeInsufficientQuota, code: typeInsufficientQuota},
+			status: 429, errType: openaiwire.TypeInsufficientQuota, code: openaiwire.TypeInsufficientQuota},
 		{name: "canceled while connected", res: with(res(workflows.StateCanceled, "canceled", "operator_stop"), func(r *workflows.ActionResult) { r.Origin = workflows.OriginOperatorStop }),
-			status: 409, errType: typeCanceled, code: "operator_stop"},
+			status: 403, errType: openaiwire.TypeCanceled, code: "operator_stop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &Gateway{log: slog.New(slog.DiscardHandler)}
 			rec := httptest.NewRecorder()
-			s := &session{who: answerIdentity{ID: "gw-1", Created: 1700000000, Model: "demo"}}
+			s := &session{who: answer.Identity{ID: "gw-1", Created: 1700000000, Model: "demo"}, surface: chat.Surface{}}
 			g.answerJSON(rec, s, waitDone{res: tc.res})
 			h := rec.Header()
 			if rec.Code != tc.status {
@@ -189,20 +193,20 @@ func TestRefusalsBeforeAnyStart(t *testing.T) {
 		retry      string
 		retryAfter string
 	}{
-		{name: "no token", token: "", body: good, status: 401, errType: typeInvalidRequest, code: codeInvalidAPIKey},
-		{name: "unknown token", token: "nope", body: good, status: 401, errType: typeInvalidRequest, code: codeInvalidAPIKey},
-		{name: "body not JSON", token: "tok-a", body: `{`, status: 400, errType: typeInvalidRequest, code: codeInvalidValue},
-		{name: "n of 3", token: "tok-a", body: `{"model":"demo","n":3,"messages":[{"role":"user","content":"hi"}]}`, status: 400, errType: typeInvalidRequest, code: codeInvalidValue, param: "n"},
-		{name: "bad Idempotency-Key", token: "tok-a", body: good, header: map[string]string{"Idempotency-Key": "tab\tinside"}, status: 400, errType: typeInvalidRequest, code: codeInvalidValue, param: IdempotencyHeader},
-		{name: "unknown model", token: "tok-a", body: `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, status: 404, errType: typeInvalidRequest, code: codeModelNotFound, param: "model"},
-		{name: "a model the caller may not use", token: "tok-l", body: good, status: 404, errType: typeInvalidRequest, code: codeModelNotFound, param: "model"},
-		{name: "body over the bound", token: "tok-a", body: `{"model":"demo","messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<10) + `"}]}`, status: 413, errType: typeInvalidRequest, code: codeRequestTooLarge},
-		{name: "caller limit", token: "tok-a", body: good, hold: true, status: 429, errType: typeRateLimit, code: codeCallerLimit, retry: "true", retryAfter: "1"},
-		{name: "Temporal unreachable", token: "tok-a", body: good, status: 503, errType: typeUnavailable, code: codeTemporalUnreachable, retry: "true", retryAfter: "1"},
-		{name: "Responses API", token: "tok-a", path: "/v1/responses", body: good, status: 404, errType: typeInvalidRequest, code: codeUnsupportedEndpoint},
-		{name: "wrong method", token: "tok-a", method: http.MethodGet, status: 405, errType: typeInvalidRequest, code: codeMethodNotAllowed},
-		{name: "listing is for operators", token: "tok-a", method: http.MethodGet, path: "/v1/actions?state=failed", status: 403, errType: typeInvalidRequest, code: codeOperatorOnly},
-		{name: "reconcile is for operators", token: "tok-a", path: "/v1/actions/gw-x/reconcile", body: `{}`, status: 404, errType: typeInvalidRequest, code: codeNotFound},
+		{name: "no token", token: "", body: good, status: 401, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeInvalidAPIKey},
+		{name: "unknown token", token: "nope", body: good, status: 401, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeInvalidAPIKey},
+		{name: "body not JSON", token: "tok-a", body: `{`, status: 400, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeInvalidValue},
+		{name: "n of 3", token: "tok-a", body: `{"model":"demo","n":3,"messages":[{"role":"user","content":"hi"}]}`, status: 400, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeInvalidValue, param: "n"},
+		{name: "bad Idempotency-Key", token: "tok-a", body: good, header: map[string]string{"Idempotency-Key": "tab\tinside"}, status: 400, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeInvalidValue, param: IdempotencyHeader},
+		{name: "unknown model", token: "tok-a", body: `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, status: 404, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeModelNotFound, param: "model"},
+		{name: "a model the caller may not use", token: "tok-l", body: good, status: 404, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeModelNotFound, param: "model"},
+		{name: "body over the bound", token: "tok-a", body: `{"model":"demo","messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<10) + `"}]}`, status: 413, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeRequestTooLarge},
+		{name: "caller limit", token: "tok-a", body: good, hold: true, status: 429, errType: openaiwire.TypeRateLimit, code: openaiwire.CodeCallerLimit, retry: "true", retryAfter: "1"},
+		{name: "Temporal unreachable", token: "tok-a", body: good, status: 503, errType: openaiwire.TypeUnavailable, code: openaiwire.CodeTemporalUnreachable, retry: "true", retryAfter: "1"},
+		{name: "Responses API", token: "tok-a", path: "/v1/responses", body: good, status: 404, errType: openaiwire.TypeInvalidRequest, code: "unsupported_endpoint"},
+		{name: "wrong method", token: "tok-a", method: http.MethodGet, status: 405, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeMethodNotAllowed},
+		{name: "listing is for operators", token: "tok-a", method: http.MethodGet, path: "/v1/actions?state=failed", status: 403, errType: openaiwire.TypeInvalidRequest, code: "operator_only"},
+		{name: "reconcile is for operators", token: "tok-a", path: "/v1/actions/gw-x/reconcile", body: `{}`, status: 404, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			method, path := tc.method, tc.path

@@ -110,26 +110,36 @@ func (g *Gateway) followRemote(ctx context.Context, id string, after uint64, m *
 		case <-time.After(delay):
 		}
 	}
-	var current string // the attempt read from
+	var skip string   // an attempt that ended without streaming here
+	pause := r.poll() // before reading a broken stream again
 	for ctx.Err() == nil && !m.ownedBy(fromLocal) {
-		url, attemptID, ok := g.discover(ctx, id, current, m)
+		url, attemptID, ok := g.discover(ctx, id, skip, m)
 		if !ok {
 			return
 		}
-		current = attemptID
 		last, ended, err := g.readRemote(ctx, url, id, after, attemptID, m)
+		if last > after {
+			pause = r.poll()
+		}
 		after = max(after, last)
 		if ended || ctx.Err() != nil {
 			return
 		}
-		if err != nil && !errors.Is(err, errAttemptMoved) {
-			g.log.Debug("gateway: a worker's stream broke; looking again", "action_id", id, "error", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(r.maxPoll()):
-			}
+		if errors.Is(err, errAttemptMoved) {
+			skip = attemptID
+			continue
 		}
+		// The connection to the worker broke, or its stream stopped
+		// short: read the attempt again, after the last event read, once
+		// it is still the one running.
+		skip = ""
+		g.log.Debug("gateway: a worker's stream broke; reading it again", "action_id", id, "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, r.maxPoll())
 	}
 }
 

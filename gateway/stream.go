@@ -3,22 +3,22 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/durallm/durallm/activities"
-	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/workflows"
 )
 
 // streamOptions say how one stream is served.
 type streamOptions struct {
-	// includeUsage sends the usage chunk before [DONE].
-	includeUsage bool
-	// after skips the events up to this sequence number (a resumed
-	// stream: starting_after).
-	after uint64
+	// encoder renders the stream in its surface's shape.
+	encoder answer.Encoder
+	// resume: a reader resumes after the numbered event after
+	// (starting_after); the numbered events up to it are skipped.
+	resume bool
+	after  uint64
 }
 
 // drainBound is how long a stream, once its action's result is known,
@@ -34,7 +34,6 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	started bool
-	lastID  uint64
 	buf     []byte
 }
 
@@ -52,20 +51,16 @@ func (s *sseWriter) begin(state string) error {
 	return s.rc.Flush()
 }
 
-// data writes one event whose id is seq.
-func (s *sseWriter) data(seq uint64, payload []byte) error {
-	s.lastID = seq
-	s.buf = append(s.buf[:0], "id: "...)
-	s.buf = strconv.AppendUint(s.buf, seq, 10)
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, payload...)
-	s.buf = append(s.buf, "\n\n"...)
-	return s.flush()
-}
-
-// raw writes an event without an id ([DONE], the in-band error).
-func (s *sseWriter) raw(payload []byte) error {
-	s.buf = append(append(append(s.buf[:0], "data: "...), payload...), "\n\n"...)
+// event writes one event.
+func (s *sseWriter) event(e answer.Event) error {
+	s.buf = s.buf[:0]
+	if e.ID != "" {
+		s.buf = append(append(append(s.buf, "id: "...), e.ID...), '\n')
+	}
+	if e.Name != "" {
+		s.buf = append(append(append(s.buf, "event: "...), e.Name...), '\n')
+	}
+	s.buf = append(append(append(s.buf, "data: "...), e.Data...), "\n\n"...)
 	return s.flush()
 }
 
@@ -145,40 +140,49 @@ func content(ev activities.StreamEvent) bool {
 
 // serveStream answers a streamed request. It holds its status until the
 // first content (at most StreamHold), so that an action that fails before
-// it gets a real error status; after the 200, a failure is one in-band
-// error event and the stream closes without [DONE].
+// it gets a real error status; after the 200, a failure is the encoder's
+// in-band error and the stream ends.
 func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session, so streamOptions) {
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
-	st := &streamRun{g: g, s: s, so: so,
-		sw: &sseWriter{w: w, rc: http.NewResponseController(w)}, ch: &chunker{who: s.who, includeUsage: so.includeUsage},
-		events: g.follow(ctx, s.who.ID, so.after), keepAlive: time.NewTicker(g.o.KeepAlive)}
+	st := &streamRun{g: g, s: s, so: so, enc: so.encoder,
+		sw: &sseWriter{w: w, rc: http.NewResponseController(w)}, keepAlive: time.NewTicker(g.o.KeepAlive)}
+	if !s.replayed {
+		// An action that ended is streamed from its result alone: the
+		// same deltas, and its state known before the status.
+		st.events = g.follow(ctx, s.who.ID, 0)
+	}
 	defer st.keepAlive.Stop()
 	wt := g.newWaiter(s)
 	defer wt.cancel()
 	done, ok := st.untilResult(ctx, wt)
 	if !ok {
+		if st.broken {
+			// A write that failed is the caller gone, whether or not the
+			// request's context has seen it yet.
+			g.disconnected(s)
+		}
 		return
 	}
 	if done.err != nil {
-		g.fail(st.sw, g.waitError(s, done.err), "")
+		st.fail(g.waitError(s, done.err), "")
 		return
 	}
 	res := done.res
 	o := outcomeOf(res)
-	if o.Err != nil && !st.sw.started {
-		w.Header().Set("X-Durallm-State", string(res.State))
-		writeError(w, o.Err)
+	if o.Problem != nil && !st.sw.started && (res.Response == nil || len(answerDeltas(res.Response)) == 0) {
+		// Nothing was streamed, and nothing will be: a real status.
+		st.fail(o.Problem, string(res.State))
 		return
 	}
-	if !st.sw.started && !st.begin() {
+	if !st.sw.started && !st.begin(res.State) {
 		return
 	}
 	// The events published before the result: all in this process's hub
 	// already, which the end closes.
 	g.endLocal(s.who.ID, res.State)
 	bound := drainBound
-	if !st.ch.streamed() {
+	if !st.fed.any() {
 		// Nothing came before the result: a worker elsewhere that cannot
 		// be read, or no stream at all. The result has the answer.
 		bound = drainNothing
@@ -194,38 +198,78 @@ type streamRun struct {
 	g         *Gateway
 	s         *session
 	so        streamOptions
+	enc       answer.Encoder
 	sw        *sseWriter
-	ch        *chunker
 	events    <-chan activities.StreamEvent
 	keepAlive *time.Ticker
+	// broken: a write to the caller failed.
+	broken bool
+	// fed is what the encoder was fed, to complete the stream from the
+	// result.
+	fed fedDeltas
 }
 
-// write sends ev's chunk, if it makes one; false means the client left.
-func (st *streamRun) write(ev activities.StreamEvent) bool {
-	if ev.Kind == activities.EventEnd || ev.Kind == activities.EventIncomplete {
-		return true
+// deltaOf is the delta a hub event carries, if it carries content.
+func deltaOf(ev activities.StreamEvent) (answer.Delta, bool) {
+	switch ev.Kind {
+	case activities.EventContent:
+		return answer.Delta{Kind: answer.Text, Text: ev.Delta}, true
+	case activities.EventRefusal:
+		return answer.Delta{Kind: answer.Refusal, Text: ev.Refusal}, true
+	case activities.EventToolCall:
+		t := ev.ToolCall
+		return answer.Delta{Kind: answer.ToolCall, ToolCall: answer.ToolCallDelta{Index: t.Index, ID: t.ID, Type: t.Type, Name: t.Name, Arguments: t.Arguments}}, true
 	}
-	if b, ok := st.ch.chunk(ev); ok {
+	return answer.Delta{}, false
+}
+
+// emit writes the encoder's events, skipping the numbered ones a resumed
+// reader already has; false means the client left.
+func (st *streamRun) emit(evs []answer.Event) bool {
+	for _, e := range evs {
+		if st.so.resume && e.Numbered && e.Seq <= st.so.after {
+			continue
+		}
+		if st.sw.event(e) != nil {
+			st.broken = true
+			return false
+		}
 		st.keepAlive.Reset(st.g.o.KeepAlive)
-		return st.sw.data(ev.Seq, b) == nil
 	}
 	return true
 }
 
-// begin sends the status and headers.
-func (st *streamRun) begin() bool {
-	state := "running"
-	if st.s.replayed {
-		state = ""
+// delta feeds one delta to the encoder and writes what it makes; false
+// means the client left.
+func (st *streamRun) delta(d answer.Delta) bool {
+	st.fed.add(d)
+	return st.emit(st.enc.Delta(d))
+}
+
+// write relays a hub event, if it carries content; false means the client
+// left.
+func (st *streamRun) write(ev activities.StreamEvent) bool {
+	if d, ok := deltaOf(ev); ok {
+		return st.delta(d)
 	}
-	return st.sw.begin(state) == nil
+	return true
+}
+
+// begin sends the status and headers (x-durallm-state: the action's
+// state), then what opens the stream.
+func (st *streamRun) begin(state workflows.State) bool {
+	if st.sw.begin(string(state)) != nil {
+		st.broken = true
+		return false
+	}
+	return st.emit(st.enc.Start())
 }
 
 // untilResult relays events as they come until the action's result: the
 // status is held until the first content (or StreamHold), keep-alives go
 // out while the stream is quiet, and an action that comes to await a
-// verdict before the commit ends the stream with that error. ok is false
-// when the stream has ended already.
+// verdict before the commit ends the stream with that problem. ok is
+// false when the stream has ended already.
 func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone, ok bool) {
 	g := st.g
 	hold := time.NewTimer(g.o.StreamHold)
@@ -243,7 +287,8 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 				if !content(ev) {
 					continue
 				}
-				if !st.begin() {
+				// An attempt is producing this content.
+				if !st.begin(workflows.StateDispatching) {
 					return done, false
 				}
 			}
@@ -253,20 +298,21 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 		case d := <-wt.result:
 			return d, true
 		case <-hold.C:
-			if !st.sw.started && !st.begin() {
+			if !st.sw.started && !st.begin(g.stateNow(ctx, st.s.who.ID)) {
 				return done, false
 			}
 		case <-st.keepAlive.C:
 			if st.sw.started && st.sw.keepAlive() != nil {
+				st.broken = true
 				return done, false
 			}
 		case <-poll.C:
-			if st.ch.streamed() {
+			if st.fed.any() {
 				// Committed: the action cannot come to await a verdict.
 				continue
 			}
 			if state, awaiting := wt.poll(ctx); awaiting {
-				g.fail(st.sw, awaitingError(st.s.who.ID, state.AwaitingAttempt), string(state.State))
+				st.fail(awaitingProblem(st.s.who.ID, state.AwaitingAttempt), string(state.State))
 				return done, false
 			}
 			poll.Reset(wt.nextPoll())
@@ -301,48 +347,34 @@ func (st *streamRun) drain(ctx context.Context, bound time.Duration) bool {
 	return true
 }
 
-// finish writes what the result has that the events did not, then the
-// stream's end: [DONE], or the in-band error of a row that is no success.
+// finish writes what the result has that the deltas did not carry, then
+// the stream's end: the encoder's End, or its in-band error for an
+// outcome that is no answer.
 func (st *streamRun) finish(res workflows.ActionResult, o outcome) {
-	if o.Err != nil {
-		st.g.fail(st.sw, o.Err, string(res.State))
-		return
-	}
-	resp := res.Response
-	if resp == nil {
-		resp = emptyResponse()
-	}
-	seq := st.sw.lastID
-	for _, b := range st.ch.rest(resp) {
-		seq++
-		if seq <= st.so.after {
-			continue
-		}
-		if st.sw.data(seq, b) != nil {
+	a := answerOf(st.s.who, res, o)
+	// A canceled action keeps the text delivered before the cancel: it is
+	// streamed before the problem, as it was live.
+	for _, d := range st.fed.rest(a.Response) {
+		if !st.delta(d) {
 			return
 		}
 	}
-	if o.Incomplete != "" {
-		_ = st.sw.raw(errorBody(&apiError{Type: typeStreamIncomplete, Code: o.Incomplete,
-			Message: "the answer was cut after it started (" + o.Incomplete + "): what arrived is all there is, and no second answer follows"}))
+	if o.Problem != nil {
+		st.fail(o.Problem, string(res.State))
 		return
 	}
-	_ = st.sw.raw([]byte("[DONE]"))
+	st.emit(st.enc.End(a))
 }
 
-// fail ends a stream with e: as the answer's status before the 200, as
-// one in-band error event after it (then the stream closes without
-// [DONE], which every OpenAI SDK raises on).
-func (g *Gateway) fail(sw *sseWriter, e *apiError, state string) {
-	if !sw.started {
+// fail ends a stream with p: as the answer's status before the 200, as
+// the encoder's in-band error after it.
+func (st *streamRun) fail(p *answer.Problem, state string) {
+	if !st.sw.started {
 		if state != "" {
-			sw.w.Header().Set("X-Durallm-State", state)
+			st.sw.w.Header().Set("X-Durallm-State", state)
 		}
-		writeError(sw.w, e)
+		writeProblem(st.sw.w, st.s.surface, p)
 		return
 	}
-	_ = sw.raw(errorBody(e))
+	st.emit(st.enc.Fail(*p))
 }
-
-// emptyResponse stands in for an ended action's missing response.
-func emptyResponse() *providers.Response { return &providers.Response{} }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -88,13 +90,13 @@ func (g *Gateway) serveJSON(w http.ResponseWriter, r *http.Request, s *session) 
 		case <-poll.C:
 			if st, awaiting := wt.poll(ctx); awaiting {
 				w.Header().Set("X-Durallm-State", string(st.State))
-				writeError(w, awaitingError(s.who.ID, st.AwaitingAttempt))
+				writeProblem(w, s.surface, awaitingProblem(s.who.ID, st.AwaitingAttempt))
 				return
 			}
 			poll.Reset(wt.nextPoll())
 		case <-limit.C:
-			w.Header().Set("X-Durallm-State", "running")
-			writeError(w, &apiError{Status: http.StatusConflict, Type: typeInProgress, Code: codeStillRunning,
+			w.Header().Set("X-Durallm-State", string(g.stateNow(ctx, s.who.ID)))
+			writeProblem(w, s.surface, &answer.Problem{Kind: answer.InProgress,
 				Message: "the action is still running after the gateway's max_wait: GET /v1/actions/" + s.who.ID + ", or send the request again with the same Idempotency-Key to wait again"})
 			return
 		case <-ctx.Done():
@@ -107,45 +109,61 @@ func (g *Gateway) serveJSON(w http.ResponseWriter, r *http.Request, s *session) 
 // answerJSON writes an ended action's answer.
 func (g *Gateway) answerJSON(w http.ResponseWriter, s *session, d waitDone) {
 	if d.err != nil {
-		writeError(w, g.waitError(s, d.err))
+		writeProblem(w, s.surface, g.waitError(s, d.err))
 		return
 	}
 	res := d.res
 	w.Header().Set("X-Durallm-State", string(res.State))
 	o := outcomeOf(res)
-	if o.Err != nil {
-		writeError(w, o.Err)
+	if o.Problem != nil {
+		writeProblem(w, s.surface, o.Problem)
 		return
 	}
 	if o.Incomplete != "" {
 		w.Header().Set("X-Durallm-Incomplete", o.Incomplete)
 	}
-	resp := res.Response
-	if resp == nil {
-		resp = emptyResponse()
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(completionJSON(s.who, resp))
+	_, _ = w.Write(s.surface.Answer(answerOf(s.who, res, o)))
+}
+
+// answerOf is an ended action's answer, its response never nil.
+func answerOf(who answer.Identity, res workflows.ActionResult, o outcome) answer.Answer {
+	resp := res.Response
+	if resp == nil {
+		resp = &providers.Response{}
+	}
+	return answer.Answer{Identity: who, Response: resp, Incomplete: o.Incomplete}
 }
 
 // waitError is the answer when the wait itself failed.
-func (g *Gateway) waitError(s *session, err error) *apiError {
+func (g *Gateway) waitError(s *session, err error) *answer.Problem {
 	if errors.Is(err, durallm.ErrInvalidInput) {
 		return badRequest("", err.Error())
 	}
 	g.log.Warn("gateway: waiting for the action failed", "action_id", s.who.ID, "error", err)
-	return &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: codeTemporalUnreachable,
+	return &answer.Problem{Kind: answer.MaybeStarted,
 		Message: "the action started but its result could not be read: GET /v1/actions/" + s.who.ID + " later"}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "encode the answer"})
+		http.Error(w, "encode the answer", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// stateNow is the state a running action is in, for x-durallm-state;
+// dispatching when it cannot be read at once.
+func (g *Gateway) stateNow(ctx context.Context, id string) workflows.State {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if st, err := g.c.Status(ctx, id); err == nil && st.State != "" {
+		return st.State
+	}
+	return workflows.StateDispatching
 }

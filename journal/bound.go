@@ -37,9 +37,11 @@ const measureTimeout = time.Minute
 // Refresh. The bytes of an entry that replaces another are counted whole
 // until the next measurement, which errs toward refusing early. Deleting
 // entries (the sweeper) counts them off at once and makes the next Record
-// start a measurement. While
-// measuring fails, Records fail with its error (wrapped), and each starts
-// another.
+// start a measurement. While measuring fails, the journal is held at its
+// bound: a Record that would add an entry fails with the measurement's
+// error (wrapped) instead of ErrFull, one for an attempt that has an
+// entry (its end, a renewal) is written, and each starts another
+// measurement.
 type Bound struct {
 	// MaxEntries is the most entries; zero means no limit.
 	MaxEntries int64
@@ -57,6 +59,8 @@ type Bound struct {
 	usage     Usage // the last measurement, plus what was written since it started
 	during    Usage // what was written while the measurement runs
 	err       error // the last measurement's failure, until one succeeds
+	// measureFor, when set (by tests), measures instead of the journal.
+	measureFor func(context.Context) (Usage, error)
 }
 
 // Usage is how much a journal holds.
@@ -67,8 +71,10 @@ type Usage struct {
 
 // full reports whether the journal is at the bound, starting a
 // measurement with measure when the last one is older than Refresh. It
-// never waits for a measurement. A nil Bound is never full.
-func (b *Bound) full(_ context.Context, measure func(context.Context) (Usage, error)) (bool, error) {
+// never waits for a measurement. While measuring fails the journal counts
+// as full, and err is the failure (wrapped): the Record refuses a new
+// attempt with it rather than ErrFull. A nil Bound is never full.
+func (b *Bound) full(_ context.Context, measure func(context.Context) (Usage, error)) (full bool, err error) {
 	if b == nil || (b.MaxEntries <= 0 && b.MaxBytes <= 0) {
 		return false, nil
 	}
@@ -80,10 +86,13 @@ func (b *Bound) full(_ context.Context, measure func(context.Context) (Usage, er
 	}
 	if !b.measuring && (b.measured.IsZero() || time.Since(b.measured) >= refresh) {
 		b.measuring, b.measured, b.during = true, time.Now(), Usage{}
+		if b.measureFor != nil {
+			measure = b.measureFor
+		}
 		go b.measure(measure)
 	}
 	if b.err != nil {
-		return false, fmt.Errorf("journal: measure its size: %w", b.err)
+		return true, fmt.Errorf("journal: measure its size: %w", b.err)
 	}
 	return (b.MaxEntries > 0 && b.usage.Entries >= b.MaxEntries) || (b.MaxBytes > 0 && b.usage.Bytes >= b.MaxBytes), nil
 }

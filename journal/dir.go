@@ -52,13 +52,13 @@ func (d Dir) Record(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	full, err := d.Bound.full(ctx, d.usage)
-	if err != nil {
-		return err
-	}
+	full, unmeasured := d.Bound.full(ctx, d.usage)
 	end, sent := d.file(e.AttemptID, entrySuffix), d.file(e.AttemptID, sentSuffix)
 	existed := exists(end) || exists(sent)
-	if full && !existed {
+	switch {
+	case full && !existed && unmeasured != nil:
+		return unmeasured
+	case full && !existed:
 		return fmt.Errorf("%w: %s", ErrFull, e.AttemptID)
 	}
 	if !e.Ended() {
@@ -162,20 +162,38 @@ func (d Dir) read(path, attemptID string) (Entry, bool, error) {
 }
 
 // Older calls each for every entry whose files were all written before
-// t. An entry it cannot read comes with an empty ActionRef.
+// t. An entry stored in the clear while the journal encrypts, refused as
+// evidence, still comes with the action it names, so it expires with
+// that action; one it cannot read at all comes with an empty ActionRef.
 func (d Dir) Older(ctx context.Context, t time.Time, each func(Written) error) error {
 	return d.walk(func(f entryFiles) error {
 		if !f.written.Before(t) {
 			return nil
 		}
 		w := Written{AttemptID: f.id, At: f.written}
-		if e, ok, err := d.Lookup(ctx, f.id); err == nil && ok {
+		switch e, ok, err := d.Lookup(ctx, f.id); {
+		case err == nil && ok:
 			w.ActionRef = e.ActionRef
-		} else if err == nil {
+		case err == nil:
 			return nil // deleted meanwhile
+		default:
+			w.ActionRef = d.clearActionRef(f.id)
 		}
 		return each(w)
 	})
+}
+
+// clearActionRef is the action an attempt's entry stored in the clear
+// names, for the sweep only: "" when its files are sealed or unreadable.
+func (d Dir) clearActionRef(attemptID string) string {
+	for _, suffix := range []string{entrySuffix, sentSuffix} {
+		if b, err := os.ReadFile(d.file(attemptID, suffix)); err == nil {
+			if ref := clearActionRef(b); ref != "" {
+				return ref
+			}
+		}
+	}
+	return ""
 }
 
 // Delete removes the attempts' files.

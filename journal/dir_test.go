@@ -130,3 +130,9 @@ func TestDirCountsAnAttemptsTwoFilesAsOneEntry(t *testing.T) {
 		t.Fatalf("files left after delete: %v", left)
 	}
 }
+
+func TestDirWhileMeasuringFails(t *testing.T) {
+	journaltest.RunWhileMeasuringFails(t, func(t *testing.T, b *journal.Bound) journal.Expirable {
+		return journal.Dir{Path: filepath.Join(t.TempDir(), "journal"), Bound: b}
+	}, journal.FailMeasuring)
+}

@@ -69,3 +69,20 @@ func decode(b []byte, attemptID string, keys *codec.Keyring) (Entry, error) {
 }
 
 func place(attemptID string) []byte { return []byte("journal/" + attemptID) }
+
+// clearActionRef is the action an entry stored in the clear names, ""
+// for a sealed or unreadable one. It is never evidence: a sweep reads it
+// to expire an entry a journal with a keyring refuses (ErrUnsealed) with
+// the action it belongs to.
+func clearActionRef(b []byte) string {
+	if codec.Sealed(b) {
+		return ""
+	}
+	var e struct {
+		ActionRef string `json:"action_ref"`
+	}
+	if json.Unmarshal(b, &e) != nil {
+		return ""
+	}
+	return e.ActionRef
+}

@@ -82,6 +82,13 @@ type Entry struct {
 	// it to its own clock when it sees the entry change, so the writer's
 	// clock never meets the reader's.
 	Remaining time.Duration `json:"remaining,omitempty"`
+	// Renewal, for Sent, is the longest the worker may take, from At, to
+	// land its next renewal: its lease, plus the bound it gives a renewal
+	// write (a renewal that lands is never later than that). A reader
+	// that has seen the entry and sees no change for that long, on its
+	// own clock, may take the worker for dead; zero in an entry from
+	// before Renewal.
+	Renewal time.Duration `json:"renewal,omitempty"`
 	// Deadline, for Sent, is the same instant on the writer's clock. It
 	// is kept for entries written before Remaining existed, and read only
 	// as Deadline minus At (both the writer's).

@@ -77,16 +77,15 @@ func (p *Postgres) Record(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	full, err := p.Bound.full(ctx, p.usage)
-	if err != nil {
-		return err
-	}
-	if full {
+	if full, unmeasured := p.Bound.full(ctx, p.usage); full {
 		var had bool
 		if err := p.pool.QueryRow(ctx, recordExisting, e.AttemptID, e.ActionRef, string(e.State), b).Scan(&had); err != nil {
 			return fmt.Errorf("journal: record %s: %w", e.AttemptID, err)
 		}
-		if !had {
+		switch {
+		case !had && unmeasured != nil:
+			return unmeasured
+		case !had:
 			return fmt.Errorf("%w: %s", ErrFull, e.AttemptID)
 		}
 		return nil

@@ -180,3 +180,11 @@ func TestPostgresExpirable(t *testing.T) {
 		return j
 	})
 }
+
+func TestPostgresWhileMeasuringFails(t *testing.T) {
+	journaltest.RunWhileMeasuringFails(t, func(t *testing.T, b *journal.Bound) journal.Expirable {
+		j := openPostgres(t)
+		j.Bound = b
+		return j
+	}, journal.FailMeasuring)
+}

@@ -207,6 +207,9 @@ type Response struct {
 	// unknown members preserved; nil for a stream or a body that is not
 	// JSON.
 	Raw json.RawMessage `json:"raw,omitempty"`
+	// Pieces records the pieces the answer was streamed to its
+	// subscribers in (see Pieces); empty when nothing streamed.
+	Pieces Pieces `json:"pieces,omitempty"`
 }
 
 // Usage is the token accounting of one response. Counts the provider sent

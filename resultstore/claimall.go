@@ -15,16 +15,26 @@ type ClaimsAll interface {
 	PutForAll(ctx context.Context, actionRefs []string, data []byte) (ref string, err error)
 }
 
-// PutForAll writes every action's claim, then the data (as PutFor).
+// PutForAll writes every action's claim, then the data (as PutFor); with
+// no actionRefs it is Put.
 func (d Dir) PutForAll(ctx context.Context, actionRefs []string, data []byte) (string, error) {
+	if len(actionRefs) == 0 {
+		return d.Put(ctx, data)
+	}
 	if err := CheckSize(int64(len(data)), d.Limit()); err != nil {
 		return "", err
 	}
-	name := strings.TrimPrefix(Ref(fileScheme, data), fileScheme+":")
-	for _, a := range actionRefs {
-		if err := d.claim(name, a); err != nil {
+	ref := Ref(fileScheme, data)
+	name := strings.TrimPrefix(ref, fileScheme+":")
+	if d.storedBeforeClaims(name) {
+		if err := d.hold(name); err != nil {
 			return "", err
 		}
 	}
-	return d.Put(ctx, data)
+	for _, a := range actionRefs {
+		if err := d.claim(name, claimName(a), a); err != nil {
+			return "", err
+		}
+	}
+	return ref, d.write(name, ref, data)
 }

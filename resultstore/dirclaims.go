@@ -21,10 +21,21 @@ import (
 // is left on aside, looks at its claims again and puts it back if one
 // appeared meanwhile (a PutFor of the same data for another action),
 // else deletes it. So a result a PutFor has returned is never lost.
+//
+// A result stored for no action (Put) is held by the file
+// claims/<sha256>/held-for-no-action, which no sweep lists or removes,
+// so it stays whatever the claims of actions that store the same data.
+// A result stored before claims were kept has no claims directory at
+// all: the first PutFor of its data writes the hold for it.
 
 const (
 	claimsDir = "claims"
 	tmpMark   = ".tmp-"
+	// holdName is the hold of a result stored for no action. It is not a
+	// claim name (those are 32 hex digits), and what it holds names no
+	// action, so a worker from before holds reads it as an unreadable
+	// claim, and keeps it.
+	holdName = "held-for-no-action"
 )
 
 // claimName is the file name of an action's claim: a digest of its id,
@@ -35,23 +46,34 @@ func claimName(actionRef string) string {
 }
 
 // PutFor stores data for the action actionRef: its claim first, then the
-// data (as Put).
+// data. Data stored before claims were kept (a result with no claims
+// directory) is held for no action first, as Put would have held it.
 func (d Dir) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
-	if err := CheckSize(int64(len(data)), d.Limit()); err != nil {
-		return "", err
-	}
-	ref := Ref(fileScheme, data)
-	name := strings.TrimPrefix(ref, fileScheme+":")
-	if err := d.claim(name, actionRef); err != nil {
-		return "", err
-	}
-	return d.Put(ctx, data)
+	return d.PutForAll(ctx, []string{actionRef}, data)
 }
 
-// claim writes the action's claim on the result name, atomically. A
-// Release may remove the claims directory between the two steps; then it
-// is made again.
-func (d Dir) claim(name, actionRef string) error {
+// storedBeforeClaims reports whether the result name is stored with no
+// claims directory: stored by a worker from before claims were kept. Every
+// PutFor and Put makes the directory before it writes the data, and a
+// sweep removes it only after the data, so a result stored since has one.
+// The directory is looked at first: a result that was being swept
+// meanwhile and is stored again can then only be taken for an old one,
+// which keeps it for good rather than losing it.
+func (d Dir) storedBeforeClaims(name string) bool {
+	if _, err := os.Stat(filepath.Join(d.Path, claimsDir, name)); !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(d.Path, name))
+	return err == nil
+}
+
+// hold holds the result name for no action (holdName).
+func (d Dir) hold(name string) error { return d.claim(name, holdName, "") }
+
+// claim writes the claim file on the result name, holding content,
+// atomically. A Release may remove the claims directory between the two
+// steps; then it is made again.
+func (d Dir) claim(name, file, content string) error {
 	dir := filepath.Join(d.Path, claimsDir, name)
 	var err error
 	for range 3 {
@@ -64,10 +86,10 @@ func (d Dir) claim(name, actionRef string) error {
 		} else if err != nil {
 			break
 		}
-		_, werr := tmp.WriteString(actionRef)
+		_, werr := tmp.WriteString(content)
 		cerr := tmp.Close()
 		if err = errors.Join(werr, cerr); err == nil {
-			err = os.Rename(tmp.Name(), filepath.Join(dir, claimName(actionRef)))
+			err = os.Rename(tmp.Name(), filepath.Join(dir, file))
 		}
 		if err != nil {
 			os.Remove(tmp.Name())
@@ -83,7 +105,7 @@ func (d Dir) claim(name, actionRef string) error {
 	return nil
 }
 
-// Older lists the claims last written before t.
+// Older lists the claims last written before t (a hold is no claim).
 func (d Dir) Older(ctx context.Context, t time.Time, each func(Claim) error) error {
 	root := filepath.Join(d.Path, claimsDir)
 	results, err := os.ReadDir(root)
@@ -105,7 +127,7 @@ func (d Dir) Older(ctx context.Context, t time.Time, each func(Claim) error) err
 			continue // released meanwhile
 		}
 		for _, c := range claims {
-			if strings.HasPrefix(c.Name(), tmpMark) {
+			if strings.HasPrefix(c.Name(), tmpMark) || c.Name() == holdName {
 				continue
 			}
 			info, err := c.Info()

@@ -34,6 +34,8 @@ type Expirable interface {
 	// PutFor stores data as a result of the action actionRef, as Put
 	// does, and claims it for that action. The claim is written before
 	// the data, so a sweep can never delete data a PutFor has returned.
+	// Data already stored without a claim stays held for no action: the
+	// claim's release never deletes it.
 	PutFor(ctx context.Context, actionRef string, data []byte) (ref string, err error)
 	// Older calls each for every claim last written before t.
 	Older(ctx context.Context, t time.Time, each func(Claim) error) error
@@ -50,8 +52,9 @@ type Actions = expiry.Actions
 // Sweeper expires stored results: a result goes Retention after the last
 // action that claims it closed, never while one of them runs. Results
 // stored without a claim (by Put, or before claims were kept) have no
-// action to wait for and are never swept. Every worker may run one on a
-// shared store; releasing is idempotent.
+// action to wait for and are never swept, not even when an action that
+// stored the same data expires: each backend holds them for no action.
+// Every worker may run one on a shared store; releasing is idempotent.
 type Sweeper struct {
 	Store   Expirable
 	Actions Actions

@@ -103,39 +103,50 @@ func Check(ref string, data []byte) error {
 	return nil
 }
 
-// Put writes data atomically (a temporary file, then a rename).
+// Put stores data for no action: it is held for good, never swept, even
+// when an action that stores the same data later expires (Dir.PutFor
+// stores it for one). The hold is written before the data.
 func (d Dir) Put(_ context.Context, data []byte) (string, error) {
 	if err := CheckSize(int64(len(data)), d.Limit()); err != nil {
 		return "", err
 	}
 	ref := Ref(fileScheme, data)
 	name := strings.TrimPrefix(ref, fileScheme+":")
+	if err := d.hold(name); err != nil {
+		return "", err
+	}
+	return ref, d.write(name, ref, data)
+}
+
+// write writes data as the result name atomically (a temporary file,
+// then a rename), unless it is there already.
+func (d Dir) write(name, ref string, data []byte) error {
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
-		return "", fmt.Errorf("resultstore: create %s: %w", d.Path, err)
+		return fmt.Errorf("resultstore: create %s: %w", d.Path, err)
 	}
 	final := filepath.Join(d.Path, name)
 	if _, err := os.Stat(final); err == nil {
-		return ref, nil
+		return nil
 	}
 	stored, err := Seal(d.Keys, ref, data)
 	if err != nil {
-		return "", err
+		return err
 	}
 	tmp, err := os.CreateTemp(d.Path, name+".tmp-*")
 	if err != nil {
-		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
+		return fmt.Errorf("resultstore: write %s: %w", d.Path, err)
 	}
 	_, werr := tmp.Write(stored)
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		os.Remove(tmp.Name())
-		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
+		return fmt.Errorf("resultstore: write %s: %w", d.Path, err)
 	}
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		os.Remove(tmp.Name())
-		return "", fmt.Errorf("resultstore: write %s: %w", d.Path, err)
+		return fmt.Errorf("resultstore: write %s: %w", d.Path, err)
 	}
-	return ref, nil
+	return nil
 }
 
 // Get reads the blob a "file:<sha256>" reference names and checks its

@@ -37,9 +37,19 @@ func TestDirLeavesOneFileAndNoPath(t *testing.T) {
 	if _, err := d.Put(context.Background(), data); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(d.Path)
-	if len(entries) != 1 {
-		t.Fatalf("%d files, want 1 (no temporaries left)", len(entries))
+	// The result, and its hold under claims/: no temporaries left.
+	var files []string
+	if err := filepath.WalkDir(d.Path, func(path string, de os.DirEntry, err error) error {
+		if err == nil && !de.IsDir() {
+			files = append(files, strings.TrimPrefix(path, d.Path))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(ref, "file:")
+	if len(files) != 2 || files[0] != "/"+name || files[1] != "/claims/"+name+"/held-for-no-action" {
+		t.Fatalf("files %v, want the result and its hold (no temporaries left)", files)
 	}
 }
 
@@ -64,6 +74,17 @@ func TestDirSealed(t *testing.T) {
 
 func TestDirExpiry(t *testing.T) {
 	storetest.RunExpiry(t, func(t *testing.T) storetest.Backend {
-		return storetest.Backend{Store: resultstore.Dir{Path: filepath.Join(t.TempDir(), "results")}, Scheme: "file"}
+		d := resultstore.Dir{Path: filepath.Join(t.TempDir(), "results")}
+		return storetest.Backend{Store: d, Scheme: "file", StoreAsBeforeClaims: func(t *testing.T, data []byte) string {
+			// The file alone, as Put wrote it before claims were kept.
+			ref := resultstore.Ref("file", data)
+			if err := os.MkdirAll(d.Path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d.Path, strings.TrimPrefix(ref, "file:")), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return ref
+		}}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm"
@@ -32,7 +34,11 @@ func oneCall(ctx workflow.Context, n int) ([]outcome, error) {
 // the SDK would fail the parent's workflow task for ever with
 // PayloadsTooLarge and the call would never return.
 func TestALargeCallFromAWorkerWithoutTheConverterIsAnErrorNotATaskFailingForEver(t *testing.T) {
-	env, _ := newEnv(t)
+	env, actions := newEnv(t)
+	// Building and measuring a 3 MB input in workflow code takes longer
+	// than the SDK's 1 s deadlock bound under -race on a busy machine:
+	// that is the test's cost, not the call's.
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute, Interceptors: []interceptor.WorkerInterceptor{actions.Interceptor()}})
 	started := 0
 	env.SetOnChildWorkflowStartedListener(func(*workflow.Info, workflow.Context, converter.EncodedValues) { started++ })
 	out := run(t, env, oneCall, 150_000) // 3 MB

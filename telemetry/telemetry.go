@@ -59,6 +59,9 @@ type Telemetry struct {
 	drainSends metric.Int64Counter
 	// journalFailures counts journal writes that failed.
 	journalFailures metric.Int64Counter
+	// abandoned is the journal and result-store operations the worker
+	// stopped waiting for that have not returned.
+	abandoned metric.Int64UpDownCounter
 	// recordLookups and recordDuplicates count the built-in reconciler's
 	// lookups of a provider's record.
 	recordLookups    metric.Int64Counter
@@ -175,6 +178,8 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 	t.drainSends, e = m.Int64Counter("durallm.sends_after_goaway", metric.WithDescription("Attempts whose request left on a connection that had already received GOAWAY (should stay 0)"))
 	add(e)
 	t.journalFailures, e = m.Int64Counter("durallm.journal.failures", metric.WithDescription("Attempt ends the worker could not write to the attempt journal (the outcome was reported without it)"))
+	add(e)
+	t.abandoned, e = m.Int64UpDownCounter("durallm.journal.abandoned", metric.WithDescription("Journal and result-store operations the worker stopped waiting for (past their bound) that have not returned; at the worker's cap new ones are not started (counted as journal failures)"))
 	add(e)
 	t.recordLookups, e = m.Int64Counter("durallm.provider_record.lookups", metric.WithDescription("The built-in reconciler's looks at a provider's record of an ambiguous attempt, by route and result (found, not_found, unusable, unreadable)"))
 	add(e)
@@ -342,6 +347,15 @@ func (t *Telemetry) JournalFailed(ctx context.Context) {
 		return
 	}
 	t.journalFailures.Add(ctx, 1)
+}
+
+// Abandoned adds delta to the journal and result-store operations the
+// worker stopped waiting for that have not returned.
+func (t *Telemetry) Abandoned(ctx context.Context, delta int64) {
+	if t == nil {
+		return
+	}
+	t.abandoned.Add(ctx, delta)
 }
 
 // ProviderRecordLookup counts one look at a provider's record for an

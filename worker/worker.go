@@ -142,6 +142,13 @@ type Options struct {
 	// the limits for itself, so N workers send up to N times them (the
 	// worker says so at start). Unused when no route has limits.
 	LimitStore fleetlimit.Store
+	// MaxAbandonedJournalOps caps the journal and result-store operations
+	// the worker stopped waiting for (past their bound) that have not
+	// returned: a journal stuck in the kernel holds an OS thread in each.
+	// At the cap new ones are not started (journal failures, counted) and
+	// /readyz answers 503, until some return (activities.AbandonedOps).
+	// Zero means activities.DefaultMaxAbandoned (32).
+	MaxAbandonedJournalOps int
 	// WorkflowPollers and ActivityPollers set the Temporal SDK's poller
 	// counts. Zero means the SDK's defaults (2 each).
 	WorkflowPollers, ActivityPollers int
@@ -222,6 +229,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 		Engine: engine, Routes: routes, Reconciler: o.Reconciler, Journal: o.Journal, Streams: o.Streams,
 		SearchAttributes: o.SearchAttributes, Logger: o.Logger, Telemetry: o.Telemetry,
 		Results: o.Results, LargeResponseBytes: o.LargeResponseBytes,
+		Abandoned: &activities.AbandonedOps{Max: o.MaxAbandonedJournalOps},
 		// Attempts still running near the end of the stop timeout end
 		// themselves and report while the worker still can.
 		StopGrace: o.StopTimeout - min(o.StopTimeout/4, 2*time.Second),
@@ -376,15 +384,20 @@ func (w *Worker) stopHTTP() {
 	}
 }
 
-// ready reports whether the worker polls and its Temporal server answers.
+// ready reports whether the worker polls, its Temporal server answers,
+// and its journal is not stuck (activities.AbandonedOps at its cap: its
+// attempts then go unjournaled).
 func (w *Worker) ready(ctx context.Context) error {
+	var errs []error
 	if !w.started.Load() {
-		return errors.New("worker not started")
+		errs = append(errs, errors.New("worker not started"))
+	} else if _, err := w.tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		errs = append(errs, fmt.Errorf("temporal server: %w", err))
 	}
-	if _, err := w.tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-		return fmt.Errorf("temporal server: %w", err)
+	if err := w.acts.Abandoned.Err(); err != nil {
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Streams returns the registry streamed deltas are published to.

@@ -1101,3 +1101,78 @@ func TestAmbiguousAttemptReconciledFromTheProvidersRecord(t *testing.T) {
 		t.Fatalf("reconcile timeout %v, remaining %v: want at least a minute, the settle window and the remaining time", gotTimeout, gotRemaining)
 	}
 }
+
+// A verdict a person or program sends while the built-in reconciler is
+// still looking (it may wait for an attempt's deadline, then for the
+// provider's record) is accepted, so it is applied at once: the reconcile
+// activity, which only reads, is canceled, and the action goes on with
+// the person's verdict. It is never dropped for the reconciler's, however
+// late that would have come. The status says which phase the wait is in.
+func TestAVerdictSentWhileTheBuiltInReconcilerRunsIsAppliedAtOnce(t *testing.T) {
+	for _, via := range []string{"update", "signal"} {
+		t.Run(via, func(t *testing.T) {
+			withJournal := func(a *activities.Activities) { a.Journal = journal.Dir{Path: t.TempDir()} }
+			r := newRunWith(t, withJournal, heartbeatLost(attempt.Progress{ConnRef: "p-c1"}))
+			// The reconciler would settle it an hour later, from the journal.
+			r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).After(time.Hour).
+				Return(attempt.ReconcileOutput{Verdict: attempt.VerdictCompleted, By: attempt.ByJournal, Response: &providers.Response{Text: "journaled answer"}}, nil).Maybe()
+			var reconcileCanceled bool
+			r.env.SetOnActivityCanceledListener(func(info *activity.Info) {
+				reconcileCanceled = reconcileCanceled || info.ActivityType.Name == "Reconcile"
+			})
+			var during Status
+			var upd *updateResult
+			var sentAt time.Time
+			r.env.RegisterDelayedCallback(func() {
+				during = r.status()
+				sentAt = r.env.Now()
+				req := ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "the person's answer"}, By: "ops"}
+				if via == "update" {
+					upd = r.update(req)
+				} else {
+					r.env.SignalWorkflow(SignalReconcile, req)
+				}
+			}, 10*time.Second)
+			res := r.exec(input("a"))
+			if upd != nil && !upd.accepted {
+				t.Fatalf("update not accepted: %v", upd.err)
+			}
+			if res.State != StateReconciled || res.Response == nil || res.Response.Text != "the person's answer" || res.Attempts[0].VerdictBy != "person" {
+				t.Fatalf("state %s response %+v verdict by %q; notes %v", res.State, res.Response, res.Attempts[0].VerdictBy, res.Notes)
+			}
+			if during.State != StateAwaitingReconciliation || during.AwaitingAttempt != 1 || during.AwaitingPhase != PhaseReconciler {
+				t.Fatalf("while the reconciler runs: %s awaiting %d phase %q", during.State, during.AwaitingAttempt, during.AwaitingPhase)
+			}
+			if ended := r.env.Now(); ended.Sub(sentAt) >= time.Minute {
+				t.Fatalf("the verdict was applied %v after it was sent", ended.Sub(sentAt))
+			}
+			if !reconcileCanceled {
+				t.Fatal("the reconcile activity was not canceled")
+			}
+			if res.AwaitingPhase != "" {
+				t.Fatalf("the result still says phase %q", res.AwaitingPhase)
+			}
+		})
+	}
+}
+
+// Once the built-in reconciler could not tell, the action waits for a
+// person or program, and its status says so.
+func TestTheStatusSaysWhenTheActionWaitsForAPerson(t *testing.T) {
+	withJournal := func(a *activities.Activities) { a.Journal = journal.Dir{Path: t.TempDir()} }
+	r := newRunWith(t, withJournal, heartbeatLost(attempt.Progress{ConnRef: "p-c1"}))
+	r.env.OnActivity(r.acts.Reconcile, mock.Anything, mock.Anything).After(time.Minute).
+		Return(attempt.ReconcileOutput{Verdict: attempt.VerdictNone, By: attempt.ByJournal, JournalState: "ended_unanswered", Note: "no proof either way"}, nil).Once()
+	var during Status
+	r.env.RegisterDelayedCallback(func() {
+		during = r.status()
+		r.env.SignalWorkflow(SignalReconcile, ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon})
+	}, 10*time.Minute)
+	res := r.exec(input("a"))
+	if during.State != StateAwaitingReconciliation || during.AwaitingPhase != PhasePerson {
+		t.Fatalf("after the reconciler: %s phase %q", during.State, during.AwaitingPhase)
+	}
+	if res.State != StateIndeterminate || res.AwaitingPhase != "" {
+		t.Fatalf("state %s phase %q", res.State, res.AwaitingPhase)
+	}
+}

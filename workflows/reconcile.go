@@ -109,8 +109,8 @@ func (w *action) afterVerdict(cur *cursor, rec AttemptRecord, avoid []string) (A
 // in history, but the journal may hold it. A cancel meanwhile leaves the
 // partial standing: what was delivered was delivered.
 func (w *action) recoverLostPartial(rec AttemptRecord) (ActionResult, bool) {
-	v, ok, _ := w.runReconciler(rec)
-	if !ok || v.Verdict != attempt.VerdictCompleted {
+	v, end := w.runReconciler(rec)
+	if end != reconcilerSettled || v.Verdict != attempt.VerdictCompleted {
 		return ActionResult{}, false
 	}
 	// The whole response has the usage the partial lacked.
@@ -142,17 +142,26 @@ const (
 func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, end waitEnd) {
 	w.status.AwaitingAttempt, w.status.AwaitingSince = rec.N, workflow.Now(w.ctx)
 	w.verdict = nil
+	defer func() { w.status.AwaitingAttempt, w.status.AwaitingSince, w.status.AwaitingPhase = 0, time.Time{}, "" }()
+	if w.plan.Reconciler {
+		w.status.AwaitingPhase = PhaseReconciler
+	} else {
+		w.status.AwaitingPhase = PhasePerson
+	}
 	w.setState(StateAwaitingReconciliation, string(evidence.Ambiguous), rec.Route)
 	if w.plan.Reconciler {
-		v, ok, stopped := w.runReconciler(rec)
-		switch {
-		case stopped:
-			w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
+		v, end := w.runReconciler(rec)
+		switch end {
+		case reconcilerStopped:
 			return ReconcileRequest{}, "", scopeEndedWhileWaiting
-		case ok:
-			w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
+		case reconcilerSettled:
 			return v, v.By, verdictArrived
+		case reconcilerPreempted:
+			v := *w.verdict
+			w.verdict = nil
+			return v, "person", verdictArrived
 		}
+		w.status.AwaitingPhase = PhasePerson
 	}
 	// Counted, with what the journal knew, so that an operator sees how
 	// much is left to people and why (docs/operations.md).
@@ -163,7 +172,6 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 	w.count("durallm.left_to_person", "journal_state", js)
 	w.details()
 	got, err := workflow.AwaitWithTimeout(w.ctx, w.in.ReconcileTimeout, func() bool { return w.verdict != nil || w.cancelReq != nil })
-	w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
 	switch {
 	case w.verdict != nil:
 		v := *w.verdict
@@ -178,13 +186,42 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 	return ReconcileRequest{}, "timeout", waitTimedOut
 }
 
+// reconcilerEnd says how the worker's reconciler ended.
+type reconcilerEnd int
+
+const (
+	// reconcilerCannotTell: no valid verdict (it could not tell, failed,
+	// or gave an invalid one).
+	reconcilerCannotTell reconcilerEnd = iota
+	// reconcilerSettled: a valid verdict.
+	reconcilerSettled
+	// reconcilerStopped: the scope ended while it ran.
+	reconcilerStopped
+	// reconcilerPreempted: a person's or program's verdict (w.verdict)
+	// was accepted while it ran, and is applied instead.
+	reconcilerPreempted
+)
+
+// reconcileHeartbeatTimeout detects a reconcile activity whose worker was
+// lost (killed, cut off); the activity heartbeats every 2 s while it
+// runs. It outlasts a Temporal node's restart (about 6 s), through which
+// a worker dialling that node cannot heartbeat.
+const reconcileHeartbeatTimeout = 20 * time.Second
+
+// verdictDuringReconciler is the change that applies a verdict accepted
+// while the worker's reconciler runs at once, canceling it. Histories
+// from before it waited for the reconciler, whose verdict, if it gave
+// one, won.
+const verdictDuringReconciler = "verdict-during-reconciler"
+
 // runReconciler runs the worker's reconciler (the journal first, then the
-// application's) on an ambiguous attempt. ok says it gave a valid
-// verdict; stopped, that the scope ended while it ran: the reconcile
-// activity only reads, so it is canceled and not waited for, and the
-// action's cancel takes effect at once rather than when the reconciler
-// would have returned (it may wait up to the attempt's deadline).
-func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopped bool) {
+// application's) on an ambiguous attempt. The reconcile activity only
+// reads, so it is canceled and not waited for when the scope ends while
+// it runs (the action's cancel takes effect at once rather than when the
+// reconciler would have returned: it may wait up to the attempt's
+// deadline), or when a verdict from a person or program is accepted
+// meanwhile (it is applied at once, never dropped for the reconciler's).
+func (w *action) runReconciler(rec AttemptRecord) (ReconcileRequest, reconcilerEnd) {
 	// The built-in reconciler may wait for an attempt that can still end
 	// on a live worker, until the attempt's deadline, and look for the
 	// route's provider record for its settle window after that: the
@@ -198,21 +235,38 @@ func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopp
 	}
 	ctx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute + remaining + settle,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-		Summary:             "reconcile attempt " + strconv.Itoa(rec.N),
+		// A reconciler whose worker is lost runs again on another within
+		// this, not after its start-to-close (minutes): it heartbeats.
+		HeartbeatTimeout: reconcileHeartbeatTimeout,
+		RetryPolicy:      &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:          "reconcile attempt " + strconv.Itoa(rec.N),
 	}))
 	defer cancel()
 	fut := workflow.ExecuteActivity(ctx, attempt.Reconcile, attempt.ReconcileInput{
 		ActionRef: w.status.ActionRef, IdempotencyKey: w.in.IdempotencyKey, Attempt: rec.N,
 		AttemptID: rec.Evidence.AttemptID, Route: rec.Route, Evidence: rec.Evidence, Remaining: remaining,
 	})
-	_ = workflow.Await(w.ctx, func() bool { return fut.IsReady() || w.cancelReq != nil })
+	_ = workflow.Await(w.ctx, func() bool { return fut.IsReady() || w.cancelReq != nil || w.verdict != nil })
+	if w.verdict != nil && w.cancelReq == nil && w.ctx.Err() == nil {
+		if workflow.GetVersion(w.ctx, verdictDuringReconciler, workflow.DefaultVersion, 1) == 1 {
+			what := "the reconciler was canceled"
+			if fut.IsReady() {
+				what = "the reconciler's answer, in the same instant, was set aside"
+			}
+			// Not waiting for cancellation, the future settles at once.
+			cancel()
+			_ = fut.Get(ctx, nil)
+			w.note(what + ": a " + string(w.verdict.Verdict) + " verdict arrived while it ran, and is applied")
+			return ReconcileRequest{}, reconcilerPreempted
+		}
+		_ = workflow.Await(w.ctx, func() bool { return fut.IsReady() || w.cancelReq != nil })
+	}
 	if !fut.IsReady() && w.scopeEnded() {
 		// Not waiting for cancellation, the future settles at once.
 		cancel()
 		_ = fut.Get(ctx, nil)
 		w.note("the reconciler was canceled: the action's scope ended (" + string(w.origin) + ")")
-		return ReconcileRequest{}, false, true
+		return ReconcileRequest{}, reconcilerStopped
 	}
 	var out attempt.ReconcileOutput
 	err := fut.Get(ctx, &out)
@@ -224,7 +278,7 @@ func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopp
 	}
 	if err != nil {
 		w.note("reconciler failed: " + err.Error())
-		return ReconcileRequest{}, false, false
+		return ReconcileRequest{}, reconcilerCannotTell
 	}
 	by := out.By
 	if by == "" {
@@ -233,12 +287,12 @@ func (w *action) runReconciler(rec AttemptRecord) (v ReconcileRequest, ok, stopp
 	r := ReconcileRequest{Attempt: rec.N, Verdict: out.Verdict, Response: out.Response, ResultRef: out.ResultRef, By: by}
 	if out.Verdict == attempt.VerdictNone {
 		w.note("reconciler (" + by + ") could not tell: " + out.Note)
-		return ReconcileRequest{}, false, false
+		return ReconcileRequest{}, reconcilerCannotTell
 	}
 	if err := validVerdict(r); err != nil {
 		w.note("reconciler verdict ignored: " + err.Error())
-		return ReconcileRequest{}, false, false
+		return ReconcileRequest{}, reconcilerCannotTell
 	}
 	w.note("reconciler verdict " + string(out.Verdict) + " by " + by)
-	return r, true, false
+	return r, reconcilerSettled
 }

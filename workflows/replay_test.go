@@ -26,8 +26,13 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// attempt.DeadlineTimerNearDeadline, with a deadline timer around the
 	// attempt; the others were re-recorded after it. spend_exhausted.json
 	// is an action with a token budget: two 500s, and a third attempt that
-	// did not fit was never sent.
-	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "happy_path_deadline_timer.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false, "spend_exhausted.json": false}
+	// did not fit was never sent. verdict_during_reconciler.json has a
+	// verdict applied while the built-in reconciler ran (the
+	// verdictDuringReconciler version marker);
+	// verdict_during_reconciler_before.json is the same race recorded
+	// before that change, where the verdict waited for the reconciler.
+	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "happy_path_deadline_timer.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false, "spend_exhausted.json": false,
+		"verdict_during_reconciler.json": false, "verdict_during_reconciler_before.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -124,6 +124,15 @@ func (s State) Terminal() bool {
 	return false
 }
 
+// The phases of awaiting_reconciliation (Status.AwaitingPhase).
+const (
+	// PhaseReconciler: the worker's reconciler is looking at the attempt.
+	PhaseReconciler = "reconciler"
+	// PhasePerson: the action waits for a verdict from a person or
+	// program, until its reconcile_timeout.
+	PhasePerson = "person"
+)
+
 // ParentSignalPrefix begins the name of the signal an action started with
 // NotifyParent sends its parent workflow.
 const ParentSignalPrefix = "durallm-awaiting:"
@@ -318,6 +327,12 @@ type Status struct {
 	Notes     []Note          `json:"notes,omitempty"`
 	// AwaitingAttempt is the attempt a reconcile must name, when awaiting.
 	AwaitingAttempt int `json:"awaiting_attempt,omitempty"`
+	// AwaitingPhase says, while awaiting, what the action waits for:
+	// PhaseReconciler while the worker's reconciler (the journal, the
+	// provider's record, the application's) looks at the attempt,
+	// PhasePerson once it waits for a verdict from a person or program. A
+	// verdict sent in either phase is applied at once.
+	AwaitingPhase string `json:"awaiting_phase,omitempty"`
 	// AwaitingSince is when the action began to await that verdict
 	// (workflow time), when awaiting.
 	AwaitingSince time.Time `json:"awaiting_since,omitzero"`

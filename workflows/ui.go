@@ -107,7 +107,10 @@ func (w *action) details() {
 			b.WriteString("\n")
 		}
 	}
-	if w.status.AwaitingAttempt > 0 {
+	switch {
+	case w.status.AwaitingAttempt > 0 && w.status.AwaitingPhase == PhaseReconciler:
+		fmt.Fprintf(&b, "\nThe worker's reconciler is looking at attempt %d; a reconcile verdict sent now is applied at once.\n", w.status.AwaitingAttempt)
+	case w.status.AwaitingAttempt > 0:
 		fmt.Fprintf(&b, "\nAwaiting a reconcile verdict for attempt %d.\n", w.status.AwaitingAttempt)
 	}
 	workflow.SetCurrentDetails(w.ctx, b.String())

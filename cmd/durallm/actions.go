@@ -261,7 +261,11 @@ func printStatus(w io.Writer, jsonOut bool, st workflows.Status) {
 		fmt.Fprintln(w)
 	}
 	if st.AwaitingAttempt > 0 {
-		fmt.Fprintf(w, "  awaiting a verdict on attempt %d\n", st.AwaitingAttempt)
+		if st.AwaitingPhase == workflows.PhaseReconciler {
+			fmt.Fprintf(w, "  awaiting a verdict on attempt %d: the worker's reconciler is still looking at it (a verdict sent now is applied at once)\n", st.AwaitingAttempt)
+		} else {
+			fmt.Fprintf(w, "  awaiting a verdict on attempt %d\n", st.AwaitingAttempt)
+		}
 		// What the reconcilers found is what the person deciding needs.
 		for _, n := range st.Notes {
 			if strings.HasPrefix(n.What, "reconciler") {

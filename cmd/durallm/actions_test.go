@@ -71,3 +71,18 @@ func TestStatusSaysWhatTheRouteLimitsDid(t *testing.T) {
 		}
 	}
 }
+
+// `durallm status` says which phase an action awaiting reconciliation is
+// in: the worker's reconciler still looking, or a person awaited.
+func TestStatusSaysWhetherTheReconcilerOrAPersonIsAwaited(t *testing.T) {
+	for phase, want := range map[string]string{
+		workflows.PhaseReconciler: "the worker's reconciler is still looking at it",
+		workflows.PhasePerson:     "awaiting a verdict on attempt 1\n",
+	} {
+		var out bytes.Buffer
+		printStatus(&out, false, workflows.Status{ActionRef: "act-1", State: workflows.StateAwaitingReconciliation, AwaitingAttempt: 1, AwaitingPhase: phase})
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("phase %s: %q lacks %q", phase, out.String(), want)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	if d.f.exitAfter {
 		return code
 	}
-	d.say("\nRunning. Start actions with 'durallm run --route demo-primary,demo-fallback --message hi'. Ctrl-C stops.")
+	d.say("\nRunning. Start actions with 'durallm run --route %s --message hi'. Ctrl-C stops.", strings.Join(d.routes.Names(), ","))
 	<-ctx.Done()
 	d.say("\ndurallm dev: shutting down (in-flight attempts get a bounded grace)")
 	return code
@@ -271,7 +271,7 @@ func (d *devProcess) startGateway(context.Context) error {
 		return nil
 	}
 	c := durallm.NewClient(d.st.tc, d.f.taskQueue).WithResults(d.st.results).WithDataConverter(d.st.dc).WithEagerStart()
-	gw, models, tokenFile, err := devGateway(d.f.gatewayAddr, d.f.dataDir, c, d.w.Streams(), d.routes.Names(), d.demo != nil, d.logger)
+	gw, models, tokenFile, err := devGateway(d.f.gatewayAddr, d.f.dataDir, c, d.w.Streams(), d.routes.Names(), d.demo != nil, d.logger, d.st.tel.Meter())
 	if err != nil {
 		return err
 	}

@@ -23,10 +23,12 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/examples/agent"
 	demonstration "github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/internal/syncbuf"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/step"
 	"github.com/durallm/durallm/testsuite/providertest"
 )
@@ -289,28 +291,31 @@ func TestDevEncryptsPayloads(t *testing.T) {
 
 // TestDevRunsTheAgentExample runs examples/agent against 'durallm dev'
 // and its demo provider, as its README says: the agent's own worker in
-// this process, the starter's steps (subscribe to the final answer's
-// stream by its action id, start the agent, wait) here too. The demo
-// provider calls the agent's tool once, then answers.
+// this process, dialed with durallm.DataConverter over dev's result
+// store, and the starter's steps (subscribe to the answer's stream by its
+// action id, start the agent, wait) here too. The demo provider calls the
+// agent's first tool once, then answers.
 func TestDevRunsTheAgentExample(t *testing.T) {
-	d := startDev(t, "--headless", "--port", "-1", "--data-dir", t.TempDir(), "--no-demo", "--metrics-addr", "", "--stream-addr", "127.0.0.1:0")
+	dataDir := t.TempDir()
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dataDir, "--no-demo", "--metrics-addr", "", "--stream-addr", "127.0.0.1:0")
 	addr := d.await(`server ready at (\S+)`)[1]
 	streams := d.await(`streamed text at (http://\S+)/v1/streams/`)[1]
 	d.await(`worker polling`)
-	tc, err := client.Dial(client.Options{HostPort: addr, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	store := resultstore.Dir{Path: filepath.Join(dataDir, "results")}
+	tc, err := client.Dial(client.Options{HostPort: addr, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)), DataConverter: durallm.DataConverter(store)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, agent.TaskQueue, sdkworker.Options{})
 	w.RegisterWorkflow(agent.Agent)
-	w.RegisterActivity(&agent.Activities{})
+	w.RegisterActivity(&agent.Activities{Results: store})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
 
-	resp, err := http.Get(streams + "/v1/streams/" + step.ActionID("agent-dev", agent.CallAnswer))
+	resp, err := http.Get(streams + "/v1/streams/" + step.ActionID("agent-dev", agent.CallName(2)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +339,7 @@ func TestDevRunsTheAgentExample(t *testing.T) {
 	if err := run.Get(ctx, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.Tool != "lookup_order" || out.ToolResult != "order demo: packed, leaving the warehouse today" || out.Answer != "ok" {
+	if len(out.Tools) != 1 || out.Tools[0].Name != "lookup_order" || out.Answer != "ok" || out.Turns != 2 {
 		t.Fatalf("output %+v", out)
 	}
 	// The answer's one delta was published before the result.
@@ -370,4 +375,40 @@ func gatewayPost(t *testing.T, base, token, key, body string) (*http.Response, s
 		t.Fatal(err)
 	}
 	return resp, string(b)
+}
+
+// 'durallm dev --routes FILE' serves those routes: its closing line names
+// them rather than the demo's, and its gateway's requests are counted
+// with the worker's metrics (durallm_gateway_requests_total).
+func TestDevWithRoutesNamesThemAndCountsItsGatewaysRequests(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetDefault(providertest.Answer("from my route"))
+	routes := writeTemp(t, "routes.yaml", "routes:\n  - name: mine\n    kind: openai\n    base_url: "+p.HTTP1URL()+"/v1\n    model: m\n")
+	dir := t.TempDir()
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--routes", routes, "--metrics-addr", "127.0.0.1:0", "--stream-addr", "", "--gateway-addr", "127.0.0.1:0")
+	metrics := d.await(`metrics at (http://\S+/metrics)`)[1]
+	base := d.await(`OpenAI-compatible gateway at (http://\S+/v1) \(models: mine\)`)[1]
+	running := d.await(`Running\. (.*)`)[1]
+	if strings.Contains(running, "demo-") || !strings.Contains(running, "mine") {
+		t.Errorf("the closing line does not name the routes served: %s", running)
+	}
+	token, err := os.ReadFile(filepath.Join(dir, "gateway-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := gatewayPost(t, base, strings.TrimSpace(string(token)), "mine-1", `{"model":"mine","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 || !strings.Contains(body, "from my route") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	body, err := providertest.Scrape(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := providertest.MetricSum(body, "durallm_gateway_requests_total", `status="200"`); got < 1 {
+		t.Errorf("durallm_gateway_requests_total{status=200} = %v after a request", got)
+	}
+	d.finish()
 }

@@ -181,16 +181,16 @@ func TestGatewayCutConnectionRetry(t *testing.T) {
 }
 
 // A cut before any content leaves the action awaiting reconciliation:
-// 409, which openai-go does not retry (x-should-retry: false), so exactly
-// one request reaches the gateway. After the operator's verdict the same
+// 403, which openai-go does not retry (nor does x-should-retry: false
+// ask it to), so exactly one request reaches the gateway. After the operator's verdict the same
 // key gets a 200 with the verdict's text.
-func TestGatewayAmbiguousIs409ThenTheVerdictsAnswer(t *testing.T) {
+func TestGatewayAmbiguousIsNotResentThenTheVerdictsAnswer(t *testing.T) {
 	s := newGateway(t)
 	s.p.Push(providertest.GoAwayAfterProcessing(http2.ErrCodeNo))
 	c := s.client(tokenA, option.WithHeader("Idempotency-Key", "lost-answer"))
 	_, err := c.Chat.Completions.New(testCtx(t), chatParams("demo", "x"))
 	var ae *openai.Error
-	if !errors.As(err, &ae) || ae.StatusCode != 409 || ae.Type != "durallm_awaiting_reconciliation" {
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Type != "durallm_awaiting_reconciliation" {
 		t.Fatalf("error %v", err)
 	}
 	if n := s.requests.Load(); n != 1 {
@@ -263,7 +263,7 @@ func openStreamRaw(t *testing.T, s *gwStack, key string, header map[string]strin
 }
 
 // POST /v1/actions/{id}/cancel: the caller's own action ends canceled
-// (user_stop), and its waiting request gets 409 durallm_canceled; an
+// (user_stop), and its waiting request gets 403 durallm_canceled; an
 // operator's cancel is operator_stop; another caller's is a 404.
 func TestGatewayCancelEndpoint(t *testing.T) {
 	s := newGateway(t)
@@ -296,7 +296,7 @@ func TestGatewayCancelEndpoint(t *testing.T) {
 			t.Fatalf("cancel: %d %s", r.StatusCode, b)
 		}
 		a := <-done
-		if typ, code := errType(t, a.body); a.code != 409 || typ != "durallm_canceled" || code != string(tc.origin) {
+		if typ, code := errType(t, a.body); a.code != http.StatusForbidden || typ != "durallm_canceled" || code != string(tc.origin) {
 			t.Fatalf("the waiting request got %d %s", a.code, a.body)
 		}
 		if res := s.result(id); res.State != workflows.StateCanceled || res.Origin != tc.origin {

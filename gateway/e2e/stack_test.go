@@ -42,6 +42,8 @@ const (
 	tokenA   = "tok-caller-a"
 	tokenB   = "tok-caller-b"
 	tokenOps = "tok-operator"
+	// tokenOne's caller may have one request in progress at a time.
+	tokenOne = "tok-one-at-a-time"
 )
 
 func sum(tok string) string {
@@ -67,6 +69,7 @@ type gwStack struct {
 	// requests counts what reached the gateway's handler.
 	requests atomic.Int64
 	tq       string
+	models   gateway.Config
 }
 
 type stackOptions struct {
@@ -79,6 +82,26 @@ type stackOptions struct {
 	// client, no shared hub, its stream endpoint on loopback; the gateway
 	// reads streams through it (gateway.RemoteStreams).
 	remote bool
+	// workerStreams has the in-process worker serve its streams on
+	// loopback too (durallm gateway --stream-addr), for other gateways.
+	workerStreams bool
+	// writeTimeout is the gateway's Options.WriteTimeout; zero the
+	// default.
+	writeTimeout time.Duration
+	// smallBuffers gives the gateway's connections small send buffers,
+	// so that a caller that stops reading blocks its writes soon.
+	smallBuffers bool
+}
+
+// smallBuffers is a listener whose connections have 4 KiB send buffers.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
 }
 
 func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
@@ -120,6 +143,9 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	}
 	wo := worker.Options{TaskQueue: s.tq, Config: cfg, TLS: p.ClientTLSConfig(), SearchAttributes: true, Logger: wl, Streams: s.hub}
 	wtc := tc
+	if so.workerStreams {
+		wo.StreamAddr = "127.0.0.1:0"
+	}
 	if so.remote {
 		wtc = ts.NewClientWithOptions(client.Options{Logger: sdklog.NewStructuredLogger(logger)})
 		wo.Streams, wo.StreamAddr, s.hub = nil, "127.0.0.1:0", nil
@@ -144,16 +170,17 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 			t.Fatal(err)
 		}
 	} else {
-		cs, err := gateway.ParseTokens([]byte(fmt.Sprintf("tokens:\n  - id: a\n    sha256: %s\n  - id: b\n    sha256: %s\n  - id: ops\n    sha256: %s\n    role: operator\n",
-			sum(tokenA), sum(tokenB), sum(tokenOps))))
+		cs, err := gateway.ParseTokens([]byte(fmt.Sprintf("tokens:\n  - id: a\n    sha256: %s\n  - id: b\n    sha256: %s\n  - id: ops\n    sha256: %s\n    role: operator\n  - id: one\n    sha256: %s\n    max_in_flight: 1\n",
+			sum(tokenA), sum(tokenB), sum(tokenOps), sum(tokenOne))))
 		if err != nil {
 			t.Fatal(err)
 		}
 		tokens = gateway.NewTokens(cs)
 	}
 	s.tk = tokens
+	s.models = so.models
 	gopts := gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
-		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond}
+		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond, WriteTimeout: so.writeTimeout}
 	if so.remote {
 		gopts.Remote = &gateway.RemoteStreams{}
 	}
@@ -161,15 +188,70 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		s.g.ServeHTTP(w, r)
 	}))
+	if so.smallBuffers {
+		s.srv.Listener = smallBuffers{s.srv.Listener}
+	}
+	s.srv.Start()
 	t.Cleanup(s.srv.Close)
 	return s
 }
 
 func (s *gwStack) tokens() *gateway.Tokens { return s.tk }
+
+// besideOptions say how another gateway of the same task queue is set up.
+type besideOptions struct {
+	// hub gives it a hub of its own, as a gateway with a worker has, but
+	// empty: a restarted gateway, or another replica.
+	hub bool
+	// remote has it read the streams of workers elsewhere.
+	remote *gateway.RemoteStreams
+	// tc is its own Temporal client; nil shares the stack's.
+	tc client.Client
+	// startTimeout is its Options.StartTimeout; zero the default.
+	startTimeout time.Duration
+	// requests, when set, counts the requests that reach it.
+	requests *atomic.Int64
+	// left, when set, is closed once a request's context ends (its
+	// caller left, or it was answered).
+	left chan struct{}
+}
+
+// beside starts another gateway over the same Temporal server, task
+// queue, tokens and secret, without the first one's hub: a gateway with
+// --worker=false, or one restarted since the action started. It returns
+// the gateway's base URL (the API's root, without /v1).
+func (s *gwStack) beside(o besideOptions) string {
+	s.t.Helper()
+	tc := s.tc
+	if o.tc != nil {
+		tc = o.tc
+	}
+	gopts := gateway.Options{Client: durallm.NewClient(tc, s.tq), Models: s.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: s.tk,
+		Logger: slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), StatePoll: 50 * time.Millisecond, Remote: o.remote,
+		StartTimeout: o.startTimeout}
+	if o.hub {
+		gopts.Streams = activities.NewStreams()
+	}
+	g, err := gateway.New(gopts)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.requests != nil {
+			o.requests.Add(1)
+		}
+		if o.left != nil {
+			go func() { <-r.Context().Done(); close(o.left) }()
+		}
+		g.ServeHTTP(w, r)
+	}))
+	s.t.Cleanup(srv.Close)
+	return srv.URL
+}
 
 // client is openai-go pointed at the gateway (or at base), with the
 // SDK's default retries unless opts say otherwise.

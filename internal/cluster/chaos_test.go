@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/internal/haproxy"
+	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -36,5 +39,37 @@ func TestSlowestSaysWhatEachAttemptWas(t *testing.T) {
 	}
 	if !strings.HasPrefix((Slowest{ID: "chaos-1", Result: workflows.ActionResult{Status: workflows.Status{State: workflows.StateCompleted}}}).String(), "chaos-1, 0s, completed") {
 		t.Fatal("an action with no attempts")
+	}
+}
+
+// With ProviderRecord, every worker reads deploy/routes.yaml with both
+// routes keeping a provider record (the environment override), as an
+// operator would turn it on for the compose stack.
+func TestTheProviderRecordReachesEveryWorkersRoutes(t *testing.T) {
+	root, err := findRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, record := range []bool{false, true} {
+		c := &Cluster{o: Options{Root: root, Dir: t.TempDir(), ProviderRecord: record}, Nodes: []*Node{{N: 1, Frontend: "127.0.0.1:7233"}},
+			ProviderProxy: &haproxy.Proxy{Addr: "127.0.0.1:8443"}, JournalDSN: "postgres://127.0.0.1/durallm"}
+		w, err := c.newWorker(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{}
+		for _, kv := range w.env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		cfg, err := routes.LoadConfig(filepath.Join(root, RoutesFile), func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range cfg.Routes {
+			if got := r.ProviderRecord == routes.ProviderRecordStoredCompletions; got != record {
+				t.Errorf("ProviderRecord %v: route %s keeps a record: %v", record, r.Name, got)
+			}
+		}
 	}
 }

@@ -114,6 +114,12 @@ type Options struct {
 	// WorkersViaLB gives every worker the load-balanced frontend address
 	// instead of one node's frontend each.
 	WorkersViaLB bool
+	// ProviderRecord gives the workers' routes a provider record
+	// (provider_record: stored_completions, through the environment
+	// override DURALLM_ROUTE_<NAME>_PROVIDER_RECORD): the provider stores
+	// what it generates, and the built-in reconciler settles an ambiguous
+	// attempt no worker saw the answer of from it. Default false.
+	ProviderRecord bool
 	// WorkerArgs are extra flags for every worker.
 	WorkerArgs []string
 	// Routes, when set, is the workers' routes file (YAML), written into
@@ -443,6 +449,9 @@ func (c *Cluster) PrintSummary(w io.Writer) {
 		fmt.Fprintf(w, "  provider            %s (providertest; the routes reach it directly)\n", c.Provider.H2CURL())
 	} else {
 		fmt.Fprintf(w, "  provider            %s (providertest; the routes reach it through haproxy %s)\n", c.Provider.H2CURL(), c.ProviderProxy.Addr)
+	}
+	if c.o.ProviderRecord {
+		fmt.Fprintf(w, "  provider record     stored_completions on both routes: the provider stores what it generates\n")
 	}
 	for _, wk := range c.Workers {
 		fmt.Fprintf(w, "  durallm worker %d    TEMPORAL_ADDRESS=%s, /readyz on http://%s, pid %d, log %s\n", wk.N, wk.Address, wk.Metrics, wk.Pid(), wk.logPath)

@@ -65,6 +65,9 @@ func (c *Cluster) newWorker(n int) (*WorkerProc, error) {
 		if c.o.Routes != "" {
 			break // the benchmark's own routes name their providers
 		}
+		if c.o.ProviderRecord {
+			env = append(env, routes.EnvPrefix(r)+"PROVIDER_RECORD="+routes.ProviderRecordStoredCompletions)
+		}
 		if c.o.DirectProvider {
 			env = append(env, routes.EnvPrefix(r)+"BASE_URL="+c.Provider.H2CURL()+"/v1")
 			continue

@@ -376,3 +376,23 @@ func TestContractCitationsExist(t *testing.T) {
 	}
 	t.Logf("%d citations of %s sections", found, contract)
 }
+
+// createTable matches the tables durallm's PostgreSQL schema creates.
+var createTable = regexp.MustCompile(`CREATE TABLE (?:IF NOT EXISTS )?(\w+)`)
+
+// TestDeployNamesEveryTableOfDurallmsDatabase fails naming each table of
+// durallm's own database (internal/pgdb's migrations) that
+// docs/deploy.md, where an operator grants and backs it up, leaves out.
+func TestDeployNamesEveryTableOfDurallmsDatabase(t *testing.T) {
+	r := loadRepo(t)
+	deploy := string(r.read(t, "docs/deploy.md"))
+	tables := createTable.FindAllStringSubmatch(string(r.read(t, "internal/pgdb/pgdb.go")), -1)
+	if len(tables) == 0 {
+		t.Fatal("no CREATE TABLE found in internal/pgdb/pgdb.go")
+	}
+	for _, m := range tables {
+		if !strings.Contains(deploy, "`"+m[1]+"`") {
+			t.Errorf("docs/deploy.md does not name table `%s` of durallm's database", m[1])
+		}
+	}
+}

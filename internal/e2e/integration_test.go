@@ -164,12 +164,16 @@ func (s *stack) saveHistory(id, name string) {
 
 // saveHistoryAt writes workflow id's history to path when
 // -update-histories is set.
-func (s *stack) saveHistoryAt(id, path string) {
+func (s *stack) saveHistoryAt(id, path string) { s.saveRunHistoryAt(id, "", path) }
+
+// saveRunHistoryAt writes the history of workflow id's run runID (empty:
+// its latest) to path when -update-histories is set.
+func (s *stack) saveRunHistoryAt(id, runID, path string) {
 	if !*updateHistories {
 		return
 	}
 	ctx := context.Background()
-	iter := s.tc.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	iter := s.tc.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var events []json.RawMessage
 	for iter.HasNext() {
 		ev, err := iter.Next()

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/converter"
+	"golang.org/x/net/http2"
 
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/journal"
+	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
@@ -153,5 +155,88 @@ func TestE2EAStoreLaggingPastTheSettleWindowLeavesTheActionToAPerson(t *testing.
 	}
 	if err := s.c.Reconcile(ctx, "lagging-store", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictAbandon}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A person's verdict sent while the built-in reconciler is still looking
+// (here, for the provider's record, over a ten-minute settle window) is
+// applied at once: the status says the reconciler is looking, the
+// Update is accepted, the reconcile activity is canceled, and the action
+// ends with the person's verdict. Its history is recorded for the replay
+// test.
+func TestE2EAVerdictSentWhileTheReconcilerLooksIsAppliedAtOnce(t *testing.T) {
+	s := newStack(t)
+	s.startWorker(func(o *worker.Options) {
+		for i := range o.Config.Routes {
+			o.Config.Routes[i].ProviderRecord, o.Config.Routes[i].ProviderRecordSettle = routes.ProviderRecordStoredCompletions, 10*time.Minute
+		}
+	})
+	s.p.Push(providertest.GoAwayAt(1, http2.ErrCodeNo, true).Unstored())
+	// Far inside the settle window: the result comes from the verdict.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := s.c.Start(ctx, "verdict-while-looking", actionInput(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.waitState("verdict-while-looking", workflows.StateAwaitingReconciliation)
+	if st.AwaitingAttempt != 1 || st.AwaitingPhase != workflows.PhaseReconciler {
+		t.Fatalf("while the reconciler looks: awaiting %d phase %q", st.AwaitingAttempt, st.AwaitingPhase)
+	}
+	waitFor(t, func() bool { return len(s.p.Received()) >= 2 }) // the attempt, and a lookup
+	if err := s.c.Reconcile(ctx, "verdict-while-looking", workflows.ReconcileRequest{Attempt: 1, Verdict: attempt.VerdictCompleted, Response: &providers.Response{Text: "found in the provider's log"}, By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Result(ctx)
+	if err != nil || res.State != workflows.StateReconciled || res.Response == nil || res.Response.Text != "found in the provider's log" || res.Attempts[0].VerdictBy != "person" {
+		t.Fatalf("state %s err %v notes %v", res.State, err, res.Notes)
+	}
+	s.saveHistory("verdict-while-looking", "verdict_during_reconciler")
+}
+
+// A worker SIGKILLed while its built-in reconciler looks for the
+// provider's record: the reconcile activity heartbeats, so Temporal runs
+// it again on another worker within its heartbeat timeout, instead of
+// after its start-to-close timeout (a minute, the attempt's time and the
+// settle window: minutes), and that worker settles the action.
+func TestE2EAReconcilerWhoseWorkerIsKilledRunsAgainOnAnotherWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a worker process")
+	}
+	s := newStack(t)
+	// The record shows up 8 s after the provider started generating:
+	// after the worker that first looks is killed.
+	s.p.SetStoreLag(8 * time.Second)
+	gate := make(chan struct{})
+	defer close(gate)
+	s.p.Push(providertest.Answer("the stored answer").WaitFor(gate))
+	dir := t.TempDir()
+	const settle = 2 * time.Minute
+	cmd := s.helperWorker("DURALLM_HELPER_JOURNAL="+dir, "DURALLM_HELPER_PROVIDER_RECORD="+settle.String())
+	in := actionInput(false)
+	// The attempt times out while the provider generates: ambiguous.
+	in.AttemptTimeout, in.QueueTimeout = 2*time.Second, time.Second
+	// Well inside the reconciler's start-to-close timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := s.c.Start(ctx, "reconciler-killed", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitState("reconciler-killed", workflows.StateAwaitingReconciliation)
+	waitFor(t, func() bool { return len(s.p.Received()) >= 2 }) // the attempt, and a lookup
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	s.startWorker(func(o *worker.Options) {
+		o.Journal = journal.Dir{Path: dir}
+		for i := range o.Config.Routes {
+			o.Config.Routes[i].ProviderRecord, o.Config.Routes[i].ProviderRecordSettle = routes.ProviderRecordStoredCompletions, settle
+		}
+	})
+	res, err := a.Result(ctx)
+	if err != nil || res.State != workflows.StateReconciled || res.Response == nil || res.Response.Text != "the stored answer" || res.Attempts[0].VerdictBy != attempt.ByProvider {
+		t.Fatalf("state %s err %v notes %v", res.State, err, res.Notes)
 	}
 }

@@ -31,8 +31,8 @@ import (
 // A workflow of the user's own calling durallm with package step, on the
 // embedded server: the parent on its own task queue and worker, each
 // call an LLMAction on the durallm worker's, against the fault-injecting
-// provider. The parent is the example agent (examples/agent): ask, run
-// the tool, ask again.
+// provider. The parent is the example agent (examples/agent): call the
+// model, run the tools it asked for, call it again, until it answers.
 
 // parents starts a worker of the user's own for the parent workflows, on
 // a task queue of the stack's, and returns the queue.
@@ -79,18 +79,17 @@ func getOutput(t *testing.T, run client.WorkflowRun) agent.Output {
 	return out
 }
 
-// Two calls and a tool activity complete; each request is executed once;
-// the history is what examples/agent's replay test replays.
+// Two calls and a tool activity complete; each request is executed once.
 func TestE2EStepTwoCallsAndAToolActivityComplete(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
 	q := s.parents()
 	s.p.Push(providertest.AnswerToolCall("lookup_order", `{"order_id":"42"}`), providertest.Answer("Order 42 arrives Thursday."))
 	out := getOutput(t, s.startParent("agent-e2e", q, agent.Agent, s.agentInput(false)))
-	if out.Answer != "Order 42 arrives Thursday." || out.Tool != "lookup_order" || out.ToolResult != "order 42: shipped on Monday, arriving Thursday" {
+	if out.Answer != "Order 42 arrives Thursday." || len(out.Tools) != 1 || out.Tools[0].Name != "lookup_order" {
 		t.Fatalf("output %+v", out)
 	}
-	for _, id := range []string{"agent-e2e-ask", "agent-e2e-answer"} {
+	for _, id := range []string{"agent-e2e-turn-1", "agent-e2e-turn-2"} {
 		if n := s.p.ExecutedCount(id); n != 1 {
 			t.Fatalf("%s executed %d times", id, n)
 		}
@@ -98,7 +97,6 @@ func TestE2EStepTwoCallsAndAToolActivityComplete(t *testing.T) {
 			t.Fatalf("%s: %s %v", id, st.State, err)
 		}
 	}
-	s.saveHistoryAt("agent-e2e", filepath.Join("..", "..", "examples", "agent", "testdata", "agent.json"))
 }
 
 // The parent's worker is SIGKILLed while its first call is in flight; a
@@ -122,7 +120,7 @@ func TestE2EStepParentRestartedMidCallFindsTheSameAction(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	run := s.startParent("agent-restarted", q, agent.Agent, s.agentInput(false))
-	waitFor(t, func() bool { return s.p.ExecutedCount("agent-restarted-ask") == 1 })
+	waitFor(t, func() bool { return s.p.ExecutedCount("agent-restarted-turn-1") == 1 })
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -135,10 +133,10 @@ func TestE2EStepParentRestartedMidCallFindsTheSameAction(t *testing.T) {
 	t.Cleanup(w.Stop)
 	close(release)
 	out := getOutput(t, run)
-	if out.Answer != "Thursday." || len(out.Actions) != 2 || out.Actions[0] != "agent-restarted-ask" {
+	if out.Answer != "Thursday." || len(out.Actions) != 2 || out.Actions[0] != "agent-restarted-turn-1" {
 		t.Fatalf("output %+v", out)
 	}
-	if n := len(s.p.Received()); n != 2 || s.p.ExecutedCount("agent-restarted-ask") != 1 || s.p.ExecutedCount("agent-restarted-answer") != 1 {
+	if n := len(s.p.Received()); n != 2 || s.p.ExecutedCount("agent-restarted-turn-1") != 1 || s.p.ExecutedCount("agent-restarted-turn-2") != 1 {
 		t.Fatalf("provider received %d requests, executed %v", n, s.p.Processed())
 	}
 	// One action per call: the parent's history started each child once.
@@ -186,7 +184,7 @@ func TestE2EStepCanceledParentMidStreamCancelsTheAction(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	s.p.Push(providertest.AnswerToolCall("lookup_order", `{"order_id":"42"}`), providertest.Answer("Order 42 arrives on Thursday").MidStreamWaitFor(hold))
-	events, stop := w.Streams().Subscribe("agent-canceled-answer", 64)
+	events, stop := w.Streams().Subscribe("agent-canceled-turn-2", 64)
 	defer stop()
 	run := s.startParent("agent-canceled", q, agent.Agent, s.agentInput(true))
 	if ev := <-events; ev.Delta == "" {
@@ -203,10 +201,10 @@ func TestE2EStepCanceledParentMidStreamCancelsTheAction(t *testing.T) {
 	// agent passes it on as the cancellation's details).
 	var canceled *temporal.CanceledError
 	var why string
-	if !errors.As(err, &canceled) || canceled.Details(&why) != nil || why != "the answer call ended canceled (parent_canceled)" {
+	if !errors.As(err, &canceled) || canceled.Details(&why) != nil || why != "the turn-2 call ended canceled (parent_canceled)" {
 		t.Fatalf("the parent ended with %v (%q)", err, why)
 	}
-	_, err = s.c.Get("agent-canceled-answer").Result(ctx)
+	_, err = s.c.Get("agent-canceled-turn-2").Result(ctx)
 	var ae *durallm.ActionError
 	if !errors.As(err, &ae) || ae.State != workflows.StateCanceled || ae.Origin != workflows.OriginParentCanceled {
 		t.Fatalf("the action ended with %v", err)
@@ -214,7 +212,7 @@ func TestE2EStepCanceledParentMidStreamCancelsTheAction(t *testing.T) {
 	if a := ae.Result.Attempts; len(a) != 1 || a[0].Classification.Class != evidence.Canceled || a[0].HealthMoved || !a[0].Evidence.ContentStarted {
 		t.Fatalf("attempts %+v", a)
 	}
-	if n := s.p.ExecutedCount("agent-canceled-answer"); n != 1 || len(s.p.Received()) != 2 {
+	if n := s.p.ExecutedCount("agent-canceled-turn-2"); n != 1 || len(s.p.Received()) != 2 {
 		t.Fatalf("executed %d, received %d", n, len(s.p.Received()))
 	}
 }

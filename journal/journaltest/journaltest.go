@@ -191,6 +191,31 @@ func RunSealed(t *testing.T, storage func(t *testing.T) Storage) {
 	t.Run("ReadsAfterKeyRotation", func(t *testing.T) { readsAfterRotation(t, storage(t)) })
 	t.Run("WithAKeyringAnUnsealedEntryIsRefused", func(t *testing.T) { refusesUnsealedEntries(t, storage(t)) })
 	t.Run("AnEntryFiledUnderAnotherAttemptIsRefused", func(t *testing.T) { refusesAnotherAttemptsEntry(t, storage(t)) })
+	t.Run("WithAKeyringEntriesStoredInTheClearAreStillSwept", func(t *testing.T) { sweepsClearEntries(t, storage(t)) })
+}
+
+// An entry stored in the clear is refused as evidence once encryption is
+// on, but it still belongs to its action: the sweep lists it with that
+// action, so it expires with it rather than staying for good.
+func sweepsClearEntries(t *testing.T, s Storage) {
+	ctx := context.Background()
+	if err := s.Open(t, nil).Record(ctx, received("run-clear")); err != nil {
+		t.Fatal(err)
+	}
+	j, ok := s.Open(t, codectest.Ring(t, codectest.Line(t, "k1"))).(journal.Expirable)
+	if !ok {
+		t.Skip("the journal cannot expire its entries")
+	}
+	got := map[string]string{}
+	if err := j.Older(ctx, time.Now().Add(time.Minute), func(w journal.Written) error {
+		got[w.AttemptID] = w.ActionRef
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got["run-clear"] != "action-1" {
+		t.Fatalf("the entry stored in the clear is listed for action %q, want action-1 (an empty action keeps it for good)", got["run-clear"])
+	}
 }
 
 const secret = "the provider's secret answer"
@@ -400,4 +425,54 @@ func atMaxBytes(t *testing.T, j journal.Expirable) {
 	if err := j.Record(ctx, received("b-2")); !errors.Is(err, journal.ErrFull) {
 		t.Fatalf("past the bound: %v", err)
 	}
+}
+
+// RunWhileMeasuringFails runs the suite of a journal whose size
+// measurement fails (a scan past statement_timeout, say): a new attempt
+// is not journaled, as at the bound, with the measurement's error, but
+// the end of an attempt that already has an entry, and its renewals, are
+// written. open returns an empty journal with bound b; fail makes every
+// measurement of b fail with err from then on.
+func RunWhileMeasuringFails(t *testing.T, open func(t *testing.T, b *journal.Bound) journal.Expirable, fail func(b *journal.Bound, err error)) {
+	t.Run("WhileMeasuringFailsTheEndOfAJournaledAttemptIsWritten", func(t *testing.T) {
+		ctx := context.Background()
+		b := &journal.Bound{MaxEntries: 1 << 40, Refresh: time.Nanosecond}
+		j := open(t, b)
+		errMeasure := errors.New("canceling statement due to statement timeout")
+		fail(b, errMeasure)
+		if err := j.Record(ctx, journal.Entry{AttemptID: "m-1", State: journal.Sent}); err != nil {
+			t.Fatalf("before any measurement ended: %v", err)
+		}
+		// The measurement runs in the background: wait for its failure to
+		// show on an attempt with no entry.
+		for i := 0; ; i++ {
+			err := j.Record(ctx, journal.Entry{AttemptID: "probe-" + strconv.Itoa(i), State: journal.Sent})
+			if errors.Is(err, errMeasure) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("a new attempt while measuring fails: %v, want the measurement's error", err)
+			}
+			if i > 2000 {
+				t.Fatal("the failing measurement never showed")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		renewed := time.Unix(70, 0).UTC()
+		if err := j.Record(ctx, journal.Entry{AttemptID: "m-1", State: journal.Sent, At: renewed}); err != nil {
+			t.Fatalf("the renewal of a journaled attempt while measuring fails: %v", err)
+		}
+		if err := j.Record(ctx, received("m-1")); err != nil {
+			t.Fatalf("the end of a journaled attempt while measuring fails: %v", err)
+		}
+		if e, ok, err := j.Lookup(ctx, "m-1"); err != nil || !ok || e.State != journal.Received {
+			t.Fatalf("the end was not written: %+v %v %v", e, ok, err)
+		}
+		if err := j.Record(ctx, received("m-new")); !errors.Is(err, errMeasure) {
+			t.Fatalf("the end of an attempt with no entry while measuring fails: %v, want the measurement's error", err)
+		}
+		if _, ok, _ := j.Lookup(ctx, "m-new"); ok {
+			t.Fatal("a refused attempt has an entry")
+		}
+	})
 }

@@ -129,8 +129,10 @@ type StoredCompletion struct {
 	// Response is the stored answer, read as an answer is (Raw holds the
 	// whole stored object).
 	Response providers.Response
-	// Usable says it is a usable answer (no signal against it: it has
-	// content and is not still in progress).
+	// Usable says it is a usable answer: no signal against it (it has
+	// content), and a status, if it has one, of "completed" (one in
+	// progress, queued or incomplete holds at most part of an answer,
+	// whatever text it has).
 	Usable bool
 	// Created is when the provider says it created it; zero if unsaid.
 	Created time.Time
@@ -190,6 +192,12 @@ func FindStored(ctx context.Context, rt http.RoundTripper, route routes.Route, a
 	return f, nil
 }
 
+// finished says a stored completion's status lets it be the whole answer:
+// none (a chat completion has none) or "completed". Any other (in_progress,
+// queued, incomplete, failed, one not known yet) says the text it holds,
+// if any, may be only part of one.
+func finished(status string) bool { return status == "" || status == "completed" }
+
 // parseStoredList reads a list of stored chat completions, keeping those
 // whose metadata names attemptID, each read as an answer is.
 func parseStoredList(data []byte, attemptID string) (Found, error) {
@@ -213,7 +221,7 @@ func parseStoredList(data []byte, attemptID string) (Found, error) {
 			continue
 		}
 		r, sig, err := parseCompletion(raw)
-		c := StoredCompletion{Response: r, Usable: err == nil && sig == evidence.SignalNone}
+		c := StoredCompletion{Response: r, Usable: err == nil && sig == evidence.SignalNone && finished(r.Status)}
 		if secs, err := strconv.ParseInt(string(item.Created), 10, 64); err == nil && secs > 0 {
 			c.Created = time.Unix(secs, 0).UTC()
 		}

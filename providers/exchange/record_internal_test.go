@@ -110,3 +110,30 @@ func TestParseStoredListKeepsOnlyTheAttemptsOwn(t *testing.T) {
 		}
 	}
 }
+
+// A stored completion whose status says it is not finished holds at most
+// part of the answer: however much text it has, it is unusable (the
+// request ran, but it gives nothing to settle the action with).
+func TestAStoredCompletionInProgressWithTextIsUnusable(t *testing.T) {
+	for _, tc := range []struct {
+		status string
+		usable bool
+	}{
+		{"", true}, {`"completed"`, true},
+		{`"in_progress"`, false}, {`"queued"`, false}, {`"incomplete"`, false}, {`"failed"`, false}, {`"cancelled"`, false},
+		{`"something new"`, false},
+	} {
+		status := ""
+		if tc.status != "" {
+			status = `"status":` + tc.status + `,`
+		}
+		data := []byte(`{"object":"list","data":[{"id":"c1",` + status + `"metadata":{"durallm_attempt_id":"a"},"choices":[{"finish_reason":"stop","message":{"content":"the first half"}}]}]}`)
+		f, err := parseStoredList(data, "a")
+		if err != nil || len(f.Completions) != 1 {
+			t.Fatalf("status %s: %+v %v", tc.status, f, err)
+		}
+		if got := f.Completions[0].Usable; got != tc.usable {
+			t.Errorf("status %s with text: usable %v, want %v", tc.status, got, tc.usable)
+		}
+	}
+}

@@ -174,8 +174,12 @@ func (r Route) check(bad func(field, problem string)) {
 		bad("image_tokens", fmt.Sprintf("outside 0..%d", maxImageTokens))
 	}
 	for j, t := range r.Capabilities.DataTags {
-		if strings.TrimSpace(t) == "" {
+		switch {
+		case strings.TrimSpace(t) == "":
 			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "empty")
+		case r.ProviderRecord == ProviderRecordStoredCompletions && strings.EqualFold(strings.TrimSpace(t), NoRetentionTag):
+			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "no-retention on a route with provider_record: stored_completions, "+
+				"which has the provider keep every conversation sent on it; drop the tag or the record")
 		}
 	}
 }
@@ -348,8 +352,9 @@ type rawCaps struct {
 //
 // The overrides, for a route called NAME (see EnvPrefix):
 // DURALLM_ROUTE_<NAME>_BASE_URL, DURALLM_ROUTE_<NAME>_MODEL,
-// DURALLM_ROUTE_<NAME>_API_KEY_ENV, DURALLM_ROUTE_<NAME>_INTERMEDIARY and
-// DURALLM_ROUTE_<NAME>_HTTP_VERSION.
+// DURALLM_ROUTE_<NAME>_API_KEY_ENV, DURALLM_ROUTE_<NAME>_INTERMEDIARY,
+// DURALLM_ROUTE_<NAME>_HTTP_VERSION and DURALLM_ROUTE_<NAME>_PROVIDER_RECORD
+// ("none" turns off a record the file sets).
 // API_KEY_ENV replaces the key source, so it also clears api_key_file.
 func LoadConfig(path string, env func(string) string) (Config, error) {
 	if env == nil {
@@ -388,6 +393,15 @@ func LoadConfig(path string, env func(string) string) (Config, error) {
 			// protocol.
 			if v := env(p + "HTTP_VERSION"); v != "" {
 				r.HTTPVersion = strings.TrimSpace(v)
+			}
+			// A BASE_URL pointed at a provider that keeps a record (or
+			// one that does not) must be able to say so; "none" turns
+			// off one the file sets.
+			if v := strings.TrimSpace(env(p + "PROVIDER_RECORD")); v != "" {
+				if v == "none" {
+					v = ""
+				}
+				r.ProviderRecord = v
 			}
 			// Whoever points BASE_URL at a gateway must be able to say so.
 			if v := env(p + "INTERMEDIARY"); v != "" {

@@ -471,6 +471,69 @@ func TestDocsProvidersExampleLoads(t *testing.T) {
 	}
 }
 
+// stored_completions makes the provider keep every conversation sent on
+// the route: a route that does cannot also promise no-retention, or an
+// action that needs that promise would be sent where it is broken.
+func TestAStoredCompletionsRouteCannotDeclareNoRetention(t *testing.T) {
+	route := func(name string, tags ...string) Route {
+		return Route{Name: name, Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K",
+			ProviderRecord: ProviderRecordStoredCompletions, Capabilities: providers.Capabilities{DataTags: tags}}
+	}
+	if err := (Config{Routes: []Route{route("eu-only", "eu")}}).Validate(); err != nil {
+		t.Fatalf("a record route with other tags: %v", err)
+	}
+	plain := route("plain", "no-retention")
+	plain.ProviderRecord = ""
+	if err := (Config{Routes: []Route{plain}}).Validate(); err != nil {
+		t.Fatalf("no-retention on a route without a record: %v", err)
+	}
+	for _, tag := range []string{"no-retention", "No-Retention", " no-retention "} {
+		err := (Config{Routes: []Route{route("kept", "eu", tag)}}).Validate()
+		var fe *FieldError
+		if !errors.As(err, &fe) || !errors.Is(err, ErrInvalidConfig) || fe.Route != "kept" || fe.Field != "capabilities.data_tags[1]" {
+			t.Fatalf("tag %q: %v", tag, err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "no-retention") || !strings.Contains(msg, "stored_completions") {
+			t.Fatalf("tag %q: the error does not say why: %v", tag, err)
+		}
+	}
+}
+
+// An operator who points a route at a provider that keeps a record (or
+// at one that does not) through the environment can say so there too,
+// as with intermediary: the compose stack's routes file is shared.
+func TestLoadConfigProviderRecordOverride(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: primary
+    kind: openai
+    base_url: https://a.example/v1
+    model: m
+    api_key_env: K
+  - name: kept
+    kind: openai
+    base_url: https://b.example/v1
+    model: m
+    api_key_env: K
+    provider_record: stored_completions
+`)
+	env := map[string]string{"DURALLM_ROUTE_PRIMARY_PROVIDER_RECORD": "stored_completions", "DURALLM_ROUTE_KEPT_PROVIDER_RECORD": "none"}
+	cfg, err := LoadConfig(path, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Routes[0]; a.ProviderRecord != ProviderRecordStoredCompletions || a.ProviderRecordSettle != DefaultProviderRecordSettle {
+		t.Fatalf("primary: record %q settle %v", a.ProviderRecord, a.ProviderRecordSettle)
+	}
+	if b := cfg.Routes[1]; b.ProviderRecord != "" || b.ProviderRecordSettle != 0 {
+		t.Fatalf("kept, turned off: record %q settle %v", b.ProviderRecord, b.ProviderRecordSettle)
+	}
+	env["DURALLM_ROUTE_PRIMARY_PROVIDER_RECORD"] = "usage_ledger"
+	if _, err := LoadConfig(path, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), `route "primary": provider_record`) {
+		t.Fatalf("an unknown record: %v", err)
+	}
+}
+
 func TestLoadConfigReadsPricesAndUsage(t *testing.T) {
 	path := writeConfig(t, `
 routes:

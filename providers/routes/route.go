@@ -36,6 +36,12 @@ const (
 	ProviderRecordStoredCompletions = "stored_completions"
 )
 
+// NoRetentionTag is the data tag (Capabilities.DataTags) a route
+// declares when its provider keeps nothing of what it is sent. A route
+// with ProviderRecordStoredCompletions cannot declare it: that record is
+// the provider keeping every conversation.
+const NoRetentionTag = "no-retention"
+
 // DefaultProviderRecordSettle is how long past an attempt's deadline the
 // built-in reconciler keeps looking for a provider record it has not
 // found (Route.ProviderRecordSettle). OpenAI documents no bound on how

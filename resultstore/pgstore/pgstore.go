@@ -29,7 +29,10 @@ import (
 const Scheme = "pg"
 
 // Store keeps each blob as a row keyed by its SHA-256, and the actions it
-// was stored for (PutFor) as its claims (resultstore.Expirable).
+// was stored for (PutFor) as its claims (resultstore.Expirable). A blob
+// stored for no action (Put) is held by a claim whose action_ref is
+// empty, which no sweep lists or releases; a blob stored before the
+// claims migration gets that hold from the first PutFor of its data.
 type Store struct {
 	// Keys, when set (before first use), encrypts what is stored with the
 	// payload keyring (resultstore.Seal); clients need the same keyring.
@@ -66,26 +69,12 @@ func Connect(ctx context.Context, dsn string) (*Store, error) {
 // Close closes the connections.
 func (s *Store) Close() { s.pool.Close() }
 
-// Put stores data once: a second Put of the same data, from any worker,
-// writes nothing and returns the same reference.
+// Put stores data once, for no action: it is held for good, never swept,
+// even when an action that stores the same data later expires. A second
+// Put of the same data, from any worker, writes nothing and returns the
+// same reference.
 func (s *Store) Put(ctx context.Context, data []byte) (string, error) {
-	if err := resultstore.CheckSize(int64(len(data)), s.Limit()); err != nil {
-		return "", err
-	}
-	ref := resultstore.Ref(Scheme, data)
-	stored, err := resultstore.Seal(s.Keys, ref, data)
-	if err != nil {
-		return "", err
-	}
-	if stored == nil {
-		stored = []byte{} // the column is NOT NULL; an empty response is still a response
-	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`,
-		strings.TrimPrefix(ref, Scheme+":"), stored)
-	if err != nil {
-		return "", fmt.Errorf("resultstore: store %s: %w", ref, err)
-	}
-	return ref, nil
+	return s.store(ctx, nil, data)
 }
 
 // Get reads the blob a "pg:<sha256>" reference names and checks its
@@ -115,27 +104,57 @@ const claimLock = 0x64726c72 // "drlr"
 // the result's lock, its claim and the data, so that a Release never
 // deletes data a PutFor has returned.
 func (s *Store) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
+	return s.store(ctx, []string{actionRef}, data)
+}
+
+// holdOld holds for no action a result stored before the claims
+// migration: a row no claim names. Under the result's lock that is exact:
+// every Put and PutFor since writes its claim with the row, and a Release
+// deletes the row with its last claim.
+const holdOld = `INSERT INTO result_claims (sha256, action_ref)
+SELECT $1, '' WHERE EXISTS (SELECT 1 FROM results WHERE sha256 = $1)
+	AND NOT EXISTS (SELECT 1 FROM result_claims WHERE sha256 = $1)
+ON CONFLICT (sha256, action_ref) DO NOTHING`
+
+// store writes the claims of actionRefs (with none, the hold of a result
+// stored for no action: a claim whose action_ref is empty) and the data,
+// unless the store already holds it (then it is not sent again), in one
+// transaction under the result's lock.
+func (s *Store) store(ctx context.Context, actionRefs []string, data []byte) (string, error) {
 	if err := resultstore.CheckSize(int64(len(data)), s.Limit()); err != nil {
 		return "", err
 	}
+	claims := actionRefs
+	if len(claims) == 0 {
+		claims = []string{""}
+	}
 	ref := resultstore.Ref(Scheme, data)
-	stored, err := resultstore.Seal(s.Keys, ref, data)
-	if err != nil {
-		return "", err
-	}
-	if stored == nil {
-		stored = []byte{}
-	}
 	name := strings.TrimPrefix(ref, Scheme+":")
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(claimLock), name); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO result_claims (sha256, action_ref) VALUES ($1, $2)
-			ON CONFLICT (sha256, action_ref) DO UPDATE SET written = now()`, name, actionRef); err != nil {
+		if len(actionRefs) > 0 {
+			if _, err := tx.Exec(ctx, holdOld, name); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO result_claims (sha256, action_ref) SELECT $1, unnest($2::text[])
+			ON CONFLICT (sha256, action_ref) DO UPDATE SET written = now()`, name, claims); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`, name, stored)
+		var held bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM results WHERE sha256 = $1)`, name).Scan(&held); err != nil || held {
+			return err
+		}
+		stored, err := resultstore.Seal(s.Keys, ref, data)
+		if err != nil {
+			return err
+		}
+		if stored == nil {
+			stored = []byte{} // the column is NOT NULL; an empty response is still a response
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO results (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`, name, stored)
 		return err
 	})
 	if err != nil {
@@ -144,9 +163,9 @@ func (s *Store) PutFor(ctx context.Context, actionRef string, data []byte) (stri
 	return ref, nil
 }
 
-// Older lists the claims last written before t.
+// Older lists the claims last written before t (a hold is no claim).
 func (s *Store) Older(ctx context.Context, t time.Time, each func(resultstore.Claim) error) error {
-	rows, err := s.pool.Query(ctx, `SELECT sha256, action_ref, written FROM result_claims WHERE written < $1`, t)
+	rows, err := s.pool.Query(ctx, `SELECT sha256, action_ref, written FROM result_claims WHERE written < $1 AND action_ref <> ''`, t)
 	if err != nil {
 		return fmt.Errorf("resultstore: list claims: %w", err)
 	}
@@ -191,7 +210,7 @@ func (s *Store) Release(ctx context.Context, claims []resultstore.Claim) (int, e
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(claimLock), name); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `DELETE FROM result_claims WHERE sha256 = $1 AND action_ref = ANY($2)`, name, actions); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM result_claims WHERE sha256 = $1 AND action_ref = ANY($2) AND action_ref <> ''`, name, actions); err != nil {
 				return err
 			}
 			tag, err := tx.Exec(ctx, `DELETE FROM results WHERE sha256 = $1 AND NOT EXISTS (SELECT 1 FROM result_claims WHERE sha256 = $1)`, name)

@@ -105,11 +105,24 @@ func TestPostgresSealed(t *testing.T) {
 
 func TestPostgresExpiry(t *testing.T) {
 	storetest.RunExpiry(t, func(t *testing.T) storetest.Backend {
-		s, err := pgstore.Open(context.Background(), pg.FreshDSN())
+		dsn := pg.FreshDSN()
+		s, err := pgstore.Open(context.Background(), dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
-		return storetest.Backend{Store: s, Scheme: pgstore.Scheme}
+		return storetest.Backend{Store: s, Scheme: pgstore.Scheme, StoreAsBeforeClaims: func(t *testing.T, data []byte) string {
+			// The row alone, as Put wrote it before the claims migration.
+			conn, err := pgx.Connect(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			ref := resultstore.Ref(pgstore.Scheme, data)
+			if _, err := conn.Exec(context.Background(), `INSERT INTO results (sha256, data) VALUES ($1, $2)`, strings.TrimPrefix(ref, "pg:"), data); err != nil {
+				t.Fatal(err)
+			}
+			return ref
+		}}
 	})
 }

@@ -25,6 +25,10 @@ type Backend struct {
 	Scheme string
 	// Damage overwrites what the store holds for ref with other bytes.
 	Damage func(t *testing.T, ref string)
+	// StoreAsBeforeClaims stores data as a worker from before claims were
+	// kept did (the bytes alone, no claim and no hold), returning its
+	// reference. The expiry suite needs it.
+	StoreAsBeforeClaims func(t *testing.T, data []byte) string
 }
 
 // Run runs the suite. open returns an empty store for one subtest.
@@ -219,6 +223,7 @@ func RunExpiry(t *testing.T, open func(t *testing.T) Backend) {
 	t.Run("ExpiredResultsAreSweptAndOpenActionsKept", func(t *testing.T) { expiredSwept(t, open(t)) })
 	t.Run("ASharedResultStaysWhileAnyActionNeedsIt", func(t *testing.T) { sharedResult(t, open(t)) })
 	t.Run("NoSweepLosesAResultAPutForReturned", func(t *testing.T) { sweepRacesPutFor(t, open(t)) })
+	t.Run("AResultStoredWithoutAClaimIsNotSweptWhenAnotherActionThatStoredItExpires", func(t *testing.T) { unclaimedOutlivesClaims(t, open(t)) })
 	t.Run("PutForAllKeepsTheDataWhileAnyOfItsActionsNeedsIt", func(t *testing.T) { putForAll(t, open(t)) })
 }
 
@@ -390,4 +395,80 @@ func sweepRacesPutFor(t *testing.T, b Backend) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A result stored without a claim (by Put, or by a worker from before
+// claims were kept) is promised never to be swept. Another action that
+// stores the same bytes, before or after, claims them for itself: its
+// expiry releases its own claim and must leave the result where it was.
+func unclaimedOutlivesClaims(t *testing.T, b Backend) {
+	ctx := context.Background()
+	s := expirable(t, b)
+	later := time.Now().Add(8 * 24 * time.Hour)
+	sw := &resultstore.Sweeper{Store: s, Actions: actions{"first": time.Now(), "second": time.Now(), "third": time.Now()}}
+	for _, tc := range []struct {
+		name  string
+		store func(data []byte) string
+		// claimFirst: the action's PutFor comes before the unclaimed store.
+		claimFirst bool
+		action     string
+	}{
+		{"Put, then PutFor", func(data []byte) string { return put(t, s, data) }, false, "first"},
+		{"PutFor, then Put", func(data []byte) string { return put(t, s, data) }, true, "second"},
+		{"stored before claims were kept, then PutFor", func(data []byte) string { return b.StoreAsBeforeClaims(t, data) }, false, "third"},
+	} {
+		data := []byte("the same answer: " + tc.name)
+		var ref string
+		if !tc.claimFirst {
+			ref = tc.store(data)
+		}
+		if got, err := s.PutFor(ctx, tc.action, data); err != nil {
+			t.Fatalf("%s: put for %s: %v", tc.name, tc.action, err)
+		} else if ref == "" {
+			ref = got
+		}
+		if tc.claimFirst {
+			tc.store(data)
+		}
+		if _, err := sw.Sweep(ctx, later); err != nil {
+			t.Fatalf("%s: sweep: %v", tc.name, err)
+		}
+		if got, err := s.Get(ctx, ref); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("%s: the result stored without a claim was swept with %s's claim: %v", tc.name, tc.action, err)
+		}
+	}
+	// Data stored before claims were kept, then stored for two actions at
+	// once (a payload one workflow writes for another).
+	if all, ok := s.(resultstore.ClaimsAll); ok {
+		data := []byte("the same answer: stored before claims were kept, then PutForAll")
+		ref := b.StoreAsBeforeClaims(t, data)
+		if _, err := all.PutForAll(ctx, []string{"parent", "child"}, data); err != nil {
+			t.Fatal(err)
+		}
+		sw := &resultstore.Sweeper{Store: s, Actions: actions{"parent": time.Now(), "child": time.Now()}}
+		if _, err := sw.Sweep(ctx, later); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Get(ctx, ref); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("a result stored before claims were kept was swept with its PutForAll's claims: %v", err)
+		}
+	}
+	// What is held for no action is not a claim: the sweep never lists it.
+	if err := s.Older(ctx, later, func(c resultstore.Claim) error {
+		if c.ActionRef == "" {
+			t.Errorf("a hold listed as a claim nobody can read: %+v", c)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(t *testing.T, s resultstore.Store, data []byte) string {
+	t.Helper()
+	ref, err := s.Put(context.Background(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
 }

@@ -28,10 +28,16 @@
 // checks each against the real activities over the fault-injecting
 // provider, and the cancels against a Temporal server's.
 //
-// Attempts are scripted per call name (the name given to step.Call) or
-// per action id, one value per attempt in order. An attempt nobody
-// scripted fails the test and ends as an activity failure; one scripted
-// that never ran fails AssertExpectations.
+// Attempts are scripted per call name (the name given to step.Call,
+// whatever action id step derived from it) or per action id, one value
+// per attempt in order; an action's id script comes before its name's.
+// An attempt nobody scripted fails the test and ends as an activity
+// failure; one scripted that never ran fails AssertExpectations.
+//
+// Register also registers the activities package step reaches an
+// existing action through (workflows.DescribeCall, workflows.AwaitCall),
+// answering from the scripted actions: a call of a name made before and
+// step.Attach work in a unit test as on a worker, in virtual time.
 package actiontest
 
 import (
@@ -70,7 +76,8 @@ type Actions struct {
 	env *testsuite.TestWorkflowEnvironment
 
 	mu      sync.Mutex
-	calls   map[string]string // action id → the name it was called under
+	calls   map[string]*caller // action id → the workflow that called it; nil: none
+	records map[string]*record // action id → its run and end
 	scripts map[string][]Attempt
 	routes  map[string]attempt.RouteInfo
 	// The one scripted provider connection, as the engine's pool keeps
@@ -108,7 +115,7 @@ type wire struct {
 // Register, with actions.Interceptor() among their Interceptors: an
 // attempt that runs without it fails the test.
 func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
-	a := &Actions{t: t, env: env, calls: map[string]string{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{},
+	a := &Actions{t: t, env: env, calls: map[string]*caller{}, records: map[string]*record{}, scripts: map[string][]Attempt{}, routes: map[string]attempt.RouteInfo{},
 		wires: map[string]*wire{}, intercepted: map[string]bool{}, given: map[string][]attempt.Input{}}
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{a.Interceptor()}})
 	// A method, not a closure: the SDK tells workflow functions apart by
@@ -118,6 +125,8 @@ func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
 	env.RegisterActivityWithOptions(a.describeRoutes, activity.RegisterOptions{Name: attempt.DescribeRoutes})
 	env.RegisterActivityWithOptions(a.reconciler, activity.RegisterOptions{Name: attempt.Reconcile})
 	env.RegisterActivityWithOptions(a.unscripted, activity.RegisterOptions{Name: attempt.CallModel})
+	env.RegisterActivityWithOptions(a.describeCall, activity.RegisterOptions{Name: workflows.DescribeCall})
+	env.RegisterActivityWithOptions(a.awaitCall, activity.RegisterOptions{Name: workflows.AwaitCall})
 	env.OnActivity(attempt.CallModel, mock.Anything, mock.MatchedBy(func(in attempt.Input) bool {
 		_, ok := a.scripted(in)
 		return !ok
@@ -129,23 +138,78 @@ func Register(t testing.TB, env *testsuite.TestWorkflowEnvironment) *Actions {
 // slog.Default, the test's output).
 var llm = workflows.New(workflows.Options{Events: slog.New(slog.DiscardHandler)})
 
-// llmAction is LLMAction, after noting the call name it runs under.
+// llmAction is LLMAction, noting who called it and how it ended.
 func (a *Actions) llmAction(ctx workflow.Context, in workflows.ActionInput) (workflows.ActionResult, error) {
-	a.bind(workflow.GetInfo(ctx))
-	return llm(ctx, in)
+	info := workflow.GetInfo(ctx)
+	a.bind(info)
+	a.started(info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
+	res, err := llm(ctx, in)
+	a.finished(info.WorkflowExecution.ID, res, err)
+	return res, err
 }
 
-// bind records the call name an action was started under: its id less
-// its parent's id and "-" (step.ActionID), or the id itself.
+// caller is the workflow that started an action: its id, and its run
+// chain, from which package step derived the action's id.
+type caller struct{ parentID, chain string }
+
+// bind records which workflow started an action, so that its call name
+// can be told from its id.
 func (a *Actions) bind(info *workflow.Info) {
-	id := info.WorkflowExecution.ID
-	name := id
+	var c *caller
 	if p := info.ParentWorkflowExecution; p != nil {
-		name = strings.TrimPrefix(id, step.ActionID(p.ID, ""))
+		// The chain is the parent's first run id; the SDK's test
+		// environment sets none, and step takes the run id instead.
+		c = &caller{parentID: p.ID, chain: p.RunID}
 	}
 	a.mu.Lock()
-	a.calls[id] = name
+	a.calls[info.WorkflowExecution.ID] = c
 	a.mu.Unlock()
+}
+
+// calledAs reports whether action id is the call name of its caller: the
+// id step.ActionID gives it, or the one a new workflow under a closed
+// one's id gets (name@chain), hashed or not. a.mu is held.
+func (a *Actions) calledAs(id, name string) bool {
+	if id == name {
+		return true
+	}
+	c := a.calls[id]
+	return c != nil && (step.ActionID(c.parentID, name) == id || step.ActionID(c.parentID, name+"@"+c.chain) == id)
+}
+
+// scriptOf is action id's script and the name it is scripted under: its
+// id's, else its call name's. a.mu is held.
+func (a *Actions) scriptOf(id string) (name string, s []Attempt, ok bool) {
+	if s, ok := a.scripts[id]; ok {
+		return id, s, true
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.scripts)) {
+		if a.calledAs(id, name) {
+			return name, a.scripts[name], true
+		}
+	}
+	return "", nil, false
+}
+
+// nameOf is action id's call name as a test knows it: the name it is
+// scripted under, else its id less its caller's id and "-" (and a new
+// workflow's "@chain"), else the id. a.mu is held.
+func (a *Actions) nameOf(id string) string {
+	if name, _, ok := a.scriptOf(id); ok {
+		return name
+	}
+	c := a.calls[id]
+	if c == nil {
+		return id
+	}
+	name, ok := strings.CutPrefix(id, c.parentID+"-")
+	if !ok || step.ActionID(c.parentID, name) != id {
+		return id // hashed: the name cannot be read back
+	}
+	if n, ok := strings.CutSuffix(name, "@"+c.chain); ok {
+		return n
+	}
+	return name
 }
 
 // scripted finds the script for an attempt: by the action's id, else by
@@ -153,10 +217,7 @@ func (a *Actions) bind(info *workflow.Info) {
 func (a *Actions) scripted(in attempt.Input) (Attempt, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s, ok := a.scripts[in.ActionRef]
-	if !ok {
-		s, ok = a.scripts[a.calls[in.ActionRef]]
-	}
+	_, s, ok := a.scriptOf(in.ActionRef)
 	if !ok || in.Attempt < 1 || in.Attempt > len(s) {
 		return Attempt{}, false
 	}
@@ -199,11 +260,13 @@ func (a *Actions) On(name string, attempts ...Attempt) {
 	}
 }
 
-// named reports whether the action id is name, or was called under it.
+// named reports whether the action id is scripted under name: its own
+// id's script comes first, then its call name's.
 func (a *Actions) named(id, name string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return id == name || a.calls[id] == name
+	n, _, ok := a.scriptOf(id)
+	return ok && n == name
 }
 
 // Route declares what DescribeRoutes answers for a route (its kind,
@@ -244,10 +307,7 @@ func (a *Actions) describeRoutes(ctx context.Context, in attempt.PlanInput) (att
 func (a *Actions) asksReconciler(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s, ok := a.scripts[id]
-	if !ok {
-		s = a.scripts[a.calls[id]]
-	}
+	_, s, _ := a.scriptOf(id)
 	return slices.ContainsFunc(s, func(at Attempt) bool { return at.reconciler != nil })
 }
 
@@ -271,7 +331,7 @@ func (a *Actions) reconciler(_ context.Context, in attempt.ReconcileInput) (atte
 // attempt fails as an activity.
 func (a *Actions) unscripted(_ context.Context, in attempt.Input) (attempt.Outcome, error) {
 	a.mu.Lock()
-	name := a.calls[in.ActionRef]
+	name := a.nameOf(in.ActionRef)
 	a.given[in.ActionRef] = append(a.given[in.ActionRef], in)
 	a.mu.Unlock()
 	err := fmt.Errorf("actiontest: attempt %d of call %q (action %s) is not scripted", in.Attempt, name, in.ActionRef)
@@ -290,7 +350,7 @@ func (a *Actions) Sent(name string) []attempt.Input {
 	defer a.mu.Unlock()
 	var ids []string
 	for id := range a.given {
-		if id == name || a.calls[id] == name {
+		if a.calledAs(id, name) {
 			ids = append(ids, id)
 		}
 	}
@@ -326,11 +386,9 @@ func (a *Actions) AssertExpectations(t testing.TB) bool {
 	names := slices.Sorted(maps.Keys(a.scripts))
 	ran := map[string]int{}
 	for id, ins := range a.given {
-		for _, in := range ins {
-			for _, name := range []string{id, a.calls[id]} {
-				if _, ok := a.scripts[name]; ok {
-					ran[name] = max(ran[name], in.Attempt)
-				}
+		if name, _, ok := a.scriptOf(id); ok {
+			for _, in := range ins {
+				ran[name] = max(ran[name], in.Attempt)
 			}
 		}
 	}
@@ -354,8 +412,8 @@ func (a *Actions) AssertExpectations(t testing.TB) bool {
 func (a *Actions) Reconcile(name string, r workflows.ReconcileRequest) {
 	a.mu.Lock()
 	id := name
-	for ref, n := range a.calls {
-		if n == name {
+	for _, ref := range slices.Sorted(maps.Keys(a.calls)) {
+		if a.calledAs(ref, name) {
 			id = ref
 		}
 	}

@@ -25,8 +25,10 @@ const cancelDelivery = time.Second
 // attempt would have no evidence and a cancel after the commit no text.
 // With it, a canceled attempt settles cancelDelivery later, as a
 // cancellation carrying its outcome: the request sent on its connection
-// and stream, and whatever content it had delivered. It touches LLMAction
-// only. A test that sets the environment's worker options after Register
+// and stream, and whatever content it had delivered. It also reads the
+// action's status before each of its waits, so that the test
+// environment's AwaitCall (a call of a name made before, step.Attach)
+// learns when the action moves. It touches LLMAction only. A test that sets the environment's worker options after Register
 // puts it among their Interceptors.
 func (a *Actions) Interceptor() interceptor.WorkerInterceptor { return &workerInterceptor{a: a} }
 
@@ -54,6 +56,48 @@ func (i *inbound) Init(out interceptor.WorkflowOutboundInterceptor) error {
 type outbound struct {
 	interceptor.WorkflowOutboundInterceptorBase
 	a *Actions
+	// status is the action's status query handler.
+	status func() (workflows.Status, error)
+}
+
+// SetQueryHandler keeps the action's status handler, which observe reads.
+func (o *outbound) SetQueryHandler(ctx workflow.Context, queryType string, handler any) error {
+	if h, ok := handler.(func() (workflows.Status, error)); ok && queryType == workflows.QueryStatus {
+		o.status = h
+	}
+	return o.Next.SetQueryHandler(ctx, queryType, handler)
+}
+
+// observe tells the actions where the action stands. The action changes
+// its status only while it runs, and every run ends in one of the waits
+// below, so reading it before each wait sees every change.
+func (o *outbound) observe(ctx workflow.Context) {
+	if o.status == nil {
+		return
+	}
+	if st, err := o.status(); err == nil {
+		o.a.observed(workflow.GetInfo(ctx).WorkflowExecution.ID, st)
+	}
+}
+
+func (o *outbound) Await(ctx workflow.Context, condition func() bool) error {
+	o.observe(ctx)
+	return o.Next.Await(ctx, condition)
+}
+
+func (o *outbound) AwaitWithTimeout(ctx workflow.Context, timeout time.Duration, condition func() bool) (bool, error) {
+	o.observe(ctx)
+	return o.Next.AwaitWithTimeout(ctx, timeout, condition)
+}
+
+func (o *outbound) AwaitWithOptions(ctx workflow.Context, options workflow.AwaitOptions, condition func() bool) (bool, error) {
+	o.observe(ctx)
+	return o.Next.AwaitWithOptions(ctx, options, condition)
+}
+
+func (o *outbound) ExecuteLocalActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	o.observe(ctx)
+	return o.Next.ExecuteLocalActivity(ctx, activityType, args...)
 }
 
 // ExecuteActivity hands LLMAction a future of its own for each attempt:
@@ -61,6 +105,7 @@ type outbound struct {
 // canceled with nothing, in which case the attempt's own outcome, a
 // little later.
 func (o *outbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	o.observe(ctx)
 	fut := o.Next.ExecuteActivity(ctx, activityType, args...)
 	if activityType != attempt.CallModel || len(args) != 1 {
 		return fut

@@ -187,7 +187,8 @@ func (b Behavior) WaitFor(ch <-chan struct{}) Behavior {
 // MidStreamWaitFor returns a copy of b that, for a streamed [Answer],
 // sends the first word and then waits until ch is closed before sending
 // the rest: a long stream held in flight, content started, for as long as
-// a test needs (say, across a Temporal server restart). The wait is cut
+// a test needs (say, across a Temporal server restart). [StreamStall] and
+// [StreamCut] wait the same way after their first chunk. The wait is cut
 // short like [Behavior.WaitFor]'s, and the stream then abandoned. Other
 // behaviours ignore it. Default: no wait.
 func (b Behavior) MidStreamWaitFor(ch <-chan struct{}) Behavior {

@@ -72,11 +72,11 @@ func (c *conn) runStream(st *stream, req Request, b Behavior, done func()) {
 		body := c.p.completionJSON(req, nil)
 		_ = c.respond(st, http.StatusOK, jsonFields(len(body)), body)
 	case kindStreamStall:
-		if c.sseChunks(st, b.chunks) {
+		if c.sseChunks(st, b) {
 			<-st.done
 		}
 	case kindStreamCut:
-		if c.sseChunks(st, b.chunks) {
+		if c.sseChunks(st, b) {
 			c.cut(st, b.cut)
 		}
 	case kindBodyCut:
@@ -290,15 +290,18 @@ func keepOpen(ended, closing <-chan struct{}, write func() error) {
 
 // sseChunks starts an SSE response and sends n content chunks, reporting
 // whether all of them were written.
-func (c *conn) sseChunks(st *stream, n int) bool {
+func (c *conn) sseChunks(st *stream, b Behavior) bool {
 	if err := c.writeHeaders(st, sseFields(), false); err != nil {
 		return false
 	}
 	id, created := c.p.nextID(), time.Now().Unix()
-	for i := range n {
+	for i := range b.chunks {
 		w := "chunk" + strconv.Itoa(i+1)
 		if i > 0 {
 			w = " " + w
+		}
+		if i == 1 && b.midGate != nil && !c.pause(st, Behavior{gate: b.midGate}) {
+			return false
 		}
 		if err := c.writeData(st, c.p.chunkEvent(id, created, w, i == 0), false); err != nil {
 			return false

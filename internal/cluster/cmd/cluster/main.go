@@ -53,6 +53,7 @@ func common(fs *flag.FlagSet, o *cluster.Options) {
 	fs.StringVar(&o.Namespace, "namespace", "default", "namespace to create")
 	fs.StringVar(&o.HAProxy, "haproxy", "haproxy", "haproxy binary (Debian: apt-get install haproxy)")
 	fs.BoolVar(&o.WorkersViaLB, "workers-via-lb", false, "give the workers the load-balanced frontend address instead of one node's frontend each")
+	fs.BoolVar(&o.ProviderRecord, "provider-record", false, "give the workers' routes a provider record (provider_record: stored_completions): the provider stores what it generates, and the built-in reconciler settles from it an ambiguous attempt whose answer no worker saw")
 }
 
 func up(ctx context.Context, args []string, stdout, stderr io.Writer) int {

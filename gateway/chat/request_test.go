@@ -1,14 +1,16 @@
-package gateway
+package chat
 
 import (
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/durallm/durallm/gateway/answer"
 )
 
 func TestParseChatRequest(t *testing.T) {
-	cr, e := parseChatRequest([]byte(`{"model":"demo","stream":true,"stream_options":{"include_usage":true},"n":1,
+	cr, e := parse([]byte(`{"model":"demo","stream":true,"stream_options":{"include_usage":true},"n":1,
 		"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}],
 		"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto","response_format":{"type":"json_object"},
 		"temperature":0.2,"max_tokens":5,"user":null}`))
@@ -16,7 +18,7 @@ func TestParseChatRequest(t *testing.T) {
 		t.Fatal(e)
 	}
 	r := cr.Request
-	if cr.Model != "demo" || !cr.Stream || !cr.IncludeUsage || !r.Stream || len(r.Messages) != 2 || len(r.Tools) != 1 ||
+	if cr.Model != "demo" || !cr.Stream || !cr.Options.(Options).IncludeUsage || !r.Stream || len(r.Messages) != 2 || len(r.Tools) != 1 ||
 		string(r.ToolChoice) != `"auto"` || string(r.ResponseFormat) != `{"type":"json_object"}` {
 		t.Fatalf("%+v", cr)
 	}
@@ -32,13 +34,13 @@ func TestParseChatRequest(t *testing.T) {
 	}
 
 	// Not streamed, no usage option: none upstream either.
-	cr, e = parseChatRequest([]byte(`{"model":"demo","messages":[{"role":"user","content":"hi"}]}`))
-	if e != nil || cr.Stream || cr.IncludeUsage || cr.Request.Params != nil {
+	cr, e = parse([]byte(`{"model":"demo","messages":[{"role":"user","content":"hi"}]}`))
+	if e != nil || cr.Stream || cr.Options.(Options).IncludeUsage || cr.Request.Params != nil {
 		t.Fatalf("%+v %v", cr, e)
 	}
 	// Asked for a stream without usage: usage upstream, not to the caller.
-	cr, _ = parseChatRequest([]byte(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-	if cr.IncludeUsage || string(cr.Request.Params["stream_options"]) != `{"include_usage":true}` {
+	cr, _ = parse([]byte(`{"model":"demo","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if cr.Options.(Options).IncludeUsage || string(cr.Request.Params["stream_options"]) != `{"include_usage":true}` {
 		t.Fatalf("%+v", cr)
 	}
 }
@@ -63,19 +65,20 @@ func TestParseChatRequestRefusals(t *testing.T) {
 		{"tools not an array", `{"model":"m","tools":{},"messages":[{"role":"user","content":"hi"}]}`, "tools"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, e := parseChatRequest([]byte(tc.body))
+			_, e := parse([]byte(tc.body))
 			if e == nil {
 				t.Fatal("accepted")
 			}
-			if e.Status != http.StatusBadRequest || e.Type != typeInvalidRequest || e.Param != tc.param {
-				t.Fatalf("status %d type %s param %q, want 400 %s %q", e.Status, e.Type, e.Param, typeInvalidRequest, tc.param)
+			r := Surface{}.Problem(*e)
+			if e.Kind != answer.InvalidRequest || r.Status != http.StatusBadRequest || e.Param != tc.param {
+				t.Fatalf("kind %s status %d param %q, want 400 %q", e.Kind, r.Status, e.Param, tc.param)
 			}
 			if strings.Contains(e.Message, "secret text") {
 				t.Fatalf("the message quotes the request: %s", e.Message)
 			}
 			var wire map[string]map[string]any
-			if err := json.Unmarshal(errorBody(e), &wire); err != nil || wire["error"]["type"] != typeInvalidRequest {
-				t.Fatalf("error body %s: %v", errorBody(e), err)
+			if err := json.Unmarshal(r.Body, &wire); err != nil || wire["error"]["type"] != "invalid_request_error" {
+				t.Fatalf("error body %s: %v", r.Body, err)
 			}
 		})
 	}

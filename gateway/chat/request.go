@@ -1,4 +1,4 @@
-package gateway
+package chat
 
 import (
 	"bytes"
@@ -6,19 +6,14 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/gateway/answer"
 )
 
-// chatRequest is a POST /v1/chat/completions body, read into the
-// envelope.
-type chatRequest struct {
-	// Model names a group of the gateway's configuration.
-	Model string
-	// Stream asks for server-sent events; IncludeUsage for the usage
-	// chunk at the end of them (stream_options.include_usage).
-	Stream, IncludeUsage bool
-	// Request is what goes upstream: usage is always asked for.
-	Request providers.Request
+// Options are a request's settings for its answer.
+type Options struct {
+	// IncludeUsage asks for the usage chunk at the end of a stream
+	// (stream_options.include_usage).
+	IncludeUsage bool
 }
 
 // The members the gateway reads itself; every other one passes through to
@@ -28,43 +23,45 @@ var ownMembers = map[string]bool{
 	"tools": true, "tool_choice": true, "response_format": true,
 }
 
-// parseChatRequest reads a chat-completions body. A problem is a 400
-// naming the member (param), never quoting its value.
-func parseChatRequest(body []byte) (chatRequest, *apiError) {
+// parse reads a chat-completions body into the envelope; upstream, usage
+// is always asked for. A problem names the member (param), never quoting
+// its value.
+func parse(body []byte) (answer.Request, *answer.Problem) {
 	var members map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&members); err != nil || members == nil || dec.More() {
-		return chatRequest{}, badRequest("", "the request body must be a JSON object")
+		return answer.Request{}, badRequest("", "the request body must be a JSON object")
 	}
-	var cr chatRequest
+	var cr answer.Request
+	var opts Options
 	if err := decodeMember(members, "model", &cr.Model); err != nil || strings.TrimSpace(cr.Model) == "" {
-		return chatRequest{}, badRequest("model", "model must name one of the gateway's models (GET /v1/models)")
+		return answer.Request{}, badRequest("model", "model must name one of the gateway's models (GET /v1/models)")
 	}
 	if err := decodeMember(members, "stream", &cr.Stream); err != nil {
-		return chatRequest{}, badRequest("stream", "stream must be true or false")
+		return answer.Request{}, badRequest("stream", "stream must be true or false")
 	}
 	if raw, ok := members["stream_options"]; ok && !isNull(raw) {
 		var so struct {
 			IncludeUsage *bool `json:"include_usage"`
 		}
 		if json.Unmarshal(raw, &so) != nil {
-			return chatRequest{}, badRequest("stream_options", "stream_options must be an object")
+			return answer.Request{}, badRequest("stream_options", "stream_options must be an object")
 		}
-		cr.IncludeUsage = so.IncludeUsage != nil && *so.IncludeUsage
+		opts.IncludeUsage = so.IncludeUsage != nil && *so.IncludeUsage
 	}
 	if raw, ok := members["n"]; ok && !isNull(raw) {
 		var n float64
 		if json.Unmarshal(raw, &n) != nil || n != 1 {
-			return chatRequest{}, badRequest("n", "n must be 1: an action has one answer")
+			return answer.Request{}, badRequest("n", "n must be 1: an action has one answer")
 		}
 	}
 	r := &cr.Request
 	r.Stream = cr.Stream
 	if err := decodeMember(members, "messages", &r.Messages); err != nil {
-		return chatRequest{}, badRequest("messages", "messages must be an array of message objects")
+		return answer.Request{}, badRequest("messages", "messages must be an array of message objects")
 	}
 	if err := decodeMember(members, "tools", &r.Tools); err != nil {
-		return chatRequest{}, badRequest("tools", "tools must be an array")
+		return answer.Request{}, badRequest("tools", "tools must be an array")
 	}
 	r.ToolChoice = nonNull(members["tool_choice"])
 	r.ResponseFormat = nonNull(members["response_format"])
@@ -86,19 +83,24 @@ func parseChatRequest(body []byte) (chatRequest, *apiError) {
 		r.Params["stream_options"] = json.RawMessage(`{"include_usage":true}`)
 	}
 	if len(r.Messages) == 0 {
-		return chatRequest{}, badRequest("messages", "messages must not be empty")
+		return answer.Request{}, badRequest("messages", "messages must not be empty")
 	}
 	for i, m := range r.Messages {
 		if m.Role == "" {
-			return chatRequest{}, badRequest("messages["+strconv.Itoa(i)+"].role", "every message needs a role")
+			return answer.Request{}, badRequest("messages["+strconv.Itoa(i)+"].role", "every message needs a role")
 		}
 	}
 	// The envelope's own check names every other bad field; its message
 	// never quotes a value.
 	if err := r.Validate(); err != nil {
-		return chatRequest{}, badRequest("", err.Error())
+		return answer.Request{}, badRequest("", err.Error())
 	}
+	cr.Options = opts
 	return cr, nil
+}
+
+func badRequest(param, message string) *answer.Problem {
+	return &answer.Problem{Kind: answer.InvalidRequest, Param: param, Message: message}
 }
 
 // decodeMember decodes members[name] into v; an absent or null member

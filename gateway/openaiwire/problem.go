@@ -1,0 +1,206 @@
+// Package openaiwire renders what the OpenAI-shaped surfaces of the
+// gateway share: a Problem (package gateway/answer) as OpenAI's error
+// object, {"error": {"message", "type", "param", "code"}}, with its status
+// and the headers the OpenAI SDKs read (x-should-retry, Retry-After). The
+// chat-completions surface (package gateway/chat) renders its problems
+// through it, as would any other surface of the OpenAI family.
+package openaiwire
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/durallm/durallm/gateway/answer"
+)
+
+// The error types the gateway itself sends (a provider's own type is
+// passed back as it is).
+const (
+	TypeInvalidRequest   = "invalid_request_error"
+	TypeRateLimit        = "rate_limit_error"
+	TypeUnavailable      = "durallm_unavailable"
+	TypeMaybeStarted     = "durallm_maybe_started"
+	TypeFailed           = "durallm_failed"
+	TypeUpstreamAuth     = "durallm_upstream_auth"
+	TypeAwaiting         = "durallm_awaiting_reconciliation"
+	TypeIndeterminate    = "durallm_indeterminate"
+	TypeCanceled         = "durallm_canceled"
+	TypeInProgress       = "durallm_in_progress"
+	TypeStreamIncomplete = "durallm_stream_incomplete"
+	TypeServer           = "durallm_gateway_error"
+	// TypeInsufficientQuota is OpenAI's type (and code) for a spent
+	// quota: the action's own budget.
+	TypeInsufficientQuota = "insufficient_quota"
+)
+
+// The codes the gateway itself sends when the problem names none.
+const (
+	CodeInvalidValue          = "invalid_value"
+	CodeInvalidAPIKey         = "invalid_api_key"
+	CodeNotFound              = "not_found"
+	CodeModelNotFound         = "model_not_found"
+	CodeMethodNotAllowed      = "method_not_allowed"
+	CodeUnsupportedMediaType  = "unsupported_media_type"
+	CodeRequestTooLarge       = "request_too_large"
+	CodeRequestTimeout        = "request_timeout"
+	CodeIdempotencyKeyReused  = "idempotency_key_reused"
+	CodeCallerLimit           = "max_in_flight"
+	CodeTemporalUnreachable   = "temporal_unreachable"
+	CodeContentFilter         = "content_filter"
+	CodeAwaitingReconcilation = "awaiting_reconciliation"
+	CodeStillRunning          = "still_running"
+)
+
+// Render is p as OpenAI's error answer. Every non-2xx answer carries
+// x-should-retry: true only for a problem whose request may be sent again
+// whatever it carried (answer.Kind.Resendable), false otherwise, which the
+// OpenAI and Anthropic SDKs obey before the status.
+func Render(p answer.Problem) answer.Rendered {
+	status, e := shape(p)
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Should-Retry", strconv.FormatBool(p.Kind.Resendable()))
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+	switch p.Kind {
+	case answer.Unauthorized:
+		h.Set("WWW-Authenticate", `Bearer realm="durallm gateway"`)
+	case answer.MethodNotAllowed:
+		if p.Allow != "" {
+			h.Set("Allow", p.Allow)
+		}
+	}
+	return answer.Rendered{Status: status, Header: h, Body: Body(e)}
+}
+
+// Object is OpenAI's error object.
+type Object struct {
+	Message string
+	Type    string
+	Param   string
+	Code    string
+}
+
+// ErrorObject is p's error object, as Render's body holds it and as an
+// in-band stream error carries it.
+func ErrorObject(p answer.Problem) Object {
+	_, e := shape(p)
+	return e
+}
+
+// Status is the HTTP status of p's answer.
+func Status(p answer.Problem) int {
+	s, _ := shape(p)
+	return s
+}
+
+// shapes are each kind's status, error type and the code it says when
+// the problem names none. Rejected and ContentFiltered are the provider's
+// (rejected); a kind not listed is the gateway's own error.
+//
+// A kind whose action may have run (answer.Kind.MayHaveRun) is a 403,
+// the one status that no common client resends by default whether or
+// not it reads x-should-retry: the Stainless SDKs resend 408, 409, 429
+// and 5xx, the AI SDK the same without reading the header, LangChain
+// every status but 400 to 407, 409 and 413 (docs/gateway.md). RFC 9110
+// says of a 403 that the client should not repeat it as it stands.
+var shapes = map[answer.Kind]struct {
+	status    int
+	typ, code string
+}{
+	answer.InvalidRequest:            {http.StatusBadRequest, TypeInvalidRequest, CodeInvalidValue},
+	answer.Unauthorized:              {http.StatusUnauthorized, TypeInvalidRequest, CodeInvalidAPIKey},
+	answer.Forbidden:                 {http.StatusForbidden, TypeInvalidRequest, "forbidden"},
+	answer.NotFound:                  {http.StatusNotFound, TypeInvalidRequest, CodeNotFound},
+	answer.ModelNotFound:             {http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound},
+	answer.MethodNotAllowed:          {http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed},
+	answer.UnsupportedMediaType:      {http.StatusUnsupportedMediaType, TypeInvalidRequest, CodeUnsupportedMediaType},
+	answer.TooLarge:                  {http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeRequestTooLarge},
+	answer.RequestTimeout:            {http.StatusRequestTimeout, TypeInvalidRequest, CodeRequestTimeout},
+	answer.KeyReused:                 {http.StatusUnprocessableEntity, TypeInvalidRequest, CodeIdempotencyKeyReused},
+	answer.CallerLimit:               {http.StatusTooManyRequests, TypeRateLimit, CodeCallerLimit},
+	answer.UnavailableNothingStarted: {http.StatusServiceUnavailable, TypeUnavailable, CodeTemporalUnreachable},
+	answer.MaybeStarted:              {http.StatusForbidden, TypeMaybeStarted, CodeTemporalUnreachable},
+	answer.UpstreamAuth:              {http.StatusBadGateway, TypeUpstreamAuth, ""},
+	answer.Failed:                    {http.StatusBadGateway, TypeFailed, ""},
+	answer.SpendExhausted:            {http.StatusTooManyRequests, TypeInsufficientQuota, TypeInsufficientQuota},
+	answer.AwaitingVerdict:           {http.StatusForbidden, TypeAwaiting, CodeAwaitingReconcilation},
+	answer.Indeterminate:             {http.StatusForbidden, TypeIndeterminate, ""},
+	answer.Canceled:                  {http.StatusForbidden, TypeCanceled, ""},
+	answer.InProgress:                {http.StatusForbidden, TypeInProgress, CodeStillRunning},
+	answer.StreamIncomplete:          {http.StatusBadGateway, TypeStreamIncomplete, ""},
+	answer.Conflict:                  {http.StatusConflict, TypeInvalidRequest, ""},
+}
+
+// shape is p's status and error object.
+func shape(p answer.Problem) (int, Object) {
+	e := Object{Message: p.Message, Param: p.Param, Code: p.Code}
+	switch p.Kind {
+	case answer.Rejected:
+		return rejected(p, e)
+	case answer.ContentFiltered:
+		e.Type, e.Code = TypeInvalidRequest, CodeContentFilter
+		if pe := p.ProviderError; pe != nil && pe.Message != "" {
+			e.Message = pe.Message
+		}
+		return http.StatusBadRequest, e
+	}
+	sh, ok := shapes[p.Kind]
+	if !ok {
+		e.Type = TypeServer
+		return http.StatusInternalServerError, e
+	}
+	e.Type = sh.typ
+	if e.Code == "" {
+		e.Code = sh.code
+	}
+	return sh.status, e
+}
+
+// rejected is the provider's own status and error object: 400, 404, 413
+// and 422 as the provider sent them, any other status as 400.
+func rejected(p answer.Problem, e Object) (int, Object) {
+	e.Type = TypeInvalidRequest
+	if pe := p.ProviderError; pe != nil {
+		if pe.Message != "" {
+			e.Message = pe.Message
+		}
+		if pe.Type != "" {
+			e.Type = pe.Type
+		}
+		e.Code, e.Param = pe.Code, pe.Param
+	}
+	switch p.ProviderStatus {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return p.ProviderStatus, e
+	}
+	return http.StatusBadRequest, e
+}
+
+// Body is {"error": e} as JSON, with a newline; an empty param or code is
+// null, as OpenAI sends them.
+func Body(e Object) []byte {
+	type wire struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	orNull := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	b, err := json.Marshal(struct {
+		Error wire `json:"error"`
+	}{wire{Message: e.Message, Type: e.Type, Param: orNull(e.Param), Code: orNull(e.Code)}})
+	if err != nil {
+		// Only strings go in.
+		return []byte(`{"error":{"message":"internal error","type":"durallm_gateway_error"}}` + "\n")
+	}
+	return append(b, '\n')
+}
