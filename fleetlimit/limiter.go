@@ -46,7 +46,7 @@ type Observer interface {
 	// Tightened: a provider's pushback was applied to route's limits.
 	Tightened(route string)
 	// StoreFailed: the shared store could not be reached for op (take,
-	// give, tighten, renew); a take fell back to this process's own
+	// give, tighten, renew, mark); a take fell back to this process's own
 	// buckets.
 	StoreFailed(route, op string)
 }

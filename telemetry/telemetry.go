@@ -197,7 +197,7 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 	add(e)
 	t.limitTightened, e = m.Int64Counter("durallm.fleet_limit.tightened", metric.WithDescription("Provider 429s whose Retry-After or x-ratelimit-remaining-* tightened a route's fleet-wide limits for every worker, by route"))
 	add(e)
-	t.limitStoreFailures, e = m.Int64Counter("durallm.fleet_limit.store_failures", metric.WithDescription("Calls to the fleet-wide limits' shared store (PostgreSQL) that failed, by route and op (take, give, tighten, renew); a failed take falls back to the worker's own limits"))
+	t.limitStoreFailures, e = m.Int64Counter("durallm.fleet_limit.store_failures", metric.WithDescription("Calls to the fleet-wide limits' shared store (PostgreSQL) that failed, by route and op (take, give, tighten, renew, mark); a failed take falls back to the worker's own limits"))
 	add(e)
 	if err := t.engineCounters(); err != nil {
 		add(err)
