@@ -281,7 +281,7 @@ func (l *Limiter) Acquire(ctx context.Context, name string, tokens float64, maxW
 				r.tokens -= tokens
 				fromHand.tok = tokens
 			} else {
-				// What is on hand counts (or what is owed is paid).
+				// What is on hand counts toward it.
 				a.Tokens = tokens - r.tokens
 				fromHand.tok = r.tokens
 				r.tokens = 0
