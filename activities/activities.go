@@ -22,6 +22,7 @@ import (
 	"github.com/durallm/durallm/providers/routes"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/fleetlimit"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -88,6 +89,11 @@ type Activities struct {
 	// stop timeout. Zero means 8s (the worker's default stop timeout is
 	// 10s); negative means the attempt runs until the SDK cancels it.
 	StopGrace time.Duration
+	// Limits keeps the routes' fleet-wide limits: an attempt on a route
+	// with limits waits for room before it is sent, and a provider's 429
+	// tightens the route's limits for every worker sharing its store.
+	// Nil means none.
+	Limits *fleetlimit.Limiter
 	// Telemetry records per-attempt metrics. Nil means none.
 	Telemetry *telemetry.Telemetry
 	// Logger receives worker-side events (never content). Nil means
@@ -129,6 +135,7 @@ func (a *Activities) DescribeRoutes(_ context.Context, in attempt.PlanInput) (at
 			Name: r.Name, Kind: r.Kind, Model: r.Model, Capabilities: r.Capabilities,
 			HonoursIdempotencyKey: r.HonoursIdempotencyKey, IdempotencyWindow: r.IdempotencyWindow,
 			AttemptTimeout: r.AttemptTimeout, Prices: r.Prices, ImageTokens: r.ImageTokens,
+			Limited: a.Limits.Limited(name),
 		}
 		if r.ProviderRecord != "" {
 			// The built-in reconciler looks the route's record up.

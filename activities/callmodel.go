@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/durallm/durallm/evidence"
@@ -58,11 +59,29 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 	// on, and with it the journal's sent record (one not yet sent ends
 	// there). The worker's own stop ends the exchange after StopGrace
 	// either way, lost or not.
-	stop := a.heartbeat(ctx, att, in.Request.Stream)
+	var room *capacity
+	if a.Limits.Limited(in.Route) {
+		room = &capacity{}
+	}
+	stop := a.heartbeat(ctx, att, in.Request.Stream, room)
 	ctx, detach := a.outliveLostAttempt(ctx, in, att.OnTheWire)
 	defer detach()
 	ctx, release := a.endOnWorkerStop(ctx)
 	defer release()
+	if room != nil {
+		if ok, ended := a.awaitCapacity(ctx, in, route, room); !ok {
+			// Nothing was sent: no room before the deadline, or the
+			// wait was cut short (the scope, the worker's stop).
+			stop()
+			var stopped evidence.StopCause
+			if ended != nil {
+				att.EndBeforeSend(ended)
+				stopped = stopCause(ended)
+			}
+			ev, class := att.FinishWith(evidence.Facts{Stop: stopped, Capacity: room.ev})
+			return a.finish(ctx, in, route, attempt.Outcome{Evidence: ev, Classification: class}, providers.Usage{}, nil)
+		}
+	}
 	sent := a.journalSent(ctx, in, att)
 	var sink exchange.Sink
 	var pieces *providers.Pieces
@@ -70,15 +89,23 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		as := a.Streams.forAttempt(in.ActionRef, in.Attempt)
 		sink, pieces = as, &as.pieces
 	}
-	engine := a.Engine
+	var rt http.RoundTripper = a.Engine
 	if route.InsecureSkipVerify && a.InsecureEngine != nil {
-		engine = a.InsecureEngine
+		rt = a.InsecureEngine
 	}
-	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), engine, exchange.Call{Route: route, Request: in.Request, Sink: sink,
+	if room != nil {
+		rt = pushbackTap{rt: rt, route: in.Route, lim: a.Limits}
+	}
+	res, err := exchange.CallRoute(recovery.WithAttempt(ctx, att), rt, exchange.Call{Route: route, Request: in.Request, Sink: sink,
 		Record: exchange.RecordIDs{AttemptID: in.AttemptID, ActionRef: in.ActionRef}})
 	stop()
 	sent.stop() // no renewal starts once the exchange has ended
-	ev, class := att.FinishWith(facts(ctx, res, err))
+	f := facts(ctx, res, err)
+	if room != nil {
+		f.Capacity = room.ev
+	}
+	ev, class := att.FinishWith(f)
+	room.release(ev, res.Response.Usage)
 	if a.Streams != nil {
 		a.Streams.attemptEnded(in.ActionRef, class.Class)
 	}
@@ -211,7 +238,7 @@ func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.
 // worker advertises one; a caller in another process finds the stream
 // sooner in the worker's identity (attempt.StreamIdentity), which Temporal
 // records when the attempt starts.
-func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, stream bool) (stop func()) {
+func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, stream bool, room *capacity) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
 	}
@@ -224,6 +251,11 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, strea
 		url = a.StreamURL
 	}
 	return onEachTick(every, ctx.Done(), func() {
+		if stage, limit := room.stage(); stage != "" {
+			// Nothing sent yet: the UI's pending attempt shows the wait.
+			activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, CapacityLimit: limit})
+			return
+		}
 		ev := att.Evidence()
 		stage := "sending"
 		if ev.ContentStarted {

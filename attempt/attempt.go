@@ -56,6 +56,12 @@ type Input struct {
 	// Caller is the action's caller (workflows.ActionInput.Caller), a
 	// label on the attempt's token and cost metrics; empty when none.
 	Caller string `json:"caller,omitempty"`
+	// CapacityWait is the longest the attempt may wait for room under its
+	// route's fleet-wide limits before it is sent, counted from when it
+	// was scheduled: what the action's deadline leaves beyond the
+	// attempt's Timeout. The activity's StartToClose includes it. Zero
+	// means it may not wait (a route without limits needs none).
+	CapacityWait time.Duration `json:"capacity_wait,omitempty"`
 }
 
 // Outcome is what one attempt produced: the wire evidence, its
@@ -79,7 +85,7 @@ type Outcome struct {
 // executed.
 type Progress struct {
 	AttemptID      string `json:"attempt_id"`
-	Stage          string `json:"stage"` // "sending", "streaming"
+	Stage          string `json:"stage"` // StageWaitingForCapacity, "sending", "streaming"
 	ConnRef        string `json:"conn_ref,omitempty"`
 	ContentStarted bool   `json:"content_started,omitempty"`
 	ResponseBytes  int64  `json:"response_bytes,omitempty"`
@@ -87,7 +93,15 @@ type Progress struct {
 	// stream (activities.Streams' handler: GET StreamURL/v1/streams/{id}),
 	// when it advertises one and the attempt streams (docs/gateway.md).
 	StreamURL string `json:"stream_url,omitempty"`
+	// CapacityLimit is, while Stage is StageWaitingForCapacity, the
+	// route's limit the attempt waits for room in (requests, tokens,
+	// concurrency, pushback).
+	CapacityLimit string `json:"capacity_limit,omitempty"`
 }
+
+// StageWaitingForCapacity is Progress.Stage while an attempt waits for
+// room under its route's fleet-wide limits: nothing has been sent.
+const StageWaitingForCapacity = "waiting_for_capacity"
 
 // streamIdentityMark starts the stream URL in a worker's identity.
 const streamIdentityMark = "@durallm-stream="
@@ -126,6 +140,9 @@ type RouteInfo struct {
 	// route's provider_record_settle); zero when the route keeps none.
 	// The workflow gives the reconcile activity that much more time.
 	ProviderRecordSettle time.Duration `json:"provider_record_settle,omitempty"`
+	// Limited reports that the route has fleet-wide limits, so its
+	// attempts may wait for room before they are sent (Input.CapacityWait).
+	Limited bool `json:"limited,omitempty"`
 	// Prices are the route's prices per million tokens, which price each
 	// attempt's usage and a budget's worst case; nil when the route has
 	// none.

@@ -101,6 +101,8 @@ type Classification struct {
 	// health (throttled, upstream_error, empty_response, connection
 	// failures). Cancellation, 421, 4xx and a NO_ERROR drain never do.
 	ProviderHealth bool `json:"provider_health"`
-	// RetryAfter is the provider's pushback hint, zero when absent.
+	// RetryAfter is the provider's pushback hint, or, for an attempt a
+	// fleet-wide limit had no room for, when that limit expects room;
+	// zero when absent.
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
 }

@@ -36,6 +36,9 @@ func classify(ev Evidence) Classification {
 		return Classification{Class: Canceled, Reason: "scope_canceled"}
 	case ev.Activity != "":
 		return classifyActivityEnd(ev)
+	case ev.Capacity != nil && ev.Capacity.NoRoom && !ev.RequestSent && !ev.MaybeSent:
+		// The fleet's own limit, not the provider: never health.
+		return Classification{Class: Unsent, Reason: "fleet_limit_" + ev.Capacity.Limit, RetryAfter: ev.Capacity.In}
 	case ev.Unsendable != "" && !ev.RequestSent && !ev.MaybeSent:
 		return classifyUnsendable(ev.Unsendable)
 	case ev.Canceled:

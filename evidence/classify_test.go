@@ -252,6 +252,19 @@ func TestClassifyEdgeRows(t *testing.T) {
 		{"incompatible_route: the route cannot express the request", Evidence{Unsendable: UnsendableRoute}, IncompatibleRoute, "route_cannot_express_request", nil},
 		{"incompatible_route: the route is not configured on the worker", Evidence{Unsendable: UnsendableNoRoute}, IncompatibleRoute, "route_not_configured", nil},
 
+		{"unsent: a fleet-wide limit had no room before the deadline", Evidence{Capacity: &Capacity{Wait: time.Millisecond, Limit: "tokens", NoRoom: true, In: 90 * time.Second}}, Unsent, "fleet_limit_tokens", func(t *testing.T, c Classification) {
+			replaySafe(t, c)
+			if c.ProviderHealth {
+				t.Error("the fleet's own limit is not the provider's doing: provider health must not move")
+			}
+			if c.RetryAfter != 90*time.Second {
+				t.Errorf("RetryAfter %v, want when the limit expects room", c.RetryAfter)
+			}
+		}},
+		{"canceled: the scope ended while the attempt waited for room", Evidence{Canceled: true, Stop: StopScope, Capacity: &Capacity{Wait: time.Second, Limit: "requests"}}, Canceled, "scope_canceled", nil},
+		{"unsent: the worker stopped while the attempt waited for room", Evidence{Canceled: true, Stop: StopWorkerShutdown, Capacity: &Capacity{Wait: time.Second, Limit: "requests"}}, Unsent, "worker_stopped_before_send", replaySafe},
+		{"completed: an attempt that waited for room and was sent", with(streaming, func(e *Evidence) { e.Capacity = &Capacity{Wait: time.Second, Limit: "requests"} }), Completed, "response_complete", nil},
+
 		{"ambiguous: response HEADERS (a 103) then REFUSED_STREAM", with(sent, func(e *Evidence) { e.ResponseHeaders = true; e.RSTStream = code(CodeRefusedStream) }), Ambiguous, "rst_refused_stream_after_response_headers", nil},
 		{"ambiguous: TransportReplays counted but never used in Classify (a replay whose last stream was refused)", with(sent, func(e *Evidence) {
 			e.TransportReplays = 1

@@ -81,6 +81,15 @@ func LogAttempt(ctx context.Context, logger *slog.Logger, ev Evidence, c Classif
 	if ev.Activity != "" {
 		attrs = append(attrs, slog.String("activity", string(ev.Activity)))
 	}
+	if c := ev.Capacity; c != nil {
+		attrs = append(attrs, slog.Duration("capacity_wait", c.Wait))
+		if c.Limit != "" {
+			attrs = append(attrs, slog.String("capacity_limit", c.Limit))
+		}
+		if c.NoRoom {
+			attrs = append(attrs, slog.Bool("capacity_no_room", true))
+		}
+	}
 	attrs = append(attrs, extra...)
 	logger.LogAttrs(ctx, level, AttemptEvent, attrs...)
 }

@@ -152,11 +152,39 @@ type Evidence struct {
 	// one that does not proves nothing.
 	Activity ActivityEnd `json:"activity,omitempty"`
 
-	// Elapsed is the attempt's wall time until its evidence was taken.
+	// Capacity is what the route's fleet-wide limits did to the attempt
+	// before its request went to the engine (docs/contract.md section
+	// 4.9); nil on a route without limits.
+	Capacity *Capacity `json:"capacity,omitempty"`
+
+	// Elapsed is the attempt's wall time until its evidence was taken,
+	// from the moment its request went to the engine (a wait for
+	// Capacity is not in it).
 	Elapsed time.Duration `json:"elapsed,omitempty"`
 	// FirstByte is the time from the start of the attempt to the first
 	// content byte, zero when content never started.
 	FirstByte time.Duration `json:"first_byte,omitempty"`
+}
+
+// Capacity is what a route's fleet-wide limits did to an attempt before
+// its request was sent (Evidence.Capacity): the room it was granted,
+// after how long, or that there was none within what its deadline left.
+type Capacity struct {
+	// Wait is how long the attempt spent in the limiter before its
+	// request went to the engine: the check alone when there was room,
+	// or the wait for it. It counts against the action's deadline, never
+	// its attempt budget.
+	Wait time.Duration `json:"wait"`
+	// Limit is the limit it waited for ("requests", "tokens",
+	// "concurrency", or "pushback": a provider's Retry-After held for the
+	// fleet), empty when it had room at once.
+	Limit string `json:"limit,omitempty"`
+	// NoRoom reports that Limit had no room for the attempt within what
+	// the action's deadline left it: its request was never sent.
+	NoRoom bool `json:"no_room,omitempty"`
+	// In is, with NoRoom, how long until the limit expected room; zero
+	// when it cannot tell (a place in flight frees when a request ends).
+	In time.Duration `json:"in,omitempty"`
 }
 
 // StopCause says why an attempt's context ended (Evidence.Stop).
@@ -230,6 +258,9 @@ type Facts struct {
 	// Unsendable says why the request was refused before sending, if it
 	// was.
 	Unsendable Unsendable
+	// Capacity is what the route's fleet-wide limits did to the attempt,
+	// nil on a route without limits.
+	Capacity *Capacity
 }
 
 // GoAway is what a GOAWAY frame said, without its debug data.

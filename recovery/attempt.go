@@ -345,6 +345,15 @@ func (a *Attempt) Evidence() evidence.Evidence {
 	return a.ev
 }
 
+// EndBeforeSend settles an attempt whose request never went to the
+// engine because ctx ended first (it was waiting for room under a
+// route's fleet-wide limits): the evidence records why ctx ended, as a
+// send cut short would, and that nothing was sent. Call FinishWith
+// after it.
+func (a *Attempt) EndBeforeSend(ctx context.Context) {
+	a.settle(ctx, context.Cause(ctx), false)
+}
+
 // Finish ends the attempt with only the provider layer's signal (what the
 // body said that the wire could not); see FinishWith.
 func (a *Attempt) Finish(sig evidence.Signal) (evidence.Evidence, evidence.Classification) {
@@ -371,7 +380,7 @@ func (a *Attempt) FinishWith(f evidence.Facts) (evidence.Evidence, evidence.Clas
 		return a.ev, a.class
 	}
 	a.finished = true
-	a.ev.Signal, a.ev.Stop = f.Signal, f.Stop
+	a.ev.Signal, a.ev.Stop, a.ev.Capacity = f.Signal, f.Stop, f.Capacity
 	if f.Unsendable != "" && !a.ev.RequestSent && !a.ev.MaybeSent {
 		a.ev.Unsendable = f.Unsendable
 	}

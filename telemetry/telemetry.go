@@ -71,6 +71,13 @@ type Telemetry struct {
 	// route's prices.
 	spentTokens metric.Int64Counter
 	spentCost   metric.Float64Counter
+	// The routes' fleet-wide limits: attempts' waits for room and the
+	// attempts that found none, the provider pushbacks applied for the
+	// fleet, and the shared store's failures.
+	limitWaits         metric.Float64Histogram
+	limitNoRoom        metric.Int64Counter
+	limitTightened     metric.Int64Counter
+	limitStoreFailures metric.Int64Counter
 
 	mu      sync.Mutex
 	engines []*recovery.Engine
@@ -181,6 +188,16 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 	t.spentTokens, e = m.Int64Counter("durallm.tokens", metric.WithDescription("Tokens the provider reported, by route, caller and durallm.token.type: input (prompt tokens the cache neither served nor stored), cached_input, cache_write_input, output; the types add up to prompt plus completion tokens"))
 	add(e)
 	t.spentCost, e = m.Float64Counter("durallm.cost", metric.WithDescription("Cost of the tokens the provider reported, at the route's prices (per million tokens, in the routes file's currency), by route and caller; routes without prices add nothing"))
+	add(e)
+	t.limitWaits, e = m.Float64Histogram("durallm.fleet_limit.wait", metric.WithUnit("s"),
+		metric.WithDescription("How long attempts that had to wait for room under their route's fleet-wide limits waited before they were sent, by route and durallm.limit (requests, tokens, concurrency, pushback)"),
+		metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+	add(e)
+	t.limitNoRoom, e = m.Int64Counter("durallm.fleet_limit.no_room", metric.WithDescription("Attempts not sent because their route's fleet-wide limit had no room before the action's deadline (unsent, fleet_limit_<limit>), by route and durallm.limit"))
+	add(e)
+	t.limitTightened, e = m.Int64Counter("durallm.fleet_limit.tightened", metric.WithDescription("Provider 429s whose Retry-After or x-ratelimit-remaining-* tightened a route's fleet-wide limits for every worker, by route"))
+	add(e)
+	t.limitStoreFailures, e = m.Int64Counter("durallm.fleet_limit.store_failures", metric.WithDescription("Calls to the fleet-wide limits' shared store (PostgreSQL) that failed, by route and op (take, give, tighten, renew, mark); a failed take falls back to the worker's own limits"))
 	add(e)
 	if err := t.engineCounters(); err != nil {
 		add(err)
@@ -303,6 +320,27 @@ type Attempt struct {
 	Caller string
 }
 
+// FleetLimits is what a fleetlimit.Limiter tells telemetry
+// (fleetlimit.Observer).
+type FleetLimits struct{ t *Telemetry }
+
+// FleetLimitObserver returns the observer to give a fleetlimit.Limiter.
+func (t *Telemetry) FleetLimitObserver() FleetLimits { return FleetLimits{t} }
+
+// Tightened counts a provider pushback applied to route's limits.
+func (f FleetLimits) Tightened(route string) {
+	if f.t != nil {
+		f.t.limitTightened.Add(context.Background(), 1, metric.WithAttributes(attribute.String("durallm.route", route)))
+	}
+}
+
+// StoreFailed counts a failed call to the limits' shared store.
+func (f FleetLimits) StoreFailed(route, op string) {
+	if f.t != nil {
+		f.t.limitStoreFailures.Add(context.Background(), 1, metric.WithAttributes(attribute.String("durallm.route", route), attribute.String("op", op)))
+	}
+}
+
 // JournalFailed counts one attempt end the worker could not journal.
 func (t *Telemetry) JournalFailed(ctx context.Context) {
 	if t == nil {
@@ -381,6 +419,14 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 	}
 	if a.Evidence.SentAfterGoAway {
 		t.drainSends.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route)))
+	}
+	if c := a.Evidence.Capacity; c != nil && c.Limit != "" {
+		attrs := metric.WithAttributes(attribute.String("durallm.route", a.Route), attribute.String("durallm.limit", c.Limit))
+		if c.NoRoom {
+			t.limitNoRoom.Add(ctx, 1, attrs)
+		} else {
+			t.limitWaits.Record(ctx, c.Wait.Seconds(), attrs)
+		}
 	}
 	t.recordSpend(ctx, a)
 }

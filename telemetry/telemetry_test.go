@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 
@@ -205,6 +206,48 @@ func TestTokensAndCostAreCountedByRouteAndCaller(t *testing.T) {
 	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, "durallm_tokens_total{") && strings.Contains(line, `durallm_route="r2"`) && strings.Contains(line, "durallm_caller") {
 			t.Errorf("an action without a caller has a caller label: %s", line)
+		}
+	}
+}
+
+// What a route's fleet-wide limits did: the waits of attempts that had
+// to wait (not those with room at once), the attempts that found no
+// room, and what the limiter reports of itself.
+func TestFleetLimitsAreCounted(t *testing.T) {
+	tel := newTelemetry(t)
+	sent := evidence.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3, ResponseHeaders: true, Status: 200, ContentStarted: true}
+	record := func(cap *evidence.Capacity) {
+		ev := sent
+		if cap != nil && cap.NoRoom {
+			ev = evidence.Evidence{}
+		}
+		ev.Capacity = cap
+		tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: ev, Class: evidence.Classify(ev)})
+	}
+	record(&evidence.Capacity{Wait: 2 * time.Second, Limit: "requests"})
+	record(&evidence.Capacity{Wait: 4 * time.Second, Limit: "requests"})
+	record(&evidence.Capacity{Wait: 10 * time.Microsecond}) // room at once
+	record(&evidence.Capacity{Wait: time.Millisecond, Limit: "tokens", NoRoom: true, In: time.Minute})
+	record(nil)
+	obs := tel.FleetLimitObserver()
+	obs.Tightened("r1")
+	obs.StoreFailed("r1", "take")
+
+	body := scrape(t, tel)
+	for _, tt := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"durallm_fleet_limit_wait_seconds_count", []string{`durallm_route="r1"`, `durallm_limit="requests"`}, 2},
+		{"durallm_fleet_limit_wait_seconds_sum", []string{`durallm_route="r1"`, `durallm_limit="requests"`}, 6},
+		{"durallm_fleet_limit_wait_seconds_count", nil, 2},
+		{"durallm_fleet_limit_no_room_total", []string{`durallm_route="r1"`, `durallm_limit="tokens"`}, 1},
+		{"durallm_fleet_limit_tightened_total", []string{`durallm_route="r1"`}, 1},
+		{"durallm_fleet_limit_store_failures_total", []string{`durallm_route="r1"`, `op="take"`}, 1},
+	} {
+		if got := providertest.MetricSum(body, tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/fleetlimit"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -134,6 +135,13 @@ type Options struct {
 	// result store, the first time at Start. Zero means
 	// DefaultJournalSweepEvery (1h).
 	JournalSweepEvery time.Duration
+	// LimitStore is where the routes' fleet-wide limits (a route's
+	// limits: in the routes file) are kept: a store every worker of the
+	// task queue shares, such as fleetlimit.Postgres in the journal's
+	// database. Nil means this process's own memory: each worker keeps
+	// the limits for itself, so N workers send up to N times them (the
+	// worker says so at start). Unused when no route has limits.
+	LimitStore fleetlimit.Store
 	// MaxAbandonedJournalOps caps the journal and result-store operations
 	// the worker stopped waiting for (past their bound) that have not
 	// returned: a journal stuck in the kernel holds an OS thread in each.
@@ -229,6 +237,7 @@ func New(c client.Client, o Options) (*Worker, error) {
 	if o.Telemetry != nil {
 		o.Telemetry.WatchEngine(engine)
 	}
+	acts.Limits = newLimiter(o)
 	if insecure {
 		// Only routes that opted out use this engine; the others keep
 		// verifying on the shared one.
@@ -262,6 +271,37 @@ func New(c client.Client, o Options) (*Worker, error) {
 		w.sweepEvery = DefaultJournalSweepEvery
 	}
 	return w, nil
+}
+
+// newLimiter keeps the routes' fleet-wide limits, nil when no route has
+// any, and says where they are kept.
+func newLimiter(o Options) *fleetlimit.Limiter {
+	lims := map[string]routes.Limits{}
+	for _, r := range o.Config.Routes {
+		if r.Limits != nil {
+			lims[r.Name] = *r.Limits
+		}
+	}
+	if len(lims) == 0 {
+		return nil
+	}
+	var obs fleetlimit.Observer
+	if o.Telemetry != nil {
+		obs = o.Telemetry.FleetLimitObserver()
+	}
+	l := fleetlimit.New(fleetlimit.Options{Store: o.LimitStore, Routes: lims, Scope: o.TaskQueue, Observer: obs, Logger: o.Logger})
+	names := make([]string, 0, len(lims))
+	for _, r := range o.Config.Routes {
+		if r.Limits != nil {
+			names = append(names, r.Name)
+		}
+	}
+	if l.Shared() {
+		o.Logger.Info("fleet-wide limits kept with every worker of the task queue sharing the database", "routes", names)
+	} else {
+		o.Logger.Warn("fleet-wide limits kept by this process alone (no shared database: give the worker --journal-dsn): each worker of the task queue sends up to the routes' limits by itself", "routes", names)
+	}
+	return l
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
@@ -468,6 +508,7 @@ func (w *Worker) Stop() {
 		w.tw.Stop()
 	}
 	w.stopHTTP()
+	w.acts.Limits.Close() // what is on hand goes back to the fleet
 	w.engine.Close()
 	if w.acts.InsecureEngine != nil {
 		w.acts.InsecureEngine.Close()

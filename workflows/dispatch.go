@@ -50,15 +50,22 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 		Timeout: timeout, Caller: w.in.Caller,
 	}
 	queue := min(w.in.QueueTimeout, remaining)
+	if route.Limited {
+		// The attempt may wait for room under its route's fleet-wide
+		// limits for what the deadline leaves beyond its own timeout:
+		// the wait counts against the deadline, and the exchange still
+		// gets its whole timeout (docs/contract.md section 4.9).
+		input.CapacityWait = max(0, remaining-timeout)
+	}
 	now := workflow.Now(w.ctx)
-	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: now, Deadline: now.Add(queue + timeout + attemptGrace)}
+	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: now, Deadline: now.Add(queue + input.CapacityWait + timeout + attemptGrace)}
 	// The worst case is reserved before the attempt is sent: the budget
 	// can never be overshot by what it could not see.
 	input.Request = w.reserve(&rec, nx.grant)
-	rec.Summary = summary(n, nx, route)
+	rec.Summary = summary(n, nx, route, input.CapacityWait)
 	actx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
 		ScheduleToStartTimeout: queue,
-		StartToCloseTimeout:    timeout + attemptGrace,
+		StartToCloseTimeout:    input.CapacityWait + timeout + attemptGrace,
 		HeartbeatTimeout:       heartbeatTimeout,
 		WaitForCancellation:    true,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -77,15 +78,33 @@ func (w *action) details() {
 	}
 	b.WriteString("\n\n")
 	if len(w.status.Attempts) > 0 {
-		b.WriteString("| # | route | why | class | reason | conn | stream | status | journal | verdict |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		// The wait column only where an attempt waited for room under its
+		// route's limits, or found none.
+		waited := false
+		for _, r := range w.status.Attempts {
+			waited = waited || capacityCell(r.Evidence.Capacity) != ""
+		}
+		b.WriteString("| # | route | why | class | reason | conn | stream | status | journal | verdict |")
+		if waited {
+			b.WriteString(" wait |")
+		}
+		b.WriteString("\n|---|---|---|---|---|---|---|---|---|---|")
+		if waited {
+			b.WriteString("---|")
+		}
+		b.WriteString("\n")
 		for _, r := range w.status.Attempts {
 			verdict := string(r.Verdict)
 			if r.VerdictBy != "" {
 				verdict += " by " + r.VerdictBy
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", r.N, r.Route, r.Why,
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %d | %d | %s | %s |", r.N, r.Route, r.Why,
 				r.Classification.Class, r.Classification.Reason, r.Evidence.ConnRef, r.Evidence.StreamID, r.Evidence.Status,
 				r.JournalState, verdict)
+			if waited {
+				fmt.Fprintf(&b, " %s |", capacityCell(r.Evidence.Capacity))
+			}
+			b.WriteString("\n")
 		}
 	}
 	switch {
@@ -99,7 +118,12 @@ func (w *action) details() {
 
 // summary is the one-line activity summary shown in the UI, e.g.
 // "attempt 2 · transport retry · openai/gpt-4o-mini · fresh connection after GOAWAY last=41".
-func summary(n int, nx nextAttempt, r attempt.RouteInfo) string {
+//
+// An attempt on a route with fleet-wide limits says how long it may wait
+// for room before it is sent; while it waits, its heartbeat says for
+// which limit (attempt.StageWaitingForCapacity), and once it has ended
+// the timeline's wait column says how long it did.
+func summary(n int, nx nextAttempt, r attempt.RouteInfo, capacityWait time.Duration) string {
 	parts := []string{"attempt " + strconv.Itoa(n), nx.why, r.Kind + "/" + r.Model}
 	if nx.detail != "" {
 		parts = append(parts, nx.detail)
@@ -107,7 +131,23 @@ func summary(n int, nx nextAttempt, r attempt.RouteInfo) string {
 	if g := nx.grant; g != nil && g.change != "" {
 		parts = append(parts, "max_tokens "+strconv.Itoa(g.maxTokens)+" ("+g.change+" by the budget)")
 	}
+	if r.Limited {
+		parts = append(parts, "may wait "+capacityWait.Round(time.Second).String()+" for room under the route's limits")
+	}
 	return strings.Join(parts, " · ")
+}
+
+// capacityCell says what an attempt's route limits did to it, for the
+// timeline: how long it waited and for which limit, or that there was no
+// room before the deadline.
+func capacityCell(c *evidence.Capacity) string {
+	switch {
+	case c == nil || (c.Limit == "" && !c.NoRoom):
+		return ""
+	case c.NoRoom:
+		return "no room (" + c.Limit + ")"
+	}
+	return c.Wait.Round(time.Millisecond).String() + " (" + c.Limit + ")"
 }
 
 func freshDetail(ev evidence.Evidence) string {

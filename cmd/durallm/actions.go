@@ -244,6 +244,11 @@ func printStatus(w io.Writer, jsonOut bool, st workflows.Status) {
 		if a.Evidence.Status != 0 {
 			fmt.Fprintf(w, " status=%d", a.Evidence.Status)
 		}
+		if c := a.Evidence.Capacity; c != nil && c.NoRoom {
+			fmt.Fprintf(w, " no_room=%s", c.Limit)
+		} else if c != nil && c.Limit != "" {
+			fmt.Fprintf(w, " waited=%s for=%s", c.Wait.Round(time.Millisecond), c.Limit)
+		}
 		if a.JournalState != "" {
 			fmt.Fprintf(w, " journal=%s", a.JournalState)
 		}
@@ -296,6 +301,17 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	printStatus(stdout, cf.jsonOut, st)
 	if st.State.Terminal() || st.State == workflows.StateAwaitingReconciliation {
 		return exitCode(st.State)
+	}
+	if !cf.jsonOut && st.State == workflows.StateDispatching {
+		// What the attempt in flight is doing is in its heartbeat, not
+		// yet in the timeline: say when it waits for room.
+		if d, err := cf.client(tc).Describe(context.Background(), *id); err == nil {
+			for _, a := range d.Attempts {
+				if a.Progress.Stage == attempt.StageWaitingForCapacity {
+					fmt.Fprintf(stdout, "  the attempt in flight is waiting for room under its route's %s limit; nothing has been sent\n", a.Progress.CapacityLimit)
+				}
+			}
+		}
 	}
 	return exitOK
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -50,6 +51,24 @@ func TestRunWaitExitsAwaitingWhenItsFirstStatusQueryFails(t *testing.T) {
 				t.Fatalf("a missing action was queried %d times", calls)
 			}
 		})
+	}
+}
+
+// The status says what an attempt's route limits did to it: how long it
+// waited and for which limit, or that there was no room.
+func TestStatusSaysWhatTheRouteLimitsDid(t *testing.T) {
+	st := workflows.Status{ActionRef: "a1", State: workflows.StateCompleted, Used: 2, Budget: 4, Attempts: []workflows.AttemptRecord{
+		{N: 1, Summary: "attempt 1 · primary · openai/m", Evidence: evidence.Evidence{Capacity: &evidence.Capacity{Wait: time.Millisecond, Limit: "tokens", NoRoom: true, In: time.Minute}},
+			Classification: evidence.Classification{Class: evidence.Unsent, Reason: "fleet_limit_tokens"}},
+		{N: 2, Summary: "attempt 2 · fallback · openai/n", Evidence: evidence.Evidence{Status: 200, Capacity: &evidence.Capacity{Wait: 3200 * time.Millisecond, Limit: "requests"}},
+			Classification: evidence.Classification{Class: evidence.Completed, Reason: "response_complete"}},
+	}}
+	var b strings.Builder
+	printStatus(&b, false, st)
+	for _, want := range []string{"(fleet_limit_tokens) no_room=tokens", "status=200 waited=3.2s for=requests"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 

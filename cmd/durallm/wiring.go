@@ -13,7 +13,9 @@ import (
 
 	"github.com/durallm/durallm/claimcheck"
 	"github.com/durallm/durallm/codec"
+	"github.com/durallm/durallm/fleetlimit"
 	"github.com/durallm/durallm/journal"
+	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/resultstore/pgstore"
 	"github.com/durallm/durallm/telemetry"
@@ -54,6 +56,7 @@ type workerStack struct {
 	tc      client.Client
 	journal journal.Journal
 	results resultstore.Store
+	dsn     string // the journal's database, which also keeps the routes' limits
 	// dc is the data converter the client was dialed with
 	// (payloadConverter), for durallm.Client.WithDataConverter.
 	dc      converter.DataConverter
@@ -63,7 +66,7 @@ type workerStack struct {
 // openStack opens s's parts in order; on an error, those already open
 // are closed again.
 func openStack(ctx context.Context, s stackSetup) (_ *workerStack, err error) {
-	st := &workerStack{logger: s.Logger}
+	st := &workerStack{logger: s.Logger, dsn: s.DSN}
 	defer func() {
 		if err != nil {
 			st.Close()
@@ -93,11 +96,35 @@ func openStack(ctx context.Context, s stackSetup) (_ *workerStack, err error) {
 // newWorker builds the worker: o, with what every durallm worker takes
 // from its process (the logger, telemetry, journal and result store, the
 // stream token from $DURALLM_STREAM_TOKEN) and its routes probed at start.
+//
+// The routes' fleet-wide limits are kept in the journal's database when
+// it has one, shared with every worker of the task queue; otherwise the
+// worker keeps them alone (and says so).
 func (st *workerStack) newWorker(o worker.Options) (*worker.Worker, error) {
 	o.Logger, o.Telemetry, o.Journal, o.Results = st.logger, st.tel, st.journal, st.results
 	o.ProbeRoutes = true
 	o.StreamToken = os.Getenv("DURALLM_STREAM_TOKEN")
+	if st.dsn != "" && hasLimits(o.Config) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		p, err := fleetlimit.OpenPostgres(ctx, st.dsn)
+		if err != nil {
+			return nil, err
+		}
+		st.closers = append(st.closers, p.Close)
+		o.LimitStore = p
+	}
 	return worker.New(st.tc, o)
+}
+
+// hasLimits reports whether any route has fleet-wide limits.
+func hasLimits(cfg routes.Config) bool {
+	for _, r := range cfg.Routes {
+		if r.Limits != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Close releases the parts in reverse order.

@@ -26,6 +26,7 @@ import (
 // PostgreSQL, encrypted with the payload keyring: an action whose answer
 // is too large for history journals it and stores it in the database,
 // and durallm run, given the same DSN and keys, prints the whole answer.
+// The routes' fleet-wide limits are kept there too.
 func TestWorkerKeepsJournalAndResultsInPostgres(t *testing.T) {
 	ctx := context.Background()
 	pg, err := pgserver.Start(ctx, pgserver.Options{})
@@ -50,7 +51,7 @@ func TestWorkerKeepsJournalAndResultsInPostgres(t *testing.T) {
 	dir := t.TempDir()
 	routesFile := filepath.Join(dir, "routes.yaml")
 	t.Setenv("DURALLM_TEST_KEY", "sk-test")
-	if err := os.WriteFile(routesFile, []byte("routes:\n  - name: p\n    kind: openai\n    base_url: "+p.H2CURL()+"/v1\n    model: m\n    api_key_env: DURALLM_TEST_KEY\n"), 0o600); err != nil {
+	if err := os.WriteFile(routesFile, []byte("routes:\n  - name: p\n    kind: openai\n    base_url: "+p.H2CURL()+"/v1\n    model: m\n    api_key_env: DURALLM_TEST_KEY\n    limits: {requests_per_minute: 600}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	keyFile := filepath.Join(dir, "keys")
@@ -74,6 +75,9 @@ func TestWorkerKeepsJournalAndResultsInPostgres(t *testing.T) {
 		stopWorker()
 		if code := <-done; code != exitOK {
 			t.Errorf("worker exited %d:\n%s", code, werr.String())
+		}
+		if !strings.Contains(werr.String(), "fleet-wide limits kept with every worker") {
+			t.Errorf("the worker does not say where it keeps the limits:\n%s", werr.String())
 		}
 	}()
 
@@ -110,5 +114,11 @@ func TestWorkerKeepsJournalAndResultsInPostgres(t *testing.T) {
 	}
 	if state != "received" {
 		t.Errorf("journal state %q", state)
+	}
+	// The route's limits are kept in the same database, for every worker
+	// of the task queue.
+	var limited int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM fleet_limits WHERE key = 'pgq/p'`).Scan(&limited); err != nil || limited != 1 {
+		t.Errorf("the route's limits are not kept in the journal's database: %d rows, %v", limited, err)
 	}
 }

@@ -122,6 +122,10 @@ type Options struct {
 	ProviderRecord bool
 	// WorkerArgs are extra flags for every worker.
 	WorkerArgs []string
+	// Routes, when set, is the workers' routes file (YAML), written into
+	// the run's directory, instead of deploy/routes.yaml and its
+	// environment overrides: for a benchmark with routes of its own.
+	Routes string
 	// MaxConcurrentAttempts per worker. Default 256 (the worker's).
 	MaxConcurrentAttempts int
 	// Log receives progress lines. Default io.Discard.
@@ -253,6 +257,11 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		c.undo = append(c.undo, func() { os.RemoveAll(dir) })
 	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return fmt.Errorf("cluster: %w", err)
+	}
+	if o.Routes != "" {
+		if err := os.WriteFile(filepath.Join(c.o.Dir, "routes.yaml"), []byte(o.Routes), 0o644); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
 	}
 	env, err := ReadEnvFile(filepath.Join(o.Root, ServerEnvFile))
 	if err != nil {

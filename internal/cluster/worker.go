@@ -42,8 +42,12 @@ func (c *Cluster) newWorker(n int) (*WorkerProc, error) {
 		address = c.Frontend
 	}
 	metrics := "127.0.0.1:" + strconv.Itoa(p[0])
+	routesFile := filepath.Join(c.o.Root, RoutesFile)
+	if c.o.Routes != "" {
+		routesFile = filepath.Join(c.o.Dir, "routes.yaml")
+	}
 	args := []string{"worker",
-		"--routes", filepath.Join(c.o.Root, RoutesFile),
+		"--routes", routesFile,
 		"--metrics-addr", metrics, "--stream-addr", "",
 		// The attempt journal and the result store in the cluster's own
 		// PostgreSQL, as compose's workers have them (DURALLM_JOURNAL_DSN).
@@ -58,6 +62,9 @@ func (c *Cluster) newWorker(n int) (*WorkerProc, error) {
 		"DURALLM_PRIMARY_API_KEY=demo", "DURALLM_FALLBACK_API_KEY=demo",
 	}
 	for _, r := range routeNames {
+		if c.o.Routes != "" {
+			break // the benchmark's own routes name their providers
+		}
 		if c.o.ProviderRecord {
 			env = append(env, routes.EnvPrefix(r)+"PROVIDER_RECORD="+routes.ProviderRecordStoredCompletions)
 		}

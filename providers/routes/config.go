@@ -154,6 +154,22 @@ func (r Route) check(bad func(field, problem string)) {
 			}
 		}
 	}
+	if l := r.Limits; l != nil {
+		for _, f := range []struct {
+			field string
+			n     int
+		}{{"limits.requests_per_minute", l.RequestsPerMinute}, {"limits.tokens_per_minute", l.TokensPerMinute}, {"limits.max_concurrent_requests", l.MaxConcurrentRequests}} {
+			switch {
+			case f.n < 0:
+				bad(f.field, "negative; a limit must be at least 1 (leave it out for no limit)")
+			case f.n > MaxLimit:
+				bad(f.field, fmt.Sprintf("above %d", MaxLimit))
+			}
+		}
+		if *l == (Limits{}) {
+			bad("limits", "no limit set: give requests_per_minute, tokens_per_minute or max_concurrent_requests, or leave limits out")
+		}
+	}
 	if r.ImageTokens < 0 || r.ImageTokens > maxImageTokens {
 		bad("image_tokens", fmt.Sprintf("outside 0..%d", maxImageTokens))
 	}
@@ -240,7 +256,8 @@ func EnvPrefix(name string) string {
 // provider_record other than stored_completions or on a route that is not
 // openai, provider_record_settle without a provider_record, prices that
 // are negative, not finite or above providers.MaxPrice, prices on a
-// route that reports no usage, and image_tokens outside 0..1000000.
+// route that reports no usage, image_tokens outside 0..1000000, and
+// limits that are negative, above MaxLimit, or all left out.
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Routes) == 0 {
@@ -299,6 +316,14 @@ type rawRoute struct {
 	Prices                *rawPrices `yaml:"prices"`
 	ReportsUsage          string     `yaml:"reports_usage"`
 	ImageTokens           string     `yaml:"image_tokens"`
+	Limits                *rawLimits `yaml:"limits"`
+}
+
+// rawLimits are a route's fleet-wide limits as written.
+type rawLimits struct {
+	RequestsPerMinute     string `yaml:"requests_per_minute"`
+	TokensPerMinute       string `yaml:"tokens_per_minute"`
+	MaxConcurrentRequests string `yaml:"max_concurrent_requests"`
 }
 
 // rawPrices are a route's prices as written, per million tokens.
@@ -465,7 +490,48 @@ func (rr rawRoute) route(i int) (Route, []error) {
 	if rr.Prices != nil {
 		r.Prices = rr.Prices.prices(bad)
 	}
+	if rr.Limits != nil {
+		r.Limits = rr.Limits.limits(bad)
+	}
 	return r, errs
+}
+
+// limits converts the written limits, reporting each value that is not
+// an integer, zero (here, where it can still be told apart from one left
+// out), negative or above MaxLimit. Limits with such a value are nil, so
+// Validate does not report it again.
+func (rl rawLimits) limits(bad func(field, problem string)) *Limits {
+	ok := true
+	num := func(field, s string) int {
+		if s = strings.TrimSpace(s); s == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(s)
+		switch {
+		case err != nil:
+			bad("limits."+field, "not an integer")
+			ok = false
+		case n == 0:
+			bad("limits."+field, "zero; a limit must be at least 1 (leave it out for no limit)")
+			ok = false
+		case n < 0:
+			bad("limits."+field, "negative; a limit must be at least 1 (leave it out for no limit)")
+			ok = false
+		case n > MaxLimit:
+			bad("limits."+field, fmt.Sprintf("above %d", MaxLimit))
+			ok = false
+		}
+		return n
+	}
+	l := &Limits{
+		RequestsPerMinute:     num("requests_per_minute", rl.RequestsPerMinute),
+		TokensPerMinute:       num("tokens_per_minute", rl.TokensPerMinute),
+		MaxConcurrentRequests: num("max_concurrent_requests", rl.MaxConcurrentRequests),
+	}
+	if !ok {
+		return nil
+	}
+	return l
 }
 
 // prices converts the written prices: input and output are required, and

@@ -571,3 +571,108 @@ routes:
 		t.Fatalf("local %+v", l)
 	}
 }
+
+func TestLoadConfigReadsLimits(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: openai
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+    limits: {requests_per_minute: 500, tokens_per_minute: 200000, max_concurrent_requests: 50}
+  - name: tokens-only
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+    limits:
+      tokens_per_minute: 30000
+  - name: none
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+`)
+	cfg, err := LoadConfig(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.RouteMap()
+	if l := m["openai"].Limits; l == nil || *l != (Limits{RequestsPerMinute: 500, TokensPerMinute: 200000, MaxConcurrentRequests: 50}) {
+		t.Fatalf("openai limits %+v", l)
+	}
+	if l := m["tokens-only"].Limits; l == nil || *l != (Limits{TokensPerMinute: 30000}) {
+		t.Fatalf("tokens-only limits %+v", l)
+	}
+	if m["none"].Limits != nil {
+		t.Fatalf("none has limits %+v", m["none"].Limits)
+	}
+}
+
+// A limit of zero or below is refused with an error naming the route and
+// the field, and so are limits that set nothing; nothing starts.
+func TestLoadConfigRefusesALimitOfZeroOrBelow(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: zero
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: m
+    api_key_env: K
+    limits: {requests_per_minute: 0}
+  - name: negative
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: m
+    api_key_env: K
+    limits: {tokens_per_minute: -5, max_concurrent_requests: lots}
+  - name: empty
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: m
+    api_key_env: K
+    limits: {}
+  - name: absurd
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: m
+    api_key_env: K
+    limits: {max_concurrent_requests: 5000000000}
+`)
+	_, err := LoadConfig(path, noEnv)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`route "zero": limits.requests_per_minute: zero`,
+		`route "negative": limits.tokens_per_minute: negative`,
+		`route "negative": limits.max_concurrent_requests: not an integer`,
+		`route "empty": limits: no limit set`,
+		`route "absurd": limits.max_concurrent_requests: above 1000000000`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "lots") {
+		t.Error("error quotes the value")
+	}
+	// Each problem once: a limit that did not parse is not reported again.
+	if n := strings.Count(err.Error(), `route "zero"`); n != 1 {
+		t.Errorf("route zero reported %d times:\n%v", n, err)
+	}
+
+	// The Go API: a negative limit, and limits with none set.
+	err = Config{Routes: []Route{
+		{Name: "neg", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", Limits: &Limits{TokensPerMinute: -1}},
+		{Name: "none", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", Limits: &Limits{}},
+	}}.Validate()
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Route != "neg" || fe.Field != "limits.tokens_per_minute" {
+		t.Fatalf("first problem %+v in %v", fe, err)
+	}
+	if !strings.Contains(err.Error(), `route "none": limits: no limit set`) {
+		t.Fatalf("limits with none set not refused: %v", err)
+	}
+}

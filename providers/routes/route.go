@@ -158,7 +158,33 @@ type Route struct {
 	// model counts for one image, which a budget's worst case counts for
 	// each image part. Zero means providers.DefaultImageTokens (8192).
 	ImageTokens int
+	// Limits are the provider's limits on this route, which every worker
+	// of the task queue keeps together (package fleetlimit): an attempt
+	// waits for room before it is sent instead of collecting a 429. Nil
+	// means none.
+	Limits *Limits
 }
+
+// Limits are a route's fleet-wide provider limits (the YAML's limits:).
+// A zero field sets no limit of its kind; at least one must be set.
+type Limits struct {
+	// RequestsPerMinute is how many requests the fleet sends on the route
+	// per minute: a bucket of that many, refilled continuously, as
+	// OpenAI's and Anthropic's own limiters work.
+	RequestsPerMinute int
+	// TokensPerMinute is how many tokens the fleet's requests on the
+	// route may count per minute, each counted before it is sent as its
+	// prompt's upper bound plus its output bound, and settled at the
+	// usage the provider reports (docs/providers.md, "Limits").
+	TokensPerMinute int
+	// MaxConcurrentRequests is how many requests the fleet has in flight
+	// on the route at once.
+	MaxConcurrentRequests int
+}
+
+// MaxLimit bounds each of a route's limits: a larger one is a typo, and
+// no provider serves a billion requests or tokens a minute to one key.
+const MaxLimit = 1_000_000_000
 
 // WithDefaults returns r with each zero timeout (and the settle window of
 // a provider record) replaced by its default.

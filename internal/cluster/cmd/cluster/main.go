@@ -4,6 +4,7 @@
 //	cluster up      bring it up, print where everything is, tear it down on Ctrl-C or SIGTERM
 //	cluster chaos   bring it up, run a bounded chaos run (--faults, --stream), tear it down; exit 1 when an invariant broke
 //	cluster bench   actions/s and p50/p99 on the cluster and on the embedded server, same run
+//	cluster limits  four workers against a provider limited to R requests and T tokens a minute, with and without fleet-wide limits
 //
 // docs/deploy.md explains what each runs.
 package main
@@ -26,7 +27,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: cluster up|chaos|bench [flags]  (each has --help)")
+		fmt.Fprintln(stderr, "usage: cluster up|chaos|bench|limits [flags]  (each has --help)")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -38,8 +39,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return chaosCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "limits":
+		return limitsCmd(ctx, args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "cluster: unknown command %q (up, chaos, bench)\n", args[0])
+	fmt.Fprintf(stderr, "cluster: unknown command %q (up, chaos, bench, limits)\n", args[0])
 	return 2
 }
 
@@ -177,5 +180,47 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	cluster.PrintBench(stdout, append(rows, more...))
+	return 0
+}
+
+func limitsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cluster limits", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := cluster.Options{Log: stderr, UIPort: -1}
+	common(fs, &o)
+	var lo cluster.LimitsOptions
+	fs.IntVar(&o.Workers, "workers", 4, "durallm worker processes")
+	fs.IntVar(&lo.RequestsPerMinute, "rpm", 300, "R: the provider's requests per minute, and the fleet's")
+	fs.IntVar(&lo.TokensPerMinute, "tpm", 20000, "T: the provider's tokens per minute, and the fleet's")
+	fs.IntVar(&lo.Concurrency, "concurrency", 64, "callers running actions one after another")
+	fs.DurationVar(&lo.Duration, "duration", 2*time.Minute, "each limited run's length")
+	fs.IntVar(&lo.LatencyActions, "latency-actions", 400, "actions of the latency comparison, half on each route")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if lo.RequestsPerMinute < 1 || lo.TokensPerMinute < 1 || lo.Concurrency < 1 || lo.Duration <= 0 || o.Workers < 1 {
+		fmt.Fprintln(stderr, "cluster limits: --rpm, --tpm, --concurrency and --workers must be at least 1, --duration positive")
+		return 2
+	}
+	lo.Progress = stderr
+	ps, err := cluster.StartLimitsProviders(lo)
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	defer ps.Close()
+	o.Routes = ps.Routes(lo)
+	c, err := cluster.Start(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	rep, err := cluster.LimitsBench(ctx, c, ps, lo)
+	c.Stop()
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	rep.Print(stdout)
 	return 0
 }
