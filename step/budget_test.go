@@ -143,7 +143,7 @@ func resultOf[T any](t *testing.T, env *testsuite.TestWorkflowEnvironment, actio
 	return out
 }
 
-// The case: a 10-turn agent under a parent budget whose third
+// A 10-turn agent under a parent budget whose third
 // call is ambiguous, returns early and gets its verdict only half an hour
 // later, after the agent has gone on. The agent stops at the call that
 // would overshoot, the eighth: that call's action sends nothing, and the

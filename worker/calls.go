@@ -22,8 +22,9 @@ import (
 // (workflows.DescribeCall, workflows.AwaitCall): one an earlier run of the
 // same workflow started, or one attached by id; and to bring a parent's
 // budget up to date with the calls of earlier runs
-// (workflows.BudgetCalls). They only read, through a Temporal client. Worker registers them; to host durallm in a worker of
-// your own, register &worker.Calls{Client: c} beside Register.
+// (workflows.BudgetCalls). They only read, through a Temporal client.
+// Worker registers them; to host durallm in a worker of your own,
+// register &worker.Calls{Client: c} beside Register.
 type Calls struct {
 	// Client reads the actions. Required.
 	Client client.Client

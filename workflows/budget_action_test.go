@@ -45,7 +45,7 @@ func sentMaxTokens(t *testing.T, in attempt.Input) int {
 	return n
 }
 
-// The case in virtual time: a token budget that fits two
+// In virtual time: a token budget that fits two
 // worst-case attempts, a provider failing with 500 (no usage, so each
 // keeps its worst case), and the third attempt is never sent.
 func TestATokenBudgetStopsBeforeTheThirdWorstCaseAttempt(t *testing.T) {

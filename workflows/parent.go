@@ -39,7 +39,7 @@ func (w *action) tellParent(prev, next State) {
 // the same workflow started (a retry, a reset, Continue-As-New), or one
 // attached by its id (step.Attach). Workflow code can wait only for the
 // children its own run started; these wait through a Temporal client,
-// which durallm's workers have (activities.Calls).
+// which durallm's workers have (worker.Calls).
 const (
 	// DescribeCall answers a CallQuery with where the action stands now.
 	DescribeCall = "DescribeCall"

@@ -48,7 +48,7 @@ func budgetInput(maxTokens int, b workflows.Budget) workflows.ActionInput {
 	return in
 }
 
-// The case end to end: an action whose token budget fits two
+// End to end: an action whose token budget fits two
 // worst-case attempts, against a provider failing with 500, stops before
 // a third with the budget outcome; the provider saw two requests.
 func TestE2ETokenBudgetStopsBeforeTheThirdWorstCaseAttempt(t *testing.T) {

@@ -98,7 +98,7 @@ func BenchmarkRequestsByReference(b *testing.B) {
 	startBenchWorker(b, tc, p, "durallm-bench", store)
 	c := durallm.NewClient(tc, "durallm-bench").WithResults(store).WithDataConverter(dc)
 	// The same stack without the converter, on a task queue of its own:
-	// every payload inline, as before requests went by reference.
+	// every payload inline.
 	plainTC := ts.GetDefaultClient()
 	startBenchWorker(b, plainTC, p, "durallm-bench-inline", nil)
 	inline := durallm.NewClient(plainTC, "durallm-bench-inline")

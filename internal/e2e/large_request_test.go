@@ -362,7 +362,7 @@ func hasEvent(events []*historypb.HistoryEvent, t enumspb.EventType) bool {
 // dialed without durallm.DataConverter is the call's error: the parent
 // ends, where the SDK would fail its workflow task for ever
 // (PayloadsTooLarge) and the call would never return. A call within the
-// limit works as before, its answer (over 2 KiB) in the parent's history,
+// limit works, its answer (over 2 KiB) in the parent's history,
 // which that worker reads.
 func TestE2EALargeCallFromAWorkerWithoutTheConverterIsAnErrorNotATaskFailingForEver(t *testing.T) {
 	s := newRefStack(t)

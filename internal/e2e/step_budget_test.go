@@ -193,7 +193,7 @@ func (s *stack) executedTokens() int64 {
 	return int64(len(s.p.Processed())) * budgetUsed
 }
 
-// The case end to end: a 10-turn agent whose third call is
+// End to end: a 10-turn agent whose third call is
 // ambiguous (the connection closed, the provider never ran it), returns
 // early and gets its verdict (not_executed) only once the agent has
 // stopped. The agent stops at the call that would overshoot, the eighth,
