@@ -13,16 +13,14 @@ import (
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/fleetlimit"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providers/exchange"
 	"github.com/durallm/durallm/providers/routes"
 )
 
 // DefaultOutputTokens is the output an attempt counts against its
 // route's tokens per minute, per choice, when its request bounds none
-// (on an anthropic route, the adapter's own default, which it sends): an
-// unbounded answer has no count to take before it is sent. The usage the
-// provider reports settles it.
-const DefaultOutputTokens = 4096
+// (on an anthropic route, the adapter's own default, which it sends),
+// as a budget counts it. The usage the provider reports settles it.
+const DefaultOutputTokens = providers.DefaultOutputTokens
 
 // attemptTokens is what an attempt counts against its route's tokens per
 // minute before it is sent: its prompt's upper bound (the budget's,
@@ -38,7 +36,7 @@ func attemptTokens(req providers.Request, route routes.Route) (reserve, sentBoun
 	switch {
 	case set:
 	case route.Kind == routes.KindAnthropic:
-		out, set = exchange.DefaultAnthropicMaxTokens, true
+		out, set = providers.AnthropicMaxTokens, true
 	default:
 		out = DefaultOutputTokens
 	}

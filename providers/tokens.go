@@ -91,6 +91,21 @@ func contentBound(content json.RawMessage, imageTokens int) (int, bool) {
 	return n, ok
 }
 
+// The output bound per choice counted for a request that sets none,
+// where an attempt must count its output before it is sent: a budget's
+// worst case (docs/contract.md section 4.3) and a route's tokens per
+// minute (section 4.9) count the same.
+const (
+	// DefaultOutputTokens is counted on a route whose adapter sends no
+	// bound of its own: an unbounded answer has no count to take before
+	// it is sent. A budget sends it as max_tokens.
+	DefaultOutputTokens = 4096
+	// AnthropicMaxTokens is the max_tokens the anthropic adapter sends
+	// when the request sets none (exchange.DefaultAnthropicMaxTokens),
+	// and so what an attempt on such a route counts.
+	AnthropicMaxTokens = 1024
+)
+
 // The params that bound a request's output: max_completion_tokens
 // (OpenAI's current name) and max_tokens (its older one, which every
 // OpenAI-compatible server and the Anthropic adapter read).

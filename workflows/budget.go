@@ -149,12 +149,9 @@ const (
 	MinMaxTokens = 16
 	// DefaultBudgetMaxTokens is the max_tokens an attempt under a budget
 	// is sent with when its request sets none (on an anthropic route,
-	// the adapter's own default instead): an unbounded answer has no
-	// worst case to reserve.
-	DefaultBudgetMaxTokens = 4096
-	// anthropicDefaultMaxTokens is exchange.DefaultAnthropicMaxTokens
-	// (the workflow links no adapter; a test keeps the two equal).
-	anthropicDefaultMaxTokens = 1024
+	// the adapter's own default instead, providers.AnthropicMaxTokens):
+	// an unbounded answer has no worst case to reserve.
+	DefaultBudgetMaxTokens = providers.DefaultOutputTokens
 )
 
 // How the budget changed an attempt's max_tokens
@@ -217,7 +214,7 @@ func grantFor(l Ledger, s sizing, r attempt.RouteInfo) (g grant, ok bool, why st
 	if !s.bounded {
 		want, change = DefaultBudgetMaxTokens, MaxTokensAdded
 		if r.Kind == "anthropic" { // routes.KindAnthropic, which the workflow does not link
-			want = anthropicDefaultMaxTokens
+			want = providers.AnthropicMaxTokens
 		}
 	}
 	n := int64(max(1, s.choices))

@@ -130,8 +130,8 @@ func TestGrantForNeverPassesACostLimitByRounding(t *testing.T) {
 }
 
 func TestTheAnthropicDefaultIsTheAdapters(t *testing.T) {
-	if anthropicDefaultMaxTokens != exchange.DefaultAnthropicMaxTokens {
-		t.Fatalf("%d, the adapter's is %d", anthropicDefaultMaxTokens, exchange.DefaultAnthropicMaxTokens)
+	if providers.AnthropicMaxTokens != exchange.DefaultAnthropicMaxTokens {
+		t.Fatalf("%d, the adapter's is %d", providers.AnthropicMaxTokens, exchange.DefaultAnthropicMaxTokens)
 	}
 }
 

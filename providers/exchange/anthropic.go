@@ -28,8 +28,9 @@ const AnthropicVersion = "2023-06-01"
 // max_completion_tokens. Anthropic requires the member, OpenAI does not,
 // so an OpenAI-shaped request that falls back needs one; 1024 is enough
 // for a typical chat answer and small enough that a forgotten limit
-// cannot run up a bill. Set params.max_tokens for longer answers.
-const DefaultAnthropicMaxTokens = 1024
+// cannot run up a bill. Set params.max_tokens for longer answers. A
+// budget and a route's tokens limit count it (providers.AnthropicMaxTokens).
+const DefaultAnthropicMaxTokens = providers.AnthropicMaxTokens
 
 // CallAnthropic makes one attempt against Anthropic's Messages API: one
 // POST to {BaseURL}/messages, sent by the official client
