@@ -7,16 +7,15 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/durallm/durallm/evidence"
-	"github.com/durallm/durallm/providers/exchange"
-	"github.com/durallm/durallm/providers/routes"
-
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/telemetry"
 )
@@ -113,31 +112,36 @@ func (a *Activities) CallModel(ctx context.Context, in attempt.Input) (attempt.O
 		// How the answer streamed, so that any reader numbers it alike.
 		res.Response.Pieces = *pieces
 	}
-	out := attempt.Outcome{Evidence: ev, Classification: class}
-	switch class.Class {
+	out := attempt.Outcome{Evidence: ev, Classification: class, Response: responseOf(class.Class, ev, res.Response)}
+	return a.finish(ctx, in, route, out, res.Response.Usage, sent)
+}
+
+// responseOf is what of the exchange's response r an attempt of class c
+// reports: the answer, whole or partial; the provider's error object; the
+// text delivered before a cancel; otherwise nothing.
+func responseOf(c evidence.Class, ev evidence.Evidence, r providers.Response) *providers.Response {
+	switch c {
 	case evidence.Completed, evidence.CommittedPartial:
-		r := res.Response
-		out.Response = &r
+		return &r
 	case evidence.Rejected, evidence.ContentFiltered:
 		// The provider's error object is the caller's answer (a gateway
 		// passes it back); its message may quote the prompt, so it stays
 		// in the response it belongs to (docs/contract.md section 7).
-		if res.Response.Error != nil {
-			out.Response = &providers.Response{Error: res.Response.Error}
+		if r.Error != nil {
+			return &providers.Response{Error: r.Error}
 		}
 	case evidence.Canceled:
 		// Canceled after the commit: the text already delivered stays
 		// with the result (docs/contract.md section 6.4).
 		if ev.ContentStarted {
-			r := res.Response
 			r.Partial, r.Raw = true, nil
 			if r.Incomplete == "" {
 				r.Incomplete = providers.IncompleteCanceled
 			}
-			out.Response = &r
+			return &r
 		}
 	}
-	return a.finish(ctx, in, route, out, res.Response.Usage, sent)
+	return nil
 }
 
 // facts gathers what the activity knows of an attempt that the wire
