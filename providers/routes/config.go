@@ -142,6 +142,21 @@ func (r Route) check(bad func(field, problem string)) {
 	if r.Capabilities.ContextTokens < 0 {
 		bad("capabilities.context_tokens", "negative")
 	}
+	r.checkSpending(bad)
+	for j, t := range r.Capabilities.DataTags {
+		switch {
+		case strings.TrimSpace(t) == "":
+			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "empty")
+		case r.ProviderRecord == ProviderRecordStoredCompletions && strings.EqualFold(strings.TrimSpace(t), NoRetentionTag):
+			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "no-retention on a route with provider_record: stored_completions, "+
+				"which has the provider keep every conversation sent on it; drop the tag or the record")
+		}
+	}
+}
+
+// checkSpending reports, through bad, the problems of what r says of
+// spending: its prices, its fleet-wide limits and its image_tokens.
+func (r Route) checkSpending(bad func(field, problem string)) {
 	if r.Prices != nil {
 		if r.NoUsage {
 			bad("prices", "the route reports no usage (reports_usage: false), so no cost can be counted from its prices; remove one or the other")
@@ -172,15 +187,6 @@ func (r Route) check(bad func(field, problem string)) {
 	}
 	if r.ImageTokens < 0 || r.ImageTokens > maxImageTokens {
 		bad("image_tokens", fmt.Sprintf("outside 0..%d", maxImageTokens))
-	}
-	for j, t := range r.Capabilities.DataTags {
-		switch {
-		case strings.TrimSpace(t) == "":
-			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "empty")
-		case r.ProviderRecord == ProviderRecordStoredCompletions && strings.EqualFold(strings.TrimSpace(t), NoRetentionTag):
-			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "no-retention on a route with provider_record: stored_completions, "+
-				"which has the provider keep every conversation sent on it; drop the tag or the record")
-		}
 	}
 }
 
