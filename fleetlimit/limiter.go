@@ -262,55 +262,15 @@ func (l *Limiter) Acquire(ctx context.Context, name string, tokens float64, maxW
 		}
 		// Use what is on hand, and ask the store for the rest, with
 		// something on top to keep.
-		a := Ask{MaxWait: max(0, time.Until(deadline))}
-		var fromHand struct {
-			req, slot bool
-			tok       float64
-		}
-		if lim.RequestsPerMinute > 0 {
-			if haveReq {
-				r.requests--
-				fromHand.req = true
-			} else {
-				a.Requests = 1
-			}
-			a.ExtraRequests = r.chunkRequests
-		}
-		if lim.TokensPerMinute > 0 {
-			if haveTok {
-				r.tokens -= tokens
-				fromHand.tok = tokens
-			} else {
-				// What is on hand counts toward it.
-				a.Tokens = tokens - r.tokens
-				fromHand.tok = r.tokens
-				r.tokens = 0
-			}
-			a.ExtraTokens = r.chunkTokens
-		}
-		if lim.MaxConcurrent > 0 {
-			if haveSlot {
-				r.spare--
-				r.inUse++
-				fromHand.slot = true
-			} else {
-				a.Slot = true
-			}
-		}
+		a, fromHand := r.askBeyondHand(tokens, haveReq, haveTok, haveSlot)
+		a.MaxWait = max(0, time.Until(deadline))
 		freed := r.freed
 		r.mu.Unlock()
 		t, err := l.take(ctx, r, a)
 		r.mu.Lock()
 		if err != nil || t.Refused {
-			// Put back what came from the hand; nothing was taken.
-			if fromHand.req {
-				r.requests++
-			}
-			r.tokens += fromHand.tok
-			if fromHand.slot {
-				r.inUse--
-				r.addSpare(1)
-			}
+			// Nothing was taken.
+			r.putBack(fromHand)
 			r.mu.Unlock()
 			switch {
 			case err != nil:
@@ -355,6 +315,67 @@ func (l *Limiter) Acquire(ctx context.Context, name string, tokens float64, maxW
 		}
 		g.Waited = time.Since(start)
 		return g, nil
+	}
+}
+
+// handTake is what an attempt took from its route's hand while it asks
+// the store for the rest.
+type handTake struct {
+	req, slot bool
+	tok       float64
+}
+
+// askBeyondHand takes from the hand what it holds of what an attempt of
+// tokens needs (haveReq, haveTok and haveSlot say what it holds enough
+// of; what it holds of tokens counts toward them in any case), and
+// returns the Ask for the rest, with the chunks to keep on hand on top.
+// r.mu is held.
+func (r *route) askBeyondHand(tokens float64, haveReq, haveTok, haveSlot bool) (Ask, handTake) {
+	var a Ask
+	var h handTake
+	lim := r.limits
+	if lim.RequestsPerMinute > 0 {
+		if haveReq {
+			r.requests--
+			h.req = true
+		} else {
+			a.Requests = 1
+		}
+		a.ExtraRequests = r.chunkRequests
+	}
+	if lim.TokensPerMinute > 0 {
+		if haveTok {
+			r.tokens -= tokens
+			h.tok = tokens
+		} else {
+			a.Tokens = tokens - r.tokens
+			h.tok = r.tokens
+			r.tokens = 0
+		}
+		a.ExtraTokens = r.chunkTokens
+	}
+	if lim.MaxConcurrent > 0 {
+		if haveSlot {
+			r.spare--
+			r.inUse++
+			h.slot = true
+		} else {
+			a.Slot = true
+		}
+	}
+	return a, h
+}
+
+// putBack returns to the hand what h took from it, for a take that got
+// nothing. r.mu is held.
+func (r *route) putBack(h handTake) {
+	if h.req {
+		r.requests++
+	}
+	r.tokens += h.tok
+	if h.slot {
+		r.inUse--
+		r.addSpare(1)
 	}
 }
 
