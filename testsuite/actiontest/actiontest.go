@@ -715,58 +715,7 @@ func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.
 			a.dropConn(w.conn)
 		}
 	}()
-	var resp *providers.Response
-	switch at.kind {
-	case kindAnswer:
-		r := a.response(at, in, route)
-		ev.ResponseHeaders, ev.Status, ev.ContentStarted, ev.ResponseBytes = true, 200, true, int64(len(r.Raw))
-		ev.FirstByte = max(at.taking, time.Millisecond)
-		if in.Request.Stream {
-			ev.ResponseBytes = int64(len(r.Text)) + 100
-		}
-		resp = &r
-	case kindPartial, kindHoldAfter:
-		if !in.Request.Stream {
-			if at.kind == kindHoldAfter {
-				ev.TimedOut = true
-				break
-			}
-			// A JSON body cut short: headers and part of a body, no
-			// usable answer, so nothing committed.
-			ev.ResponseHeaders, ev.Status, ev.ResponseBytes = true, 200, int64(len(at.response.Text))+60
-			ev.RSTStream = code(evidence.CodeInternalError)
-			ev.BodyFailed, ev.Signal = true, evidence.SignalEmptyResponse
-			break
-		}
-		r := a.response(at, in, route)
-		ev.ResponseHeaders, ev.Status, ev.ContentStarted = true, 200, true
-		ev.ResponseBytes, ev.FirstByte = int64(len(r.Text))+100, time.Millisecond
-		ev.Signal = evidence.SignalStreamIncomplete
-		if at.kind == kindPartial {
-			ev.RSTStream, ev.BodyFailed = code(evidence.CodeInternalError), true
-		} else {
-			// The attempt's own timer ended the stream mid-body.
-			ev.TimedOut, ev.BodyFailed, r.Incomplete = true, true, providers.IncompleteAttemptTimeout
-		}
-		resp = &r
-	case kindRefused:
-		// As a provider draining its connection answers the first stream.
-		ev.GoAway = &evidence.GoAway{LastStreamID: max(w.stream, 2) - 2, Code: evidence.CodeNoError, DebugLen: len("actiontest")}
-		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
-	case kindMisdirected:
-		// The body is the provider's own error object, as a provider sends.
-		ev.ResponseHeaders, ev.Status, ev.ResponseBytes, ev.ProviderError = true, 421, int64(len(errorBody)), true
-	case kindStatus:
-		ev.ResponseHeaders, ev.Status, ev.RetryAfter, ev.ResponseBytes, ev.ProviderError = true, at.status, at.retry, int64(len(errorBody)), true
-	case kindFiltered:
-		ev.ResponseHeaders, ev.Status, ev.ResponseBytes, ev.ProviderError = true, at.status, int64(len(filteredBody)), true
-		ev.Signal = evidence.SignalContentFiltered
-	case kindAmbiguous:
-		// The activity finds no usable body where the connection ended.
-		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
-	case kindHold:
-		ev.TimedOut = true
-	}
+	resp := a.delivered(at, in, route, w, &ev)
 	if ev.TimedOut && !ev.ContentStarted {
 		ev.Signal = evidence.SignalEmptyResponse
 	}
@@ -807,6 +756,63 @@ func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.
 		}, after)
 	}
 	return out, nil
+}
+
+// delivered writes into ev what the wire would have shown of an attempt
+// scripted as at, and returns the response it delivered, if any.
+func (a *Actions) delivered(at Attempt, in attempt.Input, route attempt.RouteInfo, w wire, ev *evidence.Evidence) *providers.Response {
+	switch at.kind {
+	case kindAnswer:
+		r := a.response(at, in, route)
+		ev.ResponseHeaders, ev.Status, ev.ContentStarted, ev.ResponseBytes = true, 200, true, int64(len(r.Raw))
+		ev.FirstByte = max(at.taking, time.Millisecond)
+		if in.Request.Stream {
+			ev.ResponseBytes = int64(len(r.Text)) + 100
+		}
+		return &r
+	case kindPartial, kindHoldAfter:
+		if !in.Request.Stream {
+			if at.kind == kindHoldAfter {
+				ev.TimedOut = true
+				return nil
+			}
+			// A JSON body cut short: headers and part of a body, no
+			// usable answer, so nothing committed.
+			ev.ResponseHeaders, ev.Status, ev.ResponseBytes = true, 200, int64(len(at.response.Text))+60
+			ev.RSTStream = code(evidence.CodeInternalError)
+			ev.BodyFailed, ev.Signal = true, evidence.SignalEmptyResponse
+			return nil
+		}
+		r := a.response(at, in, route)
+		ev.ResponseHeaders, ev.Status, ev.ContentStarted = true, 200, true
+		ev.ResponseBytes, ev.FirstByte = int64(len(r.Text))+100, time.Millisecond
+		ev.Signal = evidence.SignalStreamIncomplete
+		if at.kind == kindPartial {
+			ev.RSTStream, ev.BodyFailed = code(evidence.CodeInternalError), true
+		} else {
+			// The attempt's own timer ended the stream mid-body.
+			ev.TimedOut, ev.BodyFailed, r.Incomplete = true, true, providers.IncompleteAttemptTimeout
+		}
+		return &r
+	case kindRefused:
+		// As a provider draining its connection answers the first stream.
+		ev.GoAway = &evidence.GoAway{LastStreamID: max(w.stream, 2) - 2, Code: evidence.CodeNoError, DebugLen: len("actiontest")}
+		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
+	case kindMisdirected:
+		// The body is the provider's own error object, as a provider sends.
+		ev.ResponseHeaders, ev.Status, ev.ResponseBytes, ev.ProviderError = true, 421, int64(len(errorBody)), true
+	case kindStatus:
+		ev.ResponseHeaders, ev.Status, ev.RetryAfter, ev.ResponseBytes, ev.ProviderError = true, at.status, at.retry, int64(len(errorBody)), true
+	case kindFiltered:
+		ev.ResponseHeaders, ev.Status, ev.ResponseBytes, ev.ProviderError = true, at.status, int64(len(filteredBody)), true
+		ev.Signal = evidence.SignalContentFiltered
+	case kindAmbiguous:
+		// The activity finds no usable body where the connection ended.
+		ev.ConnClosed, ev.Signal = true, evidence.SignalEmptyResponse
+	case kindHold:
+		ev.TimedOut = true
+	}
+	return nil
 }
 
 // large reports whether a worker would store r by reference: its JSON is
