@@ -13,6 +13,7 @@ import (
 
 	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/internal/tick"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/exchange"
 	"github.com/durallm/durallm/providers/routes"
@@ -254,7 +255,7 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, strea
 	if stream {
 		url = a.StreamURL
 	}
-	return onEachTick(every, ctx.Done(), func() {
+	return tick.Every(every, ctx.Done(), func() {
 		if stage, limit := room.stage(); stage != "" {
 			// Nothing sent yet: the UI's pending attempt shows the wait.
 			activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, CapacityLimit: limit})
@@ -267,31 +268,4 @@ func (a *Activities) heartbeat(ctx context.Context, att *recovery.Attempt, strea
 		}
 		activity.RecordHeartbeat(ctx, attempt.Progress{AttemptID: att.ID(), Stage: stage, ConnRef: ev.ConnRef, ContentStarted: ev.ContentStarted, ResponseBytes: ev.ResponseBytes, StreamURL: url})
 	})
-}
-
-// onEachTick calls fn every interval, the first time after one interval,
-// until stop is called or until ends (nil: never). stop waits for a call
-// in progress, so fn never runs after stop returns.
-func onEachTick(every time.Duration, until <-chan struct{}, fn func()) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-until:
-				return
-			case <-t.C:
-			}
-			fn()
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
 }

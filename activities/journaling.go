@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/durallm/durallm/evidence"
-
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/internal/tick"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/recovery"
 	"github.com/durallm/durallm/resultstore"
@@ -156,7 +156,7 @@ func (a *Activities) journalSent(ctx context.Context, in attempt.Input, att *rec
 	var last time.Time
 	s := &sentRecord{}
 	// Not stopped by ctx: the caller's stop ends it, after the exchange.
-	s.stopTicks = onEachTick(journalSentPoll, nil, func() {
+	s.stopTicks = tick.Every(journalSentPoll, nil, func() {
 		if time.Since(last) < a.journalLease() || s.inFlight.Load() >= sentInFlight || !att.OnTheWire() {
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/internal/tick"
 	"github.com/durallm/durallm/journal"
 )
 
@@ -67,7 +68,7 @@ func (a *Activities) Reconcile(ctx context.Context, in attempt.ReconcileInput) (
 		// While any reconciler runs, the application's included: its
 		// worker's loss is then seen within the heartbeat timeout, and it
 		// runs again on another worker at once.
-		defer onEachTick(reconcileHeartbeatEvery, ctx.Done(), func() {
+		defer tick.Every(reconcileHeartbeatEvery, ctx.Done(), func() {
 			activity.RecordHeartbeat(ctx, "reconciling attempt "+in.AttemptID)
 		})()
 	}

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/durallm/durallm/internal/tick"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -192,28 +193,14 @@ func (c *Calls) result(ctx context.Context, id, runID string) (workflows.ActionR
 }
 
 // heartbeat heartbeats until stop is called, so that a canceled wait
-// learns of it and a lost worker's wait is retried elsewhere.
+// learns of it and a lost worker's wait is retried elsewhere. The first
+// comes after one interval: Temporal knows the wait has started.
 func (c *Calls) heartbeat(ctx context.Context) (stop func()) {
 	every := c.HeartbeatEvery
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			activity.RecordHeartbeat(ctx)
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() { close(done) }
+	return tick.Every(every, ctx.Done(), func() { activity.RecordHeartbeat(ctx) })
 }
 
 // BudgetCalls answers where each call of a parent's budget that q asks

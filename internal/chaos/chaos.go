@@ -32,6 +32,7 @@ import (
 	"github.com/durallm/durallm/internal/chaos/report"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/internal/haproxy"
+	"github.com/durallm/durallm/internal/tick"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
@@ -295,7 +296,7 @@ func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.Ac
 			}
 		}()
 	}
-	stopReloads := Every(ctx, o.ReloadEvery, func() {
+	stopReloads := tick.Every(o.ReloadEvery, ctx.Done(), func() {
 		if err := r.hp.Reload(); err != nil {
 			r.say("  reload failed: %v", err)
 			return
@@ -343,34 +344,6 @@ func (r *rig) drive(ctx context.Context, o Options, rep *Report) ([]workflows.Ac
 }
 
 func actionID(i int) string { return "chaos-" + strconv.Itoa(i) }
-
-// Every runs f every d on its own goroutine until ctx ends or stop is
-// called; stop returns once f can no longer run, so what f writes is then
-// safe to read.
-func Every(ctx context.Context, d time.Duration, f func()) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				f()
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(done) })
-		<-finished
-	}
-}
 
 // Input is action i of a run: one user message over the given routes, at
 // most six attempts, and a short wait for a person. internal/cluster

@@ -14,6 +14,7 @@ import (
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/internal/chaos"
 	"github.com/durallm/durallm/internal/chaos/report"
+	"github.com/durallm/durallm/internal/tick"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
@@ -257,7 +258,7 @@ func Chaos(ctx context.Context, c *Cluster, o ChaosOptions) (*ChaosReport, error
 		}()
 	}
 	var reloads atomic.Int64
-	stopReloads := chaos.Every(ctx, o.ReloadEvery, func() {
+	stopReloads := tick.Every(o.ReloadEvery, ctx.Done(), func() {
 		if c.ProviderProxy.Reload() == nil {
 			reloads.Add(1)
 		}
