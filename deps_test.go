@@ -19,6 +19,7 @@ func TestTheClientLinksNoWorkerSideCode(t *testing.T) {
 	}
 	forbidden := []string{
 		"github.com/openai/openai-go",
+		"github.com/anthropics/anthropic-sdk-go",
 		"github.com/prometheus/",
 		"go.opentelemetry.io/",
 		"go.temporal.io/server/",

@@ -4,10 +4,12 @@
 //
 //   - actiontest: scripted LLM actions in the SDK's TestWorkflowEnvironment,
 //     so a unit test of a workflow that calls step.Call says what each call
-//     does (completes with a text, awaits a verdict and then gets one, is
-//     canceled), in virtual time, without a worker or a model. What runs is
-//     the real LLMAction with scripted attempts, so the results have
-//     exactly the real shapes.
+//     does (completes with a text or by reference, is filtered, awaits a
+//     verdict and then gets one from a person or the worker's reconciler,
+//     is canceled before or after its commit), in virtual time, without a
+//     worker or a model, and asserts what each call sent. What runs is the
+//     real LLMAction with scripted attempts, so the results have exactly
+//     the real shapes.
 //   - runbook: the five recovery runbook cases (GOAWAY above and at the
 //     boundary, 421, a bare close, REFUSED_STREAM) run through a path of
 //     your own (a proxy between the worker and the provider), saying what

@@ -14,10 +14,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.temporal.io/sdk/worker"
+
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/testsuite/runbook"
+	"github.com/durallm/durallm/workflows"
 )
 
 // runCheckPath runs the five recovery runbook cases through a proxy path
@@ -80,6 +83,12 @@ func runCheckPath(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "durallm check-path: the recovery runbook through %s\n", *via)
 		fmt.Fprintf(stdout, "  to the fault-injecting provider: HTTP/2 %s, h2c %s, HTTP/1.1 %s, HTTP/1.1 TLS %s\n\n", p.URL(), p.H2CURL(), p.HTTP1URL(), p.HTTP1TLSURL())
 	}
+	// The cases run in the SDK's test environment, which names its worker
+	// by the binary's checksum unless told one: hashing this 250 MB
+	// binary, inside the first case's first workflow task, outlasted the
+	// deadlock detection on a busy machine. This process runs no worker
+	// of its own that a checksum would tell apart.
+	worker.SetBinaryChecksum("durallm-check-path")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := runbook.Run(ctx, runbook.Setup{Provider: p, Route: route, TLS: &tls.Config{RootCAs: roots}, AllowH2C: *allowH2C, Timeout: *timeout})
@@ -132,13 +141,8 @@ func writeCheck(w io.Writer, rep runbook.Report, intermediary bool) {
 		if r.Hid != "" {
 			fmt.Fprintf(w, "  hid:       %s\n", r.Hid)
 		}
-		switch {
-		case r.Unsafe && r.Executed > 1:
-			fmt.Fprintf(w, "  so:        the provider ran the request %d times: durallm took the path's answer for a retryable failure\n", r.Executed)
-		case r.Unsafe:
-			fmt.Fprintf(w, "  so:        durallm took a request the provider ran for one provably not processed\n")
-		case !r.Held && r.Case.Next == "retry":
-			fmt.Fprintf(w, "  so:        executed once all the same, but on evidence that proves nothing: a request the provider had run would look the same\n")
+		if so := consequence(r); so != "" {
+			fmt.Fprintf(w, "  so:        %s\n", so)
 		}
 		fmt.Fprintln(w)
 	}
@@ -152,9 +156,64 @@ func writeCheck(w io.Writer, rep runbook.Report, intermediary bool) {
 		fmt.Fprintln(w, "provider (a 502 when its upstream connection ends, a REFUSED_STREAM of its own) hides the evidence durallm decides on:")
 		fmt.Fprintln(w, "reach the provider without it, or through a proxy that relays the provider's HTTP/2 frames as they are.")
 	}
-	if !intermediary && rep.Held() < len(rep.Results) {
-		fmt.Fprintln(w, "A route through a proxy should say intermediary: true (run with --intermediary): a proxy's REFUSED_STREAM is no proof (docs/recovery.md).")
+	if spokeHTTP1(rep) && rep.Held() < len(rep.Results) {
+		fmt.Fprintln(w, "durallm spoke HTTP/1.1 through this path. HTTP/1.1 has no GOAWAY and no REFUSED_STREAM: a request the provider refused")
+		fmt.Fprintln(w, "that way reaches durallm as a closed connection, which proves nothing, so it waits for a verdict instead of retrying.")
+		fmt.Fprintln(w, "Reach the provider over HTTP/2 (through a proxy that relays its frames) for those cases to hold.")
 	}
+	if !intermediary && intermediaryMatters(rep) {
+		fmt.Fprintln(w, "A route through a proxy should say intermediary: true (run with --intermediary): a proxy's REFUSED_STREAM, or its own 502,")
+		fmt.Fprintln(w, "is no proof, and here it would change what durallm concludes (docs/recovery.md).")
+	}
+}
+
+// consequence says what a case's result meant for the request, when that
+// is not plain from its verdict: sent twice, taken for unprocessed,
+// retried on evidence that proves nothing, or not retried at all.
+func consequence(r runbook.Result) string {
+	switch {
+	case r.Err != nil:
+		return ""
+	case r.Unsafe && r.Executed > 1:
+		return fmt.Sprintf("the provider ran the request %d times: durallm took the path's answer for a retryable failure", r.Executed)
+	case r.Unsafe:
+		return "durallm took a request the provider ran for one provably not processed"
+	case r.Held:
+		return ""
+	case r.Next == workflows.DecideRetry && r.Executed == 1:
+		return "executed once all the same, but on evidence that proves nothing: a request the provider had run would look the same"
+	case r.Next == workflows.DecideAwait && r.Case.Next == workflows.DecideRetry && r.Executed == 0:
+		return "not retried: nothing durallm saw proves that the provider did not run it, so the action waits for a verdict (the provider never ran it)"
+	}
+	return ""
+}
+
+// spokeHTTP1 reports whether durallm reached the path over HTTP/1.1.
+func spokeHTTP1(rep runbook.Report) bool {
+	for _, r := range rep.Results {
+		if r.Err == nil && r.Evidence.HTTPVersion == evidence.ProtoHTTP11 {
+			return true
+		}
+	}
+	return false
+}
+
+// intermediaryMatters reports whether marking the route intermediary
+// would change what durallm concluded from some case's evidence (a
+// REFUSED_STREAM or a 502 the path sent): only then is --intermediary
+// worth suggesting.
+func intermediaryMatters(rep runbook.Report) bool {
+	for _, r := range rep.Results {
+		ev := r.Evidence
+		if r.Err != nil || ev.Intermediary {
+			continue
+		}
+		ev.Intermediary = true
+		if evidence.Classify(ev).Class != r.Class {
+			return true
+		}
+	}
+	return false
 }
 
 func directExecutions(c runbook.Case) int {

@@ -7,6 +7,7 @@
 // benchmarks are in recovery/, the journal's in activities/.
 //
 //	go test ./internal/e2e                                  # the tests
-//	go test -run TestE2E -update-histories ./internal/e2e   # re-record workflows/testdata
+//	go test ./internal/e2e -run TestE2E -update-histories   # re-record workflows/testdata
+//	go test ./internal/e2e -run TestE2ERealActionShapesOnAServer -update-shapes   # re-record testsuite/actiontest/testdata
 //	go test -run '^$' -bench . ./internal/e2e               # the benchmarks (docs/performance.md)
 package e2e

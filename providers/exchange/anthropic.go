@@ -9,9 +9,14 @@ import (
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 )
 
 // AnthropicVersion is the anthropic-version header CallAnthropic sends:
@@ -27,8 +32,11 @@ const AnthropicVersion = "2023-06-01"
 const DefaultAnthropicMaxTokens = 1024
 
 // CallAnthropic makes one attempt against Anthropic's Messages API: one
-// POST to {BaseURL}/messages with rt.RoundTrip, never retried, the key in
-// x-api-key and "anthropic-version: 2023-06-01". Its contract (the commit
+// POST to {BaseURL}/messages, sent by the official client
+// (github.com/anthropics/anthropic-sdk-go/v2) with its retries off and rt
+// as its transport, never retried and never redirected, the key in
+// x-api-key and "anthropic-version: 2023-06-01" (sendAnthropicMessage says
+// how the client is set up). Its contract (the commit
 // boundary, timers, partial streams, what is an error and what is a
 // Result, no content in errors) is the exchange's, as for CallOpenAI
 // (call in exchange.go); only the wire format differs.
@@ -71,20 +79,86 @@ func CallAnthropic(ctx context.Context, rt http.RoundTripper, c Call) (Result, e
 	return call(ctx, rt, c, &anthropicDialect)
 }
 
-// anthropicDialect is the Messages API.
+// anthropicDialect is the Messages API, sent by the official client.
 var anthropicDialect = dialect{
-	kind: routes.KindAnthropic,
-	path: []string{"messages"},
-	send: postJSON(anthropicRequestBody, func(h http.Header, key string) {
-		h.Set("anthropic-version", AnthropicVersion)
-		if key != "" {
-			h.Set("x-api-key", key)
-		}
-	}),
+	kind:      routes.KindAnthropic,
+	path:      []string{"messages"},
+	send:      sendAnthropicMessage,
 	whole:     parseAnthropicMessage,
 	errorBody: parseAnthropicError,
 	newStream: newAnthropicStreamAcc,
 	signal:    anthropicErrorSignal,
+}
+
+// sendAnthropicMessage sends the request with the official Anthropic
+// client (github.com/anthropics/anthropic-sdk-go/v2), configured as the
+// OpenAI client is (sendChatCompletion) so that it can never send twice or
+// anywhere else: retries off, the recovery engine as its transport with
+// redirects not followed, a service built from explicit options only
+// (never ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, a profile or any other
+// part of the SDK's credential chain), the request sent with the
+// exchange's context, and its OpenTelemetry spans off (a span would carry
+// the request's content when the environment asks for it, and the trace
+// headers would go upstream).
+//
+// What differs from the OpenAI adapter, and why (docs/providers.md):
+//   - The body is this adapter's own encoding (anthropicRequestBody), given
+//     to the client as the params' JSON. The SDK's MessageNewParams has no
+//     temperature, top_p or top_k (its API version refuses them), its
+//     extra fields are written in map order (the same request gave 4
+//     different bodies in 200 marshals), and it has no string form of a
+//     message's, the system prompt's or a tool result's content.
+//   - The key goes in x-api-key and anthropic-version is AnthropicVersion:
+//     the client's own WithAPIKey sends Authorization: Bearer and its
+//     default version is one whose request shape this adapter does not
+//     speak, and Anthropic-compatible servers read x-api-key.
+//   - The URL is the route's endpoint ({base_url}/messages): the client's
+//     path is fixed at v1/messages under its base URL, and a route's
+//     base_url already names the version (https://api.anthropic.com/v1).
+//   - The exchange's context matters here: for a non-streamed request the
+//     client arms a timer of its own (ten minutes, when the attempt may run
+//     longer) and cancels it as soon as it hands back an error status,
+//     which under its context would end the request before the exchange
+//     read the provider's error body
+//     (TestAnthropicErrorBodyIsReadOnALongAttempt).
+//
+// As with the OpenAI client, the response is not read by the client.
+func sendAnthropicMessage(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error) {
+	body, err := anthropicRequestBody(o.route.Model, o.request)
+	if err != nil {
+		return nil, err
+	}
+	endpoint, err := url.Parse(o.url)
+	if err != nil {
+		return nil, err
+	}
+	t := &answerTaker{ctx: ctx, url: endpoint}
+	opts := []option.RequestOption{
+		option.WithBaseURL(o.route.BaseURL),
+		option.WithHTTPClient(clientHTTP(rt)),
+		option.WithMaxRetries(0),
+		option.WithoutOpenTelemetry(),
+		option.WithHeader("anthropic-version", AnthropicVersion),
+		option.WithHeader("Accept", acceptFor(o.request)),
+		option.WithMiddleware(t.take),
+	}
+	if o.key != "" {
+		opts = append(opts, option.WithHeader("x-api-key", o.key))
+	}
+	var params anthropic.MessageNewParams
+	param.SetJSON(body, &params)
+	svc := anthropic.NewMessageService(opts...)
+	if o.request.Stream {
+		s := svc.NewStreaming(ctx, params)
+		err = s.Err()
+		// It holds the empty body the middleware gave the client.
+		_ = s.Close()
+	} else {
+		// The body stays with the exchange: with **http.Response as the
+		// destination the client returns the response unread.
+		_, err = svc.New(ctx, params, option.WithResponseBodyInto(new(*http.Response)))
+	}
+	return t.outcome(err)
 }
 
 // anthropicRequest is the Messages request body. Fields are in the order
@@ -399,7 +473,7 @@ func (t *anthropicTx) toolUses(field string, raw json.RawMessage) []any {
 		if name == "" {
 			t.invalid(cf+".function.name", "required")
 		}
-		input, ok := toolInput(f.Arguments)
+		input, ok := AnthropicToolInput(f.Arguments)
 		if !ok {
 			t.unsupported(cf+".function.arguments", "not a JSON object (tool_use input must be one)")
 			continue
@@ -407,30 +481,6 @@ func (t *anthropicTx) toolUses(field string, raw json.RawMessage) []any {
 		out = append(out, toolUseBlock{Type: "tool_use", ID: id, Name: name, Input: input})
 	}
 	return out
-}
-
-// toolInput reads OpenAI function arguments (a JSON-encoded string, or
-// the object itself from some compatible providers) as a JSON object.
-// Empty arguments are the empty object.
-func toolInput(raw json.RawMessage) (json.RawMessage, bool) {
-	tr := bytes.TrimSpace(raw)
-	if isNull(tr) {
-		return json.RawMessage(`{}`), true
-	}
-	if tr[0] == '"' {
-		tr = bytes.TrimSpace([]byte(str(tr)))
-		if len(tr) == 0 {
-			return json.RawMessage(`{}`), true
-		}
-	}
-	if tr[0] != '{' || !json.Valid(tr) {
-		return nil, false
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, tr) != nil {
-		return nil, false
-	}
-	return b.Bytes(), true
 }
 
 // toolResult translates a tool message into a tool_result block.
@@ -493,13 +543,8 @@ func (t *anthropicTx) toolChoice(raw json.RawMessage) *anthropicChoice {
 		return nil
 	}
 	if tr[0] == '"' {
-		switch str(tr) {
-		case "auto":
-			return &anthropicChoice{Type: "auto"}
-		case "none":
-			return &anthropicChoice{Type: "none"}
-		case "required":
-			return &anthropicChoice{Type: "any"}
+		if mode, ok := AnthropicToolChoice(str(tr)); ok {
+			return &anthropicChoice{Type: mode}
 		}
 		t.unsupported("tool_choice", `not "auto", "none", "required" or a function`)
 		return nil

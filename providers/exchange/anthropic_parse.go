@@ -82,23 +82,6 @@ func (u anthropicUsage) usage() providers.Usage {
 	return providers.Usage{PromptTokens: p, CompletionTokens: u.output, TotalTokens: p + u.output}
 }
 
-// anthropicFinish maps a stop_reason to OpenAI's finish_reason; an
-// unknown one is kept verbatim rather than guessed.
-func anthropicFinish(stop string) string {
-	switch stop {
-	case "end_turn", "stop_sequence":
-		return "stop"
-	case "max_tokens", "model_context_window_exceeded":
-		return "length"
-	case "tool_use":
-		return "tool_calls"
-	case "refusal":
-		return "content_filter"
-	default:
-		return stop
-	}
-}
-
 // toolArgs renders a tool_use input as OpenAI's arguments text: compact
 // JSON, "{}" when absent, a string verbatim (a proxy that encoded it
 // already).
@@ -127,33 +110,14 @@ func parseAnthropicMessage(data []byte) (providers.Response, evidence.Signal, er
 		return r, unreadSignal(err), err
 	}
 	r.ID, r.Model = str(b.ID), str(b.Model)
-	r.FinishReason = anthropicFinish(str(b.StopReason))
+	r.FinishReason = AnthropicFinishReason(str(b.StopReason))
 	var u anthropicUsage
 	if u.merge(b.Usage) {
 		r.Usage = u.usage()
 	}
 	r.Error = parseAPIError(b.Error)
-	r.Text, r.ToolCalls = contentText(b.Content), anthropicToolCalls(b.Content)
+	r.Text, r.ToolCalls = contentText(b.Content), AnthropicToolCalls(b.Content)
 	return r, completionSignalWith(r, anthropicErrorSignal), nil
-}
-
-// anthropicToolCalls reads a message's tool_use blocks as OpenAI-shaped
-// tool calls, nil when there are none. (Its text is contentText's: text
-// blocks are the only Messages blocks with a "text" member.) Server-tool
-// blocks are Anthropic's own work, not calls for the caller to make, and
-// stay in Response.Raw with thinking and unknown blocks.
-func anthropicToolCalls(content json.RawMessage) json.RawMessage {
-	var calls []toolCall
-	for _, el := range arr(content) {
-		var b wireAnthropicBlock
-		if obj(el, &b) && str(b.Type) == "tool_use" {
-			calls = append(calls, toolCall{ID: str(b.ID), Type: "function", Name: str(b.Name), Arguments: toolArgs(b.Input)})
-		}
-	}
-	if len(calls) == 0 {
-		return nil
-	}
-	return toolCallsJSON(calls)
 }
 
 // parseAnthropicError reads the body of an HTTP error status:
@@ -269,7 +233,7 @@ func (e *anthropicEvents) read(a *streamAcc, name string, data []byte) (text str
 		}
 	case "message_delta":
 		if obj(ev.Delta, &b) {
-			finish = anthropicFinish(str(b.StopReason))
+			finish = AnthropicFinishReason(str(b.StopReason))
 		}
 		if e.usage.merge(ev.Usage) {
 			a.resp.Usage, a.gotUsage = e.usage.usage(), true

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/durallm/durallm/evidence"
 	"github.com/durallm/durallm/providers/exchange"
@@ -687,4 +688,19 @@ func TestAnthropicNoContentOrKeyInErrors(t *testing.T) {
 			t.Fatalf("the attempt log contains %s", c)
 		}
 	}
+}
+
+// The client gives a non-streamed request a timer of its own (ten minutes)
+// when the attempt may run longer, and cancels it as soon as it has handed
+// back an error status: the exchange reads the provider's error body
+// after that, so the request must not go out under the client's timer.
+func TestAnthropicErrorBodyIsReadOnALongAttempt(t *testing.T) {
+	body := `{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}`
+	checkStatusCases(t, []statusCase{
+		{"model not found, attempt timeout 30m", providertest.Status(404, nil, body), evidence.SignalModelNotFound, evidence.IncompatibleRoute},
+	}, newAnthropicHarness, func(h *harness) routes.Route {
+		r := h.claude()
+		r.AttemptTimeout = 30 * time.Minute
+		return r
+	})
 }

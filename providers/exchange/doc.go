@@ -5,11 +5,12 @@
 // (package routes). Both are dialects of one exchange (exchange.go), which
 // owns how an attempt ends; see call there.
 //
-// CallOpenAI sends through the official client
-// (github.com/openai/openai-go/v3) with its retries off, redirects off and
-// the recovery engine as its transport; the adapters read every response
-// body themselves, because the timers, the commit boundary and the bounded
-// parsers need each byte (docs/providers.md says how).
+// CallOpenAI and CallAnthropic send through the official clients
+// (github.com/openai/openai-go/v3, github.com/anthropics/anthropic-sdk-go/v2)
+// with their retries off, redirects off and the recovery engine as their
+// transport; the adapters read every response body themselves, because the
+// timers, the commit boundary and the bounded parsers need each byte
+// (docs/providers.md says how).
 //
 // The CallModel activity uses it for exactly one HTTP exchange per
 // attempt. It imports nothing from Temporal, never retries (the workflow

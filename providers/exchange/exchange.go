@@ -1,7 +1,6 @@
 package exchange
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -202,26 +201,6 @@ type outgoing struct {
 	request providers.Request
 }
 
-// postJSON is a send for a dialect whose request the adapter encodes
-// itself: one POST of body(model, request) to the endpoint URL with
-// rt.RoundTrip, the headers set by auth.
-func postJSON(body func(model string, r providers.Request) ([]byte, error), auth func(h http.Header, key string)) func(context.Context, http.RoundTripper, outgoing) (*http.Response, error) {
-	return func(ctx context.Context, rt http.RoundTripper, o outgoing) (*http.Response, error) {
-		b, err := body(o.route.Model, o.request)
-		if err != nil {
-			return nil, err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.url, bytes.NewReader(b))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", acceptFor(o.request))
-		auth(req.Header, o.key)
-		return rt.RoundTrip(req)
-	}
-}
-
 // acceptFor is the Accept header for r: an event stream or JSON.
 func acceptFor(r providers.Request) string {
 	if r.Stream {
@@ -417,7 +396,7 @@ func (x *exchange) whole(in io.Reader) (Result, error) {
 		// gets the whole answer as one delta.
 		if x.call.Request.Stream && x.call.Sink != nil {
 			if cs, ok := x.call.Sink.(ChunkSink); ok {
-				cs.Chunk(wholeChunk(r))
+				cs.Chunk(WholeChunk(r))
 			} else if r.Text != "" {
 				x.call.Sink.Delta(r.Text)
 			}

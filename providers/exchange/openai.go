@@ -3,7 +3,6 @@ package exchange
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/routes"
@@ -51,7 +50,9 @@ var openaiDialect = dialect{
 //   - the recovery engine as its transport, in an http.Client that does
 //     not follow redirects (a redirect would be a second request);
 //   - a service built from explicit options only, never from the
-//     OPENAI_* environment, so the key is the route's and nothing else.
+//     OPENAI_* environment, so the key is the route's and nothing else;
+//   - the request sent with the exchange's context, so no timer of the
+//     client's can end a body the exchange reads.
 //
 // The client does not read the response. A middleware takes the
 // provider's response as it arrives and hands the client an empty body,
@@ -66,7 +67,7 @@ func sendChatCompletion(ctx context.Context, rt http.RoundTripper, o outgoing) (
 	if err != nil {
 		return nil, err
 	}
-	return viaClient(rt, o.route, o.key, func(opts ...option.RequestOption) error {
+	return viaClient(ctx, rt, o.route, o.key, func(opts ...option.RequestOption) error {
 		opts = append(opts, option.WithHeader("Accept", acceptFor(o.request)))
 		if o.request.Stream {
 			// As the client's own NewStreaming does.
@@ -80,55 +81,23 @@ func sendChatCompletion(ctx context.Context, rt http.RoundTripper, o outgoing) (
 
 // viaClient runs do, one call of the official client, configured as
 // sendChatCompletion says, and returns the provider's response with its
-// body unread, or the transport's error.
-func viaClient(rt http.RoundTripper, route routes.Route, key string, do func(opts ...option.RequestOption) error) (*http.Response, error) {
-	var answered *http.Response
-	var sendErr error
-	take := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		resp, err := next(req)
-		if resp == nil {
-			// Kept because the client reports only ctx.Err() when the
-			// context is done, and the transport's error (the engine's
-			// AttemptError) says more.
-			sendErr = err
-			return resp, err
-		}
-		answered = resp
-		empty := *resp
-		empty.Body = http.NoBody
-		return &empty, err
-	}
+// body unread, or the transport's error. The request goes out under ctx,
+// whatever context the client derives for it.
+func viaClient(ctx context.Context, rt http.RoundTripper, route routes.Route, key string, do func(opts ...option.RequestOption) error) (*http.Response, error) {
+	t := &answerTaker{ctx: ctx}
 	opts := []option.RequestOption{
 		option.WithBaseURL(route.BaseURL),
 		option.WithAPIKey(key),
-		option.WithHTTPClient(&http.Client{Transport: rt, CheckRedirect: noRedirects}),
+		option.WithHTTPClient(clientHTTP(rt)),
 		option.WithMaxRetries(0),
-		option.WithMiddleware(take),
+		option.WithMiddleware(t.take),
 		// The body stays with the exchange: with **http.Response as the
 		// destination the client returns the response unread.
 		option.WithResponseBodyInto(new(*http.Response)),
 	}
 	opts = append(opts, baseQuery(route.BaseURL)...)
-	err := do(opts...)
-	if answered != nil {
-		// The provider answered. Whatever the client made of the empty
-		// body it was given (an error status becomes an *openai.Error),
-		// the exchange reads the real one.
-		return answered, nil
-	}
-	if sendErr != nil {
-		return nil, sendErr
-	}
-	if err == nil {
-		// Unreachable: with no response the client reports an error.
-		err = errors.New("openai client: no response and no error")
-	}
-	return nil, err
+	return t.outcome(do(opts...))
 }
-
-// noRedirects keeps a 3xx as the answer: following it would send the
-// request a second time, to a URL the route does not name.
-func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // baseQuery carries a base URL's query (Azure's api-version, say) over to
 // the request: the client resolves the path against the base URL, and a

@@ -161,7 +161,7 @@ func FindStored(ctx context.Context, rt http.RoundTripper, route routes.Route, a
 		return fail(err)
 	}
 	ctx = recovery.WithHTTPVersion(ctx, recovery.HTTPVersion(route.HTTPVersion))
-	resp, err := viaClient(rt, route, key, func(opts ...option.RequestOption) error {
+	resp, err := viaClient(ctx, rt, route, key, func(opts ...option.RequestOption) error {
 		opts = append(opts, option.WithHeader("Accept", "application/json"))
 		svc := openai.NewChatCompletionService(opts...)
 		_, err := svc.List(ctx, openai.ChatCompletionListParams{

@@ -440,9 +440,11 @@ func streamSignal(r providers.Response) evidence.Signal {
 	return completionSignal(r)
 }
 
-// wholeChunk is a complete answer as one chunk, for a provider that
-// answered a streamed request with a whole body.
-func wholeChunk(r providers.Response) Chunk {
+// WholeChunk is a complete answer as one chunk: for a provider that
+// answered a streamed request with a whole body, and for a front door
+// completing a stream from the action's result. Its tool calls are read
+// from r.ToolCalls as generously as a provider's body is.
+func WholeChunk(r providers.Response) Chunk {
 	u := r.Usage
 	c := Chunk{Text: r.Text, Refusal: r.Refusal, FinishReason: r.FinishReason, Usage: &u}
 	for i, raw := range arr(r.ToolCalls) {

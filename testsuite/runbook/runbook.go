@@ -41,6 +41,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"golang.org/x/net/http2"
 
@@ -112,7 +113,9 @@ type Setup struct {
 	// AllowH2C makes an http:// BaseURL with HTTPVersion auto speak
 	// cleartext HTTP/2, as durallm worker --allow-h2c does.
 	AllowH2C bool
-	// Timeout bounds each case's wait for the path. Zero means 20s.
+	// Timeout bounds each case's wait for the path, and how long one of
+	// a case's workflow tasks may take before the SDK's deadlock
+	// detection calls it stuck. Zero means 20s.
 	Timeout time.Duration
 }
 
@@ -238,6 +241,12 @@ func runCase(s Setup, c Case, id string) Result {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := suite.NewTestWorkflowEnvironment()
+	// A workflow task may take as long as an attempt may. The default
+	// (1 s) fails a case on a busy machine: the SDK hashes the process's
+	// binary for its build id inside the first workflow task that
+	// schedules an activity, and the workflow is LLMAction, whose tasks
+	// never block.
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: s.Timeout})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	// Real exchanges, each bounded by the attempt timeout, and a few
 	// retries at most: this bounds the wall time of a case.

@@ -11,8 +11,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"testing"
+	"time"
+
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/durallm/durallm/evidence"
+	"github.com/durallm/durallm/internal/testproc"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/testsuite/runbook"
@@ -137,5 +142,34 @@ func TestAnUnusableSetupIsAnError(t *testing.T) {
 	p := newProvider(t)
 	if _, err := runbook.Run(context.Background(), runbook.Setup{Provider: p, Route: routes.Route{BaseURL: "ftp://x"}}); err == nil {
 		t.Fatal("a bad base URL accepted")
+	}
+}
+
+// On a busy machine the first case runs like the others. The SDK hashes
+// the process's binary for its build id inside the first workflow task
+// that schedules an activity; on a loaded CPU that outlasts the test
+// environment's default deadlock detection (1 s), which failed the case.
+func TestRunOnABusyMachineRunsItsFirstCase(t *testing.T) {
+	prev := (&workflow.Info{}).GetBinaryChecksum()
+	t.Cleanup(func() { worker.SetBinaryChecksum(prev) })
+	worker.SetBinaryChecksum("") // hashed again at its next use, as in a new process
+	p := newProvider(t)
+	// Busy until the first request reaches the provider: the hash is
+	// done by then.
+	idle := testproc.Busy(t, 15)
+	go func() {
+		for len(p.Received()) == 0 && t.Context().Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		idle()
+	}()
+	rep, err := runbook.Run(context.Background(), runbook.Setup{Provider: p, Route: routes.Route{BaseURL: p.URL() + "/v1"}, TLS: p.ClientTLSConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range results(t, rep) {
+		if !r.Held {
+			t.Errorf("%s: %+v", name, r)
+		}
 	}
 }

@@ -1,0 +1,87 @@
+package messages
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// VersionHeader is the header every Anthropic client sends, and by which
+// GET /v1/models knows to answer in Anthropic's shape. Any version is
+// served: the current SDKs send a dated version newer than 2023-06-01.
+const VersionHeader = "anthropic-version"
+
+// RequestIDHeader is where the Anthropic SDKs read a request's id
+// (anthropic-sdk-go: Error.RequestID; @anthropic-ai/sdk: _request_id): the
+// gateway sends the action id there.
+const RequestIDHeader = "request-id"
+
+// WantsAnthropic reports whether a request comes from an Anthropic client
+// (it carries anthropic-version), which expects Anthropic's shapes.
+func WantsAnthropic(h http.Header) bool { return h.Get(VersionHeader) != "" }
+
+// APIKey is the key an Anthropic client sends: x-api-key, or
+// Authorization: Bearer, which the current SDKs send instead.
+func APIKey(h http.Header) (string, bool) {
+	if k := h.Get("X-Api-Key"); k != "" {
+		return k, true
+	}
+	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
+	if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
+		return token, true
+	}
+	return "", false
+}
+
+// wireModel is a model as GET /v1/models lists it. Its release date is
+// unknown (the epoch, as Anthropic's reference allows), and so are its
+// window and line, which are left out rather than invented.
+type wireModel struct {
+	Type         string  `json:"type"`
+	ID           string  `json:"id"`
+	DisplayName  string  `json:"display_name"`
+	CreatedAt    string  `json:"created_at"`
+	Lifecycle    string  `json:"lifecycle"`
+	DeprecatedAt *string `json:"deprecated_at"`
+	RetiresAt    *string `json:"retires_at"`
+}
+
+func model(id string) wireModel {
+	return wireModel{Type: "model", ID: id, DisplayName: id, CreatedAt: "1970-01-01T00:00:00Z", Lifecycle: "active"}
+}
+
+// ModelsJSON is GET /v1/models in Anthropic's shape, one page holding every
+// model named: {"data": [...], "has_more": false, "first_id", "last_id"}.
+func ModelsJSON(ids []string) []byte {
+	page := struct {
+		Data    []wireModel `json:"data"`
+		HasMore bool        `json:"has_more"`
+		FirstID *string     `json:"first_id"`
+		LastID  *string     `json:"last_id"`
+	}{Data: []wireModel{}}
+	for _, id := range ids {
+		page.Data = append(page.Data, model(id))
+	}
+	if len(ids) > 0 {
+		page.FirstID, page.LastID = &ids[0], &ids[len(ids)-1]
+	}
+	b, _ := json.Marshal(page) // only marshallable values
+	return append(b, '\n')
+}
+
+// ModelJSON is GET /v1/models/{id} in Anthropic's shape.
+func ModelJSON(id string) []byte {
+	b, _ := json.Marshal(model(id)) // only marshallable values
+	return append(b, '\n')
+}
+
+// CountTokensError is the answer to POST /v1/messages/count_tokens: 501,
+// not retried. A count depends on the model that would answer, and an
+// action chooses its route only when it runs (and may fall back to
+// another vendor's), so the gateway cannot count for it.
+func CountTokensError() *Error {
+	return ErrorFor(Problem{Kind: KindNotImplemented,
+		Message: "POST /v1/messages/count_tokens is not served by durallm's gateway: a count depends on the model that answers, " +
+			"and an action chooses its route (possibly another vendor's) only when it runs; send the request to /v1/messages, " +
+			"whose answer's usage has the counts"})
+}
