@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/durallm/durallm/gateway/answer"
 )
 
 // VersionHeader is the header every Anthropic client sends, and by which
@@ -75,13 +77,16 @@ func ModelJSON(id string) []byte {
 	return append(b, '\n')
 }
 
-// CountTokensError is the answer to POST /v1/messages/count_tokens: 501,
-// not retried. A count depends on the model that would answer, and an
-// action chooses its route only when it runs (and may fall back to
-// another vendor's), so the gateway cannot count for it.
-func CountTokensError() *Error {
-	return ErrorFor(Problem{Kind: KindNotImplemented,
-		Message: "POST /v1/messages/count_tokens is not served by durallm's gateway: a count depends on the model that answers, " +
-			"and an action chooses its route (possibly another vendor's) only when it runs; send the request to /v1/messages, " +
-			"whose answer's usage has the counts"})
-}
+// countTokens is the answer to POST /v1/messages/count_tokens: 501, not
+// retried. A count depends on the model that would answer, and an action
+// chooses its route only when it runs (and may fall back to another
+// vendor's), so the gateway cannot count for it.
+var countTokens = answer.Problem{Kind: answer.NotImplemented,
+	Message: "POST /v1/messages/count_tokens is not served by durallm's gateway: a count depends on the model that answers, " +
+		"and an action chooses its route (possibly another vendor's) only when it runs; send the request to /v1/messages, " +
+		"whose answer's usage has the counts"}
+
+// batches is the answer to POST /v1/messages/batches: 501, not retried.
+var batches = answer.Problem{Kind: answer.NotImplemented,
+	Message: "POST /v1/messages/batches is not served by durallm's gateway: send each request to /v1/messages, " +
+		"where each is a durable action of its own (with an Idempotency-Key, found again rather than run twice)"}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/durallm/durallm/gateway/answer"
 )
 
 func compact(t *testing.T, s string) string {
@@ -131,7 +133,7 @@ func TestParseRequest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := ParseRequest([]byte(tc.body))
+			req, err := parseRequest([]byte(tc.body))
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -197,15 +199,16 @@ func TestParseRequestRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseRequest([]byte(tc.body))
+			_, err := parseRequest([]byte(tc.body))
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			if err.Status != 400 || err.Type != "invalid_request_error" || err.Retry {
-				t.Fatalf("answer %+v", err)
+			if err.Kind != answer.InvalidRequest || err.Param != tc.param {
+				t.Fatalf("problem %+v, want the param %q", err, tc.param)
 			}
-			if tc.param != "" && !strings.HasPrefix(err.Message, tc.param+": ") {
-				t.Fatalf("message %q does not name %s", err.Message, tc.param)
+			if r := render(*err); r.Status != 400 || r.Header.Get("X-Should-Retry") != "false" ||
+				(tc.param != "" && !strings.Contains(string(r.Body), `"message":"`+tc.param+`: `)) {
+				t.Fatalf("answer %d %s", r.Status, r.Body)
 			}
 		})
 	}
@@ -220,8 +223,8 @@ func TestParseRequestRefusalsQuoteNoValue(t *testing.T) {
 		`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"ftp://` + canary + `"}}]}]}`,
 		`{"model":"m","max_tokens":"` + canary + `","messages":[{"role":"user","content":"x"}]}`,
 	} {
-		_, err := ParseRequest([]byte(body))
-		if err == nil || strings.Contains(err.Message, canary) {
+		_, err := parseRequest([]byte(body))
+		if err == nil || strings.Contains(err.Message, canary) || strings.Contains(string(render(*err).Body), canary) {
 			t.Fatalf("err %v", err)
 		}
 	}

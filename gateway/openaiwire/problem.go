@@ -40,6 +40,7 @@ const (
 	CodeModelNotFound         = "model_not_found"
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnsupportedMediaType  = "unsupported_media_type"
+	CodeNotImplemented        = "not_implemented"
 	CodeRequestTooLarge       = "request_too_large"
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeCallerLimit           = "max_in_flight"
@@ -114,6 +115,7 @@ var shapes = map[answer.Kind]struct {
 	answer.ModelNotFound:             {http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound},
 	answer.MethodNotAllowed:          {http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed},
 	answer.UnsupportedMediaType:      {http.StatusUnsupportedMediaType, TypeInvalidRequest, CodeUnsupportedMediaType},
+	answer.NotImplemented:            {http.StatusNotImplemented, TypeInvalidRequest, CodeNotImplemented},
 	answer.TooLarge:                  {http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeRequestTooLarge},
 	answer.KeyReused:                 {http.StatusUnprocessableEntity, TypeInvalidRequest, CodeIdempotencyKeyReused},
 	answer.CallerLimit:               {http.StatusTooManyRequests, TypeRateLimit, CodeCallerLimit},
