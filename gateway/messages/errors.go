@@ -3,8 +3,6 @@ package messages
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/durallm/durallm/gateway/answer"
 )
@@ -61,33 +59,30 @@ const (
 // 407, 409 and 413 (docs/gateway.md). Its type is conflict_error, the
 // Anthropic type that says the request conflicts with the state of what it
 // names; the code says which state.
-var shapes = map[answer.Kind]struct {
-	status    int
-	typ, code string
-}{
-	answer.InvalidRequest:            {http.StatusBadRequest, typeInvalidRequest, ""},
-	answer.Unauthorized:              {http.StatusUnauthorized, typeAuthentication, ""},
-	answer.Forbidden:                 {http.StatusForbidden, typePermission, ""},
-	answer.NotFound:                  {http.StatusNotFound, typeNotFound, ""},
-	answer.ModelNotFound:             {http.StatusNotFound, typeNotFound, ""},
-	answer.MethodNotAllowed:          {http.StatusMethodNotAllowed, typeInvalidRequest, ""},
-	answer.UnsupportedMediaType:      {http.StatusUnsupportedMediaType, typeInvalidRequest, ""},
-	answer.NotImplemented:            {http.StatusNotImplemented, typeAPI, CodeNotImplemented},
-	answer.TooLarge:                  {http.StatusRequestEntityTooLarge, typeTooLarge, ""},
-	answer.KeyReused:                 {http.StatusUnprocessableEntity, typeInvalidRequest, CodeKeyReused},
-	answer.CallerLimit:               {http.StatusTooManyRequests, typeRateLimit, CodeCallerLimit},
-	answer.UnavailableNothingStarted: {529, typeOverloaded, CodeUnavailable},
-	answer.MaybeStarted:              {http.StatusForbidden, typeConflict, CodeMaybeStarted},
-	answer.UpstreamAuth:              {http.StatusBadGateway, typeAPI, CodeUpstreamAuth},
-	answer.Failed:                    {http.StatusBadGateway, typeAPI, CodeFailed},
-	answer.AwaitingVerdict:           {http.StatusForbidden, typeConflict, CodeAwaitingReconciliation},
-	answer.Indeterminate:             {http.StatusForbidden, typeConflict, CodeIndeterminate},
-	answer.Canceled:                  {http.StatusForbidden, typeConflict, CodeCanceled},
-	answer.InProgress:                {http.StatusForbidden, typeConflict, CodeInProgress},
+var shapes = answer.Shapes{
+	answer.InvalidRequest:            {Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: ""},
+	answer.Unauthorized:              {Status: http.StatusUnauthorized, Type: typeAuthentication, Code: ""},
+	answer.Forbidden:                 {Status: http.StatusForbidden, Type: typePermission, Code: ""},
+	answer.NotFound:                  {Status: http.StatusNotFound, Type: typeNotFound, Code: ""},
+	answer.ModelNotFound:             {Status: http.StatusNotFound, Type: typeNotFound, Code: ""},
+	answer.MethodNotAllowed:          {Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: ""},
+	answer.UnsupportedMediaType:      {Status: http.StatusUnsupportedMediaType, Type: typeInvalidRequest, Code: ""},
+	answer.NotImplemented:            {Status: http.StatusNotImplemented, Type: typeAPI, Code: CodeNotImplemented},
+	answer.TooLarge:                  {Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge, Code: ""},
+	answer.KeyReused:                 {Status: http.StatusUnprocessableEntity, Type: typeInvalidRequest, Code: CodeKeyReused},
+	answer.CallerLimit:               {Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: CodeCallerLimit},
+	answer.UnavailableNothingStarted: {Status: 529, Type: typeOverloaded, Code: CodeUnavailable},
+	answer.MaybeStarted:              {Status: http.StatusForbidden, Type: typeConflict, Code: CodeMaybeStarted},
+	answer.UpstreamAuth:              {Status: http.StatusBadGateway, Type: typeAPI, Code: CodeUpstreamAuth},
+	answer.Failed:                    {Status: http.StatusBadGateway, Type: typeAPI, Code: CodeFailed},
+	answer.AwaitingVerdict:           {Status: http.StatusForbidden, Type: typeConflict, Code: CodeAwaitingReconciliation},
+	answer.Indeterminate:             {Status: http.StatusForbidden, Type: typeConflict, Code: CodeIndeterminate},
+	answer.Canceled:                  {Status: http.StatusForbidden, Type: typeConflict, Code: CodeCanceled},
+	answer.InProgress:                {Status: http.StatusForbidden, Type: typeConflict, Code: CodeInProgress},
 	// Only ever in-band, after the stream's 200, where its type is
 	// api_error; a status would be one that nobody resends.
-	answer.StreamIncomplete: {http.StatusForbidden, typeAPI, CodeStreamIncomplete},
-	answer.Conflict:         {http.StatusConflict, typeConflict, ""},
+	answer.StreamIncomplete: {Status: http.StatusForbidden, Type: typeAPI, Code: CodeStreamIncomplete},
+	answer.Conflict:         {Status: http.StatusConflict, Type: typeConflict, Code: ""},
 }
 
 // wireError is a problem as the Messages API answers it.
@@ -107,20 +102,13 @@ func wireErrorOf(p answer.Problem) wireError {
 	}
 	switch p.Kind {
 	case answer.Rejected:
-		// The provider's status when it is one a caller acts on (400,
-		// 404, 413, 422), its type when Anthropic's, its message and code.
-		e.status = http.StatusBadRequest
-		switch p.ProviderStatus {
-		case http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-			e.status = p.ProviderStatus
-		}
+		// The provider's status as a caller acts on it, its type when
+		// Anthropic's, its message and code.
+		e.status, e.message = p.RejectedStatus(), p.ProviderMessage()
 		e.typ = typeForStatus(e.status)
 		if pe := p.ProviderError; pe != nil {
 			if anthropicTypes[pe.Type] {
 				e.typ = pe.Type
-			}
-			if pe.Message != "" {
-				e.message = pe.Message
 			}
 			if pe.Code != "" {
 				e.code = pe.Code
@@ -128,20 +116,11 @@ func wireErrorOf(p answer.Problem) wireError {
 		}
 		return e
 	case answer.ContentFiltered:
-		e.status, e.typ, e.code = http.StatusBadRequest, typeInvalidRequest, CodeContentFilter
-		if pe := p.ProviderError; pe != nil && pe.Message != "" {
-			e.message = pe.Message
-		}
+		e.status, e.typ, e.code, e.message = http.StatusBadRequest, typeInvalidRequest, CodeContentFilter, p.ProviderMessage()
 		return e
 	}
-	sh, ok := shapes[p.Kind]
-	if !ok {
-		sh.status, sh.typ = http.StatusInternalServerError, typeAPI
-	}
-	e.status, e.typ = sh.status, sh.typ
-	if e.code == "" {
-		e.code = sh.code
-	}
+	sh := shapes.Of(p, answer.Shape{Status: http.StatusInternalServerError, Type: typeAPI})
+	e.status, e.typ, e.code = sh.Status, sh.Type, sh.Code
 	if e.message == "" {
 		e.message = string(p.Kind)
 	}
@@ -161,22 +140,12 @@ func typeForStatus(status int) string {
 
 // render is p as the Messages API's error answer: Anthropic's error
 // object, {"type": "error", "error": {"type", "message", "details":
-// {"error_code"}}}, with its status, and x-should-retry, which both
-// Anthropic SDKs obey before the status: true only for a problem whose
-// request may be sent again whatever it carried (answer.Kind.Resendable),
-// false otherwise.
+// {"error_code"}}}, with its status and the headers every surface's error
+// answer carries (answer.Problem.Header: x-should-retry, which both
+// Anthropic SDKs obey before the status, Retry-After, Allow).
 func render(p answer.Problem) answer.Rendered {
 	e := wireErrorOf(p)
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Should-Retry", strconv.FormatBool(p.Kind.Resendable()))
-	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))
-	}
-	if p.Kind == answer.MethodNotAllowed && p.Allow != "" {
-		h.Set("Allow", p.Allow)
-	}
-	return answer.Rendered{Status: e.status, Header: h, Body: append(e.json(), '\n')}
+	return answer.Rendered{Status: e.status, Header: p.Header(), Body: append(e.json(), '\n')}
 }
 
 // errorEvent is p as one in-band server-sent event, for a stream whose

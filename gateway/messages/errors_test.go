@@ -2,12 +2,12 @@ package messages
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/gateway/answer/answertest"
 	"github.com/durallm/durallm/providers"
 )
 
@@ -112,68 +112,13 @@ func TestErrorEvent(t *testing.T) {
 	}
 }
 
-// clientPolicy is a client library's default decision to send a request
-// again after an HTTP answer, as its source says (docs/gateway.md has the
-// table, with the versions read).
-type clientPolicy struct {
-	name    string
-	retries func(status int, h http.Header) bool
-}
-
-// messagesClients are the Messages API's common clients' default
-// policies.
-var messagesClients = []clientPolicy{
-	// @anthropic-ai/sdk 1.15.0 (client.js shouldRetry) and
-	// anthropic-sdk-go v2.15.0 (internal/requestconfig shouldRetry):
-	// x-should-retry first, then 408, 409, 429 and 5xx.
-	{"the Anthropic SDKs", func(status int, h http.Header) bool {
-		switch h.Get("X-Should-Retry") {
-		case "true":
-			return true
-		case "false":
-			return false
-		}
-		return status == 408 || status == 409 || status == 429 || status >= 500
-	}},
-	// ai 6.0.326 and 7.0.173 over @ai-sdk/anthropic 4.0.105, whose
-	// failed-response handler leaves APICallError.isRetryable to its
-	// default (@ai-sdk/provider): the status alone.
-	{"the AI SDK", func(status int, _ http.Header) bool {
-		return status == 408 || status == 409 || status == 429 || status >= 500
-	}},
-	// @langchain/anthropic 1.5.11 runs its Anthropic client with
-	// maxRetries 0 under @langchain/core 1.4.0's AsyncCaller: every
-	// status but these (429 after its own rules).
-	{"LangChain", func(status int, _ http.Header) bool {
-		switch status {
-		case 400, 401, 402, 403, 404, 405, 406, 407, 409, 413:
-			return false
-		}
-		return true
-	}},
-}
-
 // No answer to a request whose action may have run is one that a common
-// Messages client sends again by default: without a key, a resend runs
-// the model again. Only the refusals that started nothing invite one, to
-// the clients that read x-should-retry.
+// Messages client (the Anthropic SDKs, the AI SDK with @ai-sdk/anthropic,
+// LangChain with @langchain/anthropic) sends again by default: without a
+// key, a resend runs the model again. Only the refusals that started
+// nothing invite one, to the clients that read x-should-retry.
 func TestNoAnswerThatMayHaveRunIsRetriedByAMessagesClientsDefaultPolicy(t *testing.T) {
-	kinds := []answer.Kind{answer.InvalidRequest, answer.Unauthorized, answer.Forbidden, answer.NotFound, answer.ModelNotFound,
-		answer.MethodNotAllowed, answer.UnsupportedMediaType, answer.NotImplemented, answer.TooLarge, answer.KeyReused, answer.CallerLimit,
-		answer.UnavailableNothingStarted, answer.MaybeStarted, answer.Rejected, answer.ContentFiltered, answer.UpstreamAuth,
-		answer.Failed, answer.AwaitingVerdict, answer.Indeterminate, answer.Canceled, answer.InProgress, answer.StreamIncomplete,
-		answer.Conflict, answer.Internal}
-	for _, k := range kinds {
-		r := Surface{}.Problem(answer.Problem{Kind: k, ProviderStatus: 500})
-		for _, c := range messagesClients {
-			if k.MayHaveRun() && c.retries(r.Status, r.Header) {
-				t.Errorf("%s: %s resends a %d, and the action may have run", k, c.name, r.Status)
-			}
-		}
-		if got, want := r.Header.Get("X-Should-Retry"), map[bool]string{true: "true", false: "false"}[k.Resendable()]; got != want {
-			t.Errorf("%s: x-should-retry %q, want %q", k, got, want)
-		}
-	}
+	answertest.NoResendOfWhatMayHaveRun(t, Surface{}, answertest.Clients...)
 }
 
 // The answers to a request that parsed carry x-should-retry: false, and
