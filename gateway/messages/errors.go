@@ -118,6 +118,10 @@ func wireErrorOf(p answer.Problem) wireError {
 	case answer.ContentFiltered:
 		e.status, e.typ, e.code, e.message = http.StatusBadRequest, typeInvalidRequest, CodeContentFilter, p.ProviderMessage()
 		return e
+	case answer.Unauthorized:
+		// How the Anthropic clients send their key.
+		e.message = "missing or unknown API key: send a token of the gateway's tokens file as x-api-key: <token> or Authorization: Bearer <token> " +
+			"(ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN)"
 	}
 	sh := shapes.Of(p, answer.Shape{Status: http.StatusInternalServerError, Type: typeAPI})
 	e.status, e.typ, e.code = sh.Status, sh.Type, sh.Code
