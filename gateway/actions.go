@@ -3,7 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"io"
+
 	"net/http"
 	"strconv"
 
@@ -119,8 +119,15 @@ func (g *Gateway) ended(w http.ResponseWriter, r *http.Request, c *call, d dural
 }
 
 // readStream serves the action's stream to a reader that does not own
-// it: its leaving cancels nothing.
+// it: its leaving cancels nothing. It holds one of the caller's
+// max_in_flight places while it reads.
 func (g *Gateway) readStream(w http.ResponseWriter, r *http.Request, c *call, d durallm.Description, m gatewayMemo, resume bool, after uint64) {
+	release, ok := g.acquire(c.caller)
+	if !ok {
+		writeProblem(w, c.surface, callerLimit(c.caller, "nothing was read"))
+		return
+	}
+	defer release()
 	actionHeaders(w.Header(), c.id)
 	act := g.c.Get(c.id)
 	act.RunID = d.RunID
@@ -252,9 +259,9 @@ func (g *Gateway) reconcile(w http.ResponseWriter, r *http.Request, c *call) {
 	if _, _, ok := g.owned(w, r, c); !ok {
 		return
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
-	if err != nil || int64(len(raw)) > g.o.MaxBody {
-		writeProblem(w, c.surface, badRequest("", "the body could not be read, or is too large"))
+	raw, p := g.readBody(w, r)
+	if p != nil {
+		writeProblem(w, c.surface, p)
 		return
 	}
 	var b reconcileBody

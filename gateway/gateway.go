@@ -69,6 +69,15 @@ type Options struct {
 	// StartTimeout bounds the start of an action (all its tries) before
 	// the answer is a 503. Zero means 10s.
 	StartTimeout time.Duration
+	// WriteTimeout bounds each write to a caller: a caller that stops
+	// reading is taken for gone once one write has waited this long (a
+	// stream's keep-alives make one at least every KeepAlive), its
+	// request ends and its max_in_flight place is free. Zero means 30s.
+	WriteTimeout time.Duration
+	// BodyTimeout bounds the reading of a request's body, which happens
+	// after the caller's max_in_flight place is taken: a body that has
+	// not arrived in time is a 408. Zero means 30s.
+	BodyTimeout time.Duration
 	// Surfaces are the front doors served beside OpenAI chat completions
 	// (package gateway/chat) and Anthropic's Messages (package
 	// gateway/messages), which are always served; the action endpoints
@@ -93,9 +102,11 @@ type Gateway struct {
 	mu       sync.Mutex
 	inFlight map[string]int // by caller id
 	// attached counts the requests of this process attached to each
-	// running action, so a keyed disconnect's grace knows whether a retry
-	// came back.
+	// running action; departed holds, for an action that none is attached
+	// to, the last departure whose grace runs, so that only the grace of
+	// the last caller to leave may cancel it.
 	attached map[string]int
+	departed map[string]*departure
 
 	requests   metric.Int64Counter
 	idempotent metric.Int64Counter
@@ -110,6 +121,9 @@ const (
 	DefaultStreamHold = 10 * time.Second
 	DefaultKeepAlive  = 15 * time.Second
 	DefaultMaxBody    = 8 << 20
+	// DefaultWriteTimeout is twice the keep-alive interval.
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultBodyTimeout  = 30 * time.Second
 )
 
 // New validates the options and returns the gateway.
@@ -145,7 +159,13 @@ func New(o Options) (*Gateway, error) {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 10 * time.Second
 	}
-	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, chat: chat.Surface{}}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
+	}
+	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, departed: map[string]*departure{}, chat: chat.Surface{}}
 	g.surfaces = append([]answer.Surface{g.chat, messages.Surface{}}, o.Surfaces...)
 	g.endpoints = g.routes()
 	if o.Meter != nil {
@@ -170,9 +190,12 @@ func (g *Gateway) KeylessRetries() int64 { return g.keylessRetries.Load() }
 // ServeHTTP routes the request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &statusRecorder{ResponseWriter: w, rc: http.NewResponseController(w), timeout: g.o.WriteTimeout}
 	var ri requestInfo
 	g.serve(rec, r, &ri)
+	// What the server itself still writes (the end of a chunked body) is
+	// bounded too.
+	rec.bound()
 	g.log.Debug("gateway request", "method", r.Method, "path", ri.endpoint, "status", rec.status,
 		"action_id", ri.actionID, "model", ri.model, "caller", ri.caller, "took", time.Since(start).Round(time.Microsecond))
 	if g.requests != nil {
@@ -373,10 +396,20 @@ func (g *Gateway) model(w http.ResponseWriter, _ *http.Request, c *call) {
 	writeJSON(w, http.StatusOK, listed(m.Name))
 }
 
-// statusRecorder remembers the status written, for the request log.
+// statusRecorder remembers the status written, for the request log, and
+// bounds every write (Options.WriteTimeout).
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
+	rc      *http.ResponseController
+	timeout time.Duration
+	status  int
+}
+
+// bound sets the connection's write deadline for the next write and the
+// flush that follows it. A writer without deadlines (a test's recorder)
+// is left as it is.
+func (s *statusRecorder) bound() {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -390,6 +423,7 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
+	s.bound()
 	return s.ResponseWriter.Write(b)
 }
 

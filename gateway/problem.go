@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -40,4 +41,11 @@ func noSuchAction() *answer.Problem {
 // because Temporal could not be reached.
 func temporalUnreachable(message string) *answer.Problem {
 	return &answer.Problem{Kind: answer.UnavailableNothingStarted, RetryAfter: time.Second, Message: message}
+}
+
+// callerLimit is the refusal of a caller that has max_in_flight requests
+// in progress; done says what the refused request did not do.
+func callerLimit(c Caller, done string) *answer.Problem {
+	return &answer.Problem{Kind: answer.CallerLimit, RetryAfter: time.Second,
+		Message: fmt.Sprintf("you have %d requests in progress (streams and waits), your max_in_flight; %s", c.MaxInFlight, done)}
 }

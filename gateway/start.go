@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -209,13 +210,17 @@ func (g *Gateway) count(c metric.Int64Counter, keyed bool, result string) {
 // or streamed.
 func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	surf, caller, ri := c.surface, c.caller, c.ri
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
-	if err != nil {
-		writeProblem(w, surf, badRequest("", "the request body could not be read"))
+	// The place is taken before the body is read: a caller cannot hold
+	// more than its places with bodies that never arrive.
+	release, ok := g.acquire(caller)
+	if !ok {
+		writeProblem(w, surf, callerLimit(caller, "nothing was started"))
 		return
 	}
-	if int64(len(body)) > g.o.MaxBody {
-		writeProblem(w, surf, &answer.Problem{Kind: answer.TooLarge, Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)})
+	defer release()
+	body, p := g.readBody(w, r)
+	if p != nil {
+		writeProblem(w, surf, p)
 		return
 	}
 	req, p := surf.Parse(body)
@@ -251,13 +256,6 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	if onDisconnect == "" {
 		onDisconnect = OnDisconnectCancel
 	}
-	release, ok := g.acquire(caller)
-	if !ok {
-		writeProblem(w, surf, &answer.Problem{Kind: answer.CallerLimit, RetryAfter: time.Second,
-			Message: fmt.Sprintf("you have %d requests in progress, your max_in_flight; nothing was started", caller.MaxInFlight)})
-		return
-	}
-	defer release()
 	fp, err := fingerprint(g.o.Secret, body)
 	if err != nil {
 		writeProblem(w, surf, badRequest("", "the request body must be a JSON object"))
@@ -292,7 +290,7 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		g.attach(id)
 		defer func() {
 			if !sess.gone {
-				g.detach(id)
+				g.answered(id)
 			}
 		}()
 		if r.Context().Err() != nil {
@@ -308,6 +306,29 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	g.serveJSON(w, r, sess)
 }
 
+// readBody reads a request's body, at most MaxBody bytes and within
+// BodyTimeout.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *answer.Problem) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout))
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
+	// The connection is read again to see the caller leave: no deadline
+	// past the body.
+	_ = rc.SetReadDeadline(time.Time{})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The rest of the body is not waited for: the connection closes
+		// after the answer.
+		w.Header().Set("Connection", "close")
+		return nil, &answer.Problem{Kind: answer.RequestTimeout, Message: fmt.Sprintf("the request body did not arrive within %s; nothing was started", g.o.BodyTimeout)}
+	case err != nil:
+		return nil, badRequest("", "the request body could not be read")
+	case int64(len(body)) > g.o.MaxBody:
+		return nil, &answer.Problem{Kind: answer.TooLarge, Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)}
+	}
+	return body, nil
+}
+
 // actionHeaders name the action on every answer about it; x-request-id is
 // what the OpenAI SDKs expose to their callers, request-id what the
 // Anthropic SDKs do (anthropic-sdk-go: Error.RequestID; @anthropic-ai/sdk:
@@ -321,20 +342,19 @@ func actionHeaders(h http.Header, id string) {
 // disconnected handles a caller that went away before its answer:
 // without a key the action is canceled at once (nobody can find it
 // again); with one, after the disconnect grace unless a retry with the
-// same key attached; never with on_disconnect continue.
+// same key attached meanwhile; never with on_disconnect continue. Each
+// departure's grace is its own: a retry that attached and left again
+// starts a new one, and the earlier grace cancels nothing.
 func (g *Gateway) disconnected(s *session) {
 	if s.replayed || s.gone {
 		return
 	}
 	s.gone = true
-	left := g.detach(s.who.ID)
+	left, dep := g.detach(s.who.ID)
 	if s.onDisconnect == OnDisconnectContinue || left > 0 {
 		return
 	}
 	cancel := func() {
-		if g.attachedCount(s.who.ID) > 0 {
-			return
-		}
 		ctx, done := context.WithTimeout(context.Background(), 10*time.Second)
 		defer done()
 		if err := g.c.Cancel(ctx, s.who.ID, workflows.OriginClientDisconnect, "the gateway's caller disconnected"); err != nil && !errors.Is(err, durallm.ErrNotFound) {
@@ -345,30 +365,59 @@ func (g *Gateway) disconnected(s *session) {
 		go cancel()
 		return
 	}
-	time.AfterFunc(s.model.grace(), cancel)
+	time.AfterFunc(s.model.grace(), func() {
+		if g.graceEnded(s.who.ID, dep) {
+			cancel()
+		}
+	})
 }
 
-// attach counts a request of this process on a running action; detach
-// reports how many are left.
+// departure is one moment the last request attached to an action left.
+// It is told apart by its address, so it must not be of size zero.
+type departure struct{ at time.Time }
+
+// attach counts a request of this process on a running action; whatever
+// grace runs for it is over.
 func (g *Gateway) attach(id string) {
 	g.mu.Lock()
 	g.attached[id]++
+	delete(g.departed, id)
 	g.mu.Unlock()
 }
 
-func (g *Gateway) detach(id string) int {
+// answered uncounts a request that got its answer.
+func (g *Gateway) answered(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.attached[id]--; g.attached[id] <= 0 {
+		delete(g.attached, id)
+	}
+}
+
+// detach reports how many requests are left on the action, and, when
+// none is, the departure whose grace starts now.
+func (g *Gateway) detach(id string) (int, *departure) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.attached[id]--
 	n := g.attached[id]
-	if n <= 0 {
-		delete(g.attached, id)
+	if n > 0 {
+		return n, nil
 	}
-	return n
+	delete(g.attached, id)
+	dep := &departure{at: time.Now()}
+	g.departed[id] = dep
+	return 0, dep
 }
 
-func (g *Gateway) attachedCount(id string) int {
+// graceEnded reports whether dep is still the action's last departure:
+// no request attached since, and none left after it. It forgets it.
+func (g *Gateway) graceEnded(id string, dep *departure) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.attached[id]
+	if g.departed[id] != dep {
+		return false
+	}
+	delete(g.departed, id)
+	return true
 }

@@ -51,6 +51,9 @@ const (
 	// TooLarge: the body is over the gateway's bound or Temporal's
 	// payload limit. Nothing was started.
 	TooLarge Kind = "too_large"
+	// RequestTimeout: the body did not arrive in time. Nothing was
+	// started; sending it again is safe.
+	RequestTimeout Kind = "request_timeout"
 	// KeyReused: the Idempotency-Key names an action started with
 	// another body. Nothing was started.
 	KeyReused Kind = "key_reused"
@@ -96,11 +99,12 @@ const (
 
 // Resendable reports whether sending the same request again is safe
 // whether or not it carried an Idempotency-Key: only when nothing was
-// started (the caller's limit, Temporal unreachable). A surface whose
+// started (the caller's limit, Temporal unreachable, a body that came too
+// slowly). A surface whose
 // clients read a retry hint (x-should-retry) sets it from this, and gives
 // every other kind a status its clients do not retry by default.
 func (k Kind) Resendable() bool {
-	return k == CallerLimit || k == UnavailableNothingStarted
+	return k == CallerLimit || k == UnavailableNothingStarted || k == RequestTimeout
 }
 
 // MayHaveRun reports whether the request's action may have run at a

@@ -178,3 +178,43 @@ func TestGatewayDepartedCallersAnswerAndResumedStream(t *testing.T) {
 		t.Fatalf("first chunk plus the resumed stream: %q", text)
 	}
 }
+
+// A keyed caller that leaves, retries 3 s later, leaves again and retries
+// 8 s after that attaches both times: each retry's leaving starts its own
+// grace (10 s), and the first one's, which ends between the two retries,
+// cancels nothing. The provider runs once and the last retry reads the
+// whole answer.
+func TestAKeyedRetryInsideItsGraceIsNeverCanceled(t *testing.T) {
+	s := newGateway(t)
+	gate := make(chan struct{})
+	s.p.Push(providertest.Answer("first and then the rest").MidStreamWaitFor(gate))
+	_, drop, lr := openStreamRaw(t, s, "graced", nil)
+	if _, data, err := lr.next(); err != nil || contentOf(t, data) != "first" {
+		t.Fatalf("first chunk %q %v", data, err)
+	}
+	drop()
+	time.Sleep(3 * time.Second) // the caller's retry comes 3 s later
+	_, drop, lr = openStreamRaw(t, s, "graced", nil)
+	if _, data, err := lr.next(); err != nil || contentOf(t, data) != "first" {
+		t.Fatalf("the retry at 3 s: first chunk %q %v", data, err)
+	}
+	drop()
+	time.Sleep(8 * time.Second) // and the next one 8 s after that
+	stream := s.client(tokenA, option.WithHeader("Idempotency-Key", "graced")).Chat.Completions.NewStreaming(testCtx(t), chatParams("demo", "tell a story"))
+	if !stream.Next() {
+		t.Fatalf("the retry at 8 s: %v", stream.Err())
+	}
+	close(gate)
+	text := stream.Current().Choices[0].Delta.Content
+	for stream.Next() {
+		if ch := stream.Current(); len(ch.Choices) > 0 {
+			text += ch.Choices[0].Delta.Content
+		}
+	}
+	if stream.Err() != nil || text != "first and then the rest" {
+		t.Fatalf("the retry at 8 s read %q: %v", text, stream.Err())
+	}
+	if n := s.executed(); n != 1 {
+		t.Fatalf("the provider ran %d times", n)
+	}
+}

@@ -42,6 +42,8 @@ const (
 	tokenA   = "tok-caller-a"
 	tokenB   = "tok-caller-b"
 	tokenOps = "tok-operator"
+	// tokenOne's caller may have one request in progress at a time.
+	tokenOne = "tok-one-at-a-time"
 )
 
 func sum(tok string) string {
@@ -87,6 +89,23 @@ type stackOptions struct {
 	// provider (which answers what a test gives it to), and the model
 	// "claude" on it.
 	claude bool
+	// writeTimeout is the gateway's Options.WriteTimeout; zero the
+	// default.
+	writeTimeout time.Duration
+	// smallBuffers gives the gateway's connections small send buffers,
+	// so that a caller that stops reading blocks its writes soon.
+	smallBuffers bool
+}
+
+// smallBuffers is a listener whose connections have 4 KiB send buffers.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
 }
 
 func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
@@ -160,8 +179,8 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 			t.Fatal(err)
 		}
 	} else {
-		cs, err := gateway.ParseTokens([]byte(fmt.Sprintf("tokens:\n  - id: a\n    sha256: %s\n  - id: b\n    sha256: %s\n  - id: ops\n    sha256: %s\n    role: operator\n",
-			sum(tokenA), sum(tokenB), sum(tokenOps))))
+		cs, err := gateway.ParseTokens([]byte(fmt.Sprintf("tokens:\n  - id: a\n    sha256: %s\n  - id: b\n    sha256: %s\n  - id: ops\n    sha256: %s\n    role: operator\n  - id: one\n    sha256: %s\n    max_in_flight: 1\n",
+			sum(tokenA), sum(tokenB), sum(tokenOps), sum(tokenOne))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +189,7 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	s.tk = tokens
 	s.models = so.models
 	gopts := gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
-		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond}
+		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond, WriteTimeout: so.writeTimeout}
 	if so.remote {
 		gopts.Remote = &gateway.RemoteStreams{}
 	}
@@ -178,10 +197,14 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		s.g.ServeHTTP(w, r)
 	}))
+	if so.smallBuffers {
+		s.srv.Listener = smallBuffers{s.srv.Listener}
+	}
+	s.srv.Start()
 	t.Cleanup(s.srv.Close)
 	return s
 }

@@ -36,8 +36,8 @@
 // stream by default. So:
 //
 //   - every answer to a Messages request carries x-should-retry: false,
-//     a 200 included, except the refusals where nothing started (429, 529:
-//     true);
+//     a 200 included, except the refusals where nothing started (429,
+//     529, and 408 for a body that did not arrive: true);
 //   - an answer whose action may have run (awaiting a verdict, maybe
 //     started, indeterminate, canceled, still running) is a 403
 //     conflict_error, which none of those clients resends, whatever it
@@ -52,6 +52,7 @@
 //	forbidden                    403     permission_error       -
 //	not_found, model_not_found   404     not_found_error        -
 //	too_large                    413     request_too_large      -
+//	request_timeout              408     invalid_request_error  request_timeout (x-should-retry: true)
 //	key_reused                   422     invalid_request_error  idempotency_key_reused
 //	caller_limit                 429     rate_limit_error       max_in_flight (x-should-retry: true, Retry-After)
 //	unavailable_nothing_started  529     overloaded_error       temporal_unreachable (x-should-retry: true, Retry-After)

@@ -42,6 +42,7 @@ const (
 	CodeStreamIncomplete       = "durallm_stream_incomplete"
 	CodeContentFilter          = "content_filter"
 	CodeKeyReused              = "idempotency_key_reused"
+	CodeRequestTimeout         = "request_timeout"
 	CodeCallerLimit            = "max_in_flight"
 	CodeUnavailable            = "temporal_unreachable"
 	CodeNotImplemented         = "durallm_not_implemented"
@@ -69,6 +70,7 @@ var shapes = answer.Shapes{
 	answer.UnsupportedMediaType:      {Status: http.StatusUnsupportedMediaType, Type: typeInvalidRequest, Code: ""},
 	answer.NotImplemented:            {Status: http.StatusNotImplemented, Type: typeAPI, Code: CodeNotImplemented},
 	answer.TooLarge:                  {Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge, Code: ""},
+	answer.RequestTimeout:            {Status: http.StatusRequestTimeout, Type: typeInvalidRequest, Code: CodeRequestTimeout},
 	answer.KeyReused:                 {Status: http.StatusUnprocessableEntity, Type: typeInvalidRequest, Code: CodeKeyReused},
 	answer.CallerLimit:               {Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: CodeCallerLimit},
 	answer.UnavailableNothingStarted: {Status: 529, Type: typeOverloaded, Code: CodeUnavailable},

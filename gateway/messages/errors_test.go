@@ -29,6 +29,7 @@ func TestRender(t *testing.T) {
 		{answer.Problem{Kind: answer.MethodNotAllowed, Allow: "POST", Message: "use POST"}, 405, "invalid_request_error", "", false},
 		{answer.Problem{Kind: answer.NotImplemented, Message: "not served"}, 501, "api_error", CodeNotImplemented, false},
 		{answer.Problem{Kind: answer.TooLarge, Message: "too large"}, 413, "request_too_large", "", false},
+		{answer.Problem{Kind: answer.RequestTimeout, Message: "late"}, 408, "invalid_request_error", CodeRequestTimeout, true},
 		{answer.Problem{Kind: answer.KeyReused, Message: "reused"}, 422, "invalid_request_error", CodeKeyReused, false},
 		{answer.Problem{Kind: answer.CallerLimit, RetryAfter: time.Second, Message: "limit"}, 429, "rate_limit_error", CodeCallerLimit, true},
 		{answer.Problem{Kind: answer.UnavailableNothingStarted, RetryAfter: time.Second, Message: "down"}, 529, "overloaded_error", CodeUnavailable, true},

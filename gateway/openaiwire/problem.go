@@ -40,6 +40,7 @@ const (
 	CodeUnsupportedMediaType  = "unsupported_media_type"
 	CodeNotImplemented        = "not_implemented"
 	CodeRequestTooLarge       = "request_too_large"
+	CodeRequestTimeout        = "request_timeout"
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
 	CodeCallerLimit           = "max_in_flight"
 	CodeTemporalUnreachable   = "temporal_unreachable"
@@ -102,6 +103,7 @@ var shapes = answer.Shapes{
 	answer.UnsupportedMediaType:      {Status: http.StatusUnsupportedMediaType, Type: TypeInvalidRequest, Code: CodeUnsupportedMediaType},
 	answer.NotImplemented:            {Status: http.StatusNotImplemented, Type: TypeInvalidRequest, Code: CodeNotImplemented},
 	answer.TooLarge:                  {Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: CodeRequestTooLarge},
+	answer.RequestTimeout:            {Status: http.StatusRequestTimeout, Type: TypeInvalidRequest, Code: CodeRequestTimeout},
 	answer.KeyReused:                 {Status: http.StatusUnprocessableEntity, Type: TypeInvalidRequest, Code: CodeIdempotencyKeyReused},
 	answer.CallerLimit:               {Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: CodeCallerLimit},
 	answer.UnavailableNothingStarted: {Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Code: CodeTemporalUnreachable},

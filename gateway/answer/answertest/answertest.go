@@ -65,7 +65,7 @@ func retryableStatus(status int) bool {
 // Kinds are the kinds a surface renders as a status. StreamIncomplete is
 // left out: it is only ever an in-band error, after a stream's 200.
 var Kinds = []answer.Kind{answer.InvalidRequest, answer.Unauthorized, answer.Forbidden, answer.NotFound, answer.ModelNotFound,
-	answer.MethodNotAllowed, answer.UnsupportedMediaType, answer.NotImplemented, answer.TooLarge, answer.KeyReused, answer.CallerLimit,
+	answer.MethodNotAllowed, answer.UnsupportedMediaType, answer.NotImplemented, answer.TooLarge, answer.RequestTimeout, answer.KeyReused, answer.CallerLimit,
 	answer.UnavailableNothingStarted, answer.MaybeStarted, answer.Rejected, answer.ContentFiltered, answer.UpstreamAuth,
 	answer.Failed, answer.AwaitingVerdict, answer.Indeterminate, answer.Canceled, answer.InProgress, answer.Conflict, answer.Internal}
 
