@@ -53,14 +53,25 @@ const IgnoredHeader = "X-Durallm-Ignored"
 //   - is_error on a tool_result: OpenAI's tool messages have no such flag,
 //     and the result's content (which says what failed) is kept;
 //   - service_tier: a capacity choice, not a request for another answer;
-//   - eager_input_streaming on a tool: how finely its input is streamed.
+//   - eager_input_streaming on a tool: how finely its input is streamed;
+//   - context_management: server-side context editing, which clears
+//     earlier tool results or thinking from what the model reads once a
+//     conversation grows past a threshold, to save its window: without it
+//     the model reads all it was sent (one past the window gets the
+//     provider's refusal, never another answer); Claude Code sends it
+//     with prompt caching on;
+//   - output_config.effort: how much the model thinks before it answers,
+//     like thinking, which is not asked for upstream; Claude Code sends it.
 //
-// Every other member the envelope cannot carry (documents, server tools
-// and their blocks, image sources other than base64 and url, container,
-// mcp_servers, context_management, output_config, inference_geo, and any
-// member this list does not name) is a 400 naming it: running a request
-// without what it asked for would answer another question.
-var IgnoredMembers = []string{"cache_control", "citations", "eager_input_streaming", "is_error", "service_tier", "thinking"}
+// output_config.format (a JSON schema the answer must follow) is carried,
+// as the envelope's response_format (json_schema, strict). Every other
+// member the envelope cannot carry (documents, server tools and their
+// blocks, image sources other than base64 and url, container,
+// mcp_servers, inference_geo, and any member this list does not name) is
+// a 400 naming it: running a request without what it asked for would
+// answer another question.
+var IgnoredMembers = []string{"cache_control", "citations", "context_management", "eager_input_streaming", "is_error",
+	"output_config.effort", "service_tier", "thinking"}
 
 // parseRequest reads a POST /v1/messages body. A problem is an
 // InvalidRequest naming the member in Anthropic's dotted form
@@ -165,7 +176,7 @@ func typeOf(m map[string]json.RawMessage) string {
 
 // The top-level members parseRequest reads.
 var topMembers = []string{"model", "max_tokens", "messages", "system", "stream", "stop_sequences",
-	"temperature", "top_p", "top_k", "metadata", "tools", "tool_choice"}
+	"temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "output_config"}
 
 func (p *parser) request(body []byte) (parsed, *answer.Problem) {
 	var top map[string]json.RawMessage
@@ -192,7 +203,12 @@ func (p *parser) request(body []byte) (parsed, *answer.Problem) {
 		}
 		delete(top, "thinking")
 	}
-	if err := p.allow("", top, topMembers, "cache_control", "service_tier"); err != nil {
+	if raw, ok := top["context_management"]; ok {
+		if _, ok := object(raw); !ok {
+			return parsed{}, invalid("context_management", "must be an object")
+		}
+	}
+	if err := p.allow("", top, topMembers, "cache_control", "service_tier", "context_management"); err != nil {
 		return parsed{}, err
 	}
 	var req parsed
@@ -288,6 +304,13 @@ func (p *parser) request(body []byte) (parsed, *answer.Problem) {
 		if !parallel {
 			params["parallel_tool_calls"] = json.RawMessage("false")
 		}
+	}
+	if raw, has := top["output_config"]; has {
+		format, err := p.outputConfig(raw)
+		if err != nil {
+			return parsed{}, err
+		}
+		r.ResponseFormat = format
 	}
 	if len(r.Tools) == 0 {
 		// Without tools there are no parallel calls to turn off, and an
@@ -599,6 +622,54 @@ func (p *parser) assistant(path string, content json.RawMessage, blocks []json.R
 		msg.Content = json.RawMessage(`""`)
 	}
 	return msg, nil
+}
+
+// outputConfig reads output_config: its effort is set aside
+// (IgnoredMembers), its format, a JSON schema the answer must follow, is
+// the envelope's response_format (nil for none).
+func (p *parser) outputConfig(raw json.RawMessage) (json.RawMessage, *answer.Problem) {
+	m, ok := object(raw)
+	if !ok {
+		return nil, invalid("output_config", "must be an object")
+	}
+	if err := p.allow("output_config", m, []string{"effort", "format"}); err != nil {
+		return nil, err
+	}
+	if raw, has := m["effort"]; has && !isNull(raw) {
+		if _, ok := str(raw); !ok {
+			return nil, invalid("output_config.effort", "must be a string")
+		}
+		p.ignored["output_config.effort"] = true
+	}
+	raw, has := m["format"]
+	if !has || isNull(raw) {
+		return nil, nil
+	}
+	f, ok := object(raw)
+	if !ok {
+		return nil, invalid("output_config.format", "must be an object")
+	}
+	if err := p.allow("output_config.format", f, []string{"type", "schema"}); err != nil {
+		return nil, err
+	}
+	if typeOf(f) != "json_schema" {
+		return nil, invalid("output_config.format.type", "must be json_schema")
+	}
+	if _, ok := object(f["schema"]); !ok {
+		return nil, invalid("output_config.format.schema", "required: a JSON schema object")
+	}
+	type jsonSchema struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict bool            `json:"strict"`
+	}
+	// Anthropic's structured output holds the answer to the schema, as
+	// OpenAI's strict mode does; the name is OpenAI's, required there.
+	b, _ := json.Marshal(struct {
+		Type       string     `json:"type"`
+		JSONSchema jsonSchema `json:"json_schema"`
+	}{"json_schema", jsonSchema{Name: "output", Schema: bytes.TrimSpace(f["schema"]), Strict: true}})
+	return b, nil
 }
 
 // functionTool is an OpenAI function tool, the envelope's.
