@@ -270,9 +270,11 @@ func (d *devProcess) startGateway(context.Context) error {
 		return err
 	}
 	d.closers = append(d.closers, func() { gw.Close() })
-	d.say("  · OpenAI-compatible gateway at %s (models: %s)", gw.URL(), models)
+	d.say("  · OpenAI-compatible gateway at %s (models: %s), Anthropic's Messages too", gw.URL(), models)
 	d.say("    export OPENAI_BASE_URL=%s OPENAI_API_KEY=$(cat %s)", gw.URL(), tokenFile)
 	d.say(`    curl -sN $OPENAI_BASE_URL/chat/completions -H "Authorization: Bearer $OPENAI_API_KEY" -H 'Idempotency-Key: demo-1' --json '{"model":"%s","stream":true,"messages":[{"role":"user","content":"hi"}]}'`, strings.Split(models, ", ")[0])
+	d.say("    Anthropic's SDKs and Claude Code (POST /v1/messages): export ANTHROPIC_BASE_URL=%s ANTHROPIC_AUTH_TOKEN=$(cat %s) ANTHROPIC_MODEL=%s",
+		strings.TrimSuffix(gw.URL(), "/v1"), tokenFile, strings.Split(models, ", ")[0])
 	return nil
 }
 
