@@ -60,7 +60,7 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.encKey, "encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp+"; the UI decodes through an in-process codec server")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
 	fs.StringVar(&f.streamAddr, "stream-addr", "127.0.0.1:9092", "serve streamed actions' text as server-sent events at /v1/streams/{id} here (empty: off; port 0: any free port)")
-	fs.StringVar(&f.gatewayAddr, "gateway-addr", defaultGatewayAddr, "serve the OpenAI-compatible API (/v1/chat/completions) here (empty: off; port 0: any free port)")
+	fs.StringVar(&f.gatewayAddr, "gateway-addr", defaultGatewayAddr, "serve the gateway (OpenAI chat completions at /v1/chat/completions, Anthropic Messages at /v1/messages) here (empty: off; port 0: any free port)")
 }
 
 // devProcess is one 'dev': what it started so far, closed in reverse by close.
