@@ -30,9 +30,42 @@ import (
 
 // benchGateway is durallm's gateway over a bench stack, on loopback.
 type benchGateway struct {
-	url string
+	url string // the root
 	hc  *http.Client
 }
+
+// benchDoor is one of the gateway's APIs as the benchmarks call it: its
+// path and headers, the bodies of a JSON and of a streamed request for
+// the model "r", the data line that carries a stream's first content, and
+// the line that ends a whole stream.
+type benchDoor struct {
+	path         string
+	header       map[string]string
+	json, stream string
+	content, end func(line string) bool
+}
+
+var (
+	// chatDoor is POST /v1/chat/completions.
+	chatDoor = benchDoor{
+		path:    "/v1/chat/completions",
+		json:    `{"model":"r","messages":[{"role":"user","content":"hi"}]}`,
+		stream:  `{"model":"r","stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+		content: func(l string) bool { return strings.HasPrefix(l, "data: ") && strings.Contains(l, `"content":`) },
+		end:     func(l string) bool { return l == "data: [DONE]" },
+	}
+	// messagesDoor is POST /v1/messages, as Anthropic's SDKs send it.
+	messagesDoor = benchDoor{
+		path:   "/v1/messages",
+		header: map[string]string{"Anthropic-Version": "2023-06-01"},
+		json:   `{"model":"r","max_tokens":256,"messages":[{"role":"user","content":"hi"}]}`,
+		stream: `{"model":"r","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+		content: func(l string) bool {
+			return strings.HasPrefix(l, "data: ") && strings.Contains(l, `"type":"text_delta"`)
+		},
+		end: func(l string) bool { return l == `data: {"type":"message_stop"}` },
+	}
+)
 
 // newBenchGateway serves the gateway on c (the route "r" as the model
 // "r"), reading streams from hub when set and from the workers' stream
@@ -50,7 +83,7 @@ func newBenchGateway(b *testing.B, c *durallm.Client, hub *activities.Streams, r
 	}
 	srv := httptest.NewServer(g)
 	b.Cleanup(srv.Close)
-	return &benchGateway{url: srv.URL + "/v1/chat/completions", hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+	return &benchGateway{url: srv.URL, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 }
 
 // elsewhereClient is a durallm client on a Temporal client of its own,
@@ -68,10 +101,10 @@ func elsewhereClient(b *testing.B, st *serverStack, taskQueue string) *durallm.C
 	return durallm.NewClient(tc, taskQueue)
 }
 
-// json sends one non-streamed request and reads its answer; it returns the
-// action id.
-func (g *benchGateway) json(ctx context.Context) (string, error) {
-	resp, err := g.post(ctx, `{"model":"r","messages":[{"role":"user","content":"hi"}]}`)
+// json sends one non-streamed request through door and reads its answer;
+// it returns the action id.
+func (g *benchGateway) json(ctx context.Context, door benchDoor) (string, error) {
+	resp, err := g.post(ctx, door, door.json)
 	if err != nil {
 		return "", err
 	}
@@ -83,11 +116,11 @@ func (g *benchGateway) json(ctx context.Context) (string, error) {
 	return resp.Header.Get("X-Durallm-Action-Id"), nil
 }
 
-// ttft sends one streamed request and returns the time to its first
-// content chunk, reading the stream to its end.
-func (g *benchGateway) ttft(ctx context.Context) (time.Duration, error) {
+// ttft sends one streamed request through door and returns the time to
+// its first content, reading the stream to its end.
+func (g *benchGateway) ttft(ctx context.Context, door benchDoor) (time.Duration, error) {
 	t0 := time.Now()
-	resp, err := g.post(ctx, `{"model":"r","stream":true,"messages":[{"role":"user","content":"hello"}]}`)
+	resp, err := g.post(ctx, door, door.stream)
 	if err != nil {
 		return 0, err
 	}
@@ -100,25 +133,28 @@ func (g *benchGateway) ttft(ctx context.Context) (time.Duration, error) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if first == 0 && strings.HasPrefix(line, "data: ") && strings.Contains(line, `"content":`) {
+		if first == 0 && door.content(line) {
 			first = time.Since(t0)
 		}
-		if line == "data: [DONE]" {
+		if door.end(line) {
 			if first == 0 {
 				return 0, fmt.Errorf("gateway: a stream without content")
 			}
 			return first, nil
 		}
 	}
-	return 0, fmt.Errorf("gateway: the stream ended without [DONE] (%v)", sc.Err())
+	return 0, fmt.Errorf("gateway: the stream ended before its end (%v)", sc.Err())
 }
 
-func (g *benchGateway) post(ctx context.Context, body string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, strings.NewReader(body))
+func (g *benchGateway) post(ctx context.Context, door benchDoor, body string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+door.path, strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range door.header {
+		req.Header.Set(k, v)
+	}
 	return g.hc.Do(req)
 }
 

@@ -45,6 +45,8 @@ func (f *firstDelta) Incomplete(string) {}
 //   - gateway: a streamed POST /v1/chat/completions to durallm's gateway
 //     with its worker in its process (shared client and hub, eager start),
 //     to the first content chunk;
+//   - gateway-messages: the same as a streamed POST /v1/messages, to the
+//     first text_delta;
 //   - gateway-worker-elsewhere: the same through a gateway with a
 //     Temporal client of its own and no hub ('durallm gateway
 //     --worker=false'), the worker in another process (this binary run
@@ -129,8 +131,8 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 	local := newBenchGateway(b, durallm.NewClient(tcl, "ttft").WithEagerStart(), w.Streams(), false)
 	startWorkerProcess(b, st, "ttft-elsewhere")
 	elsewhere := newBenchGateway(b, elsewhereClient(b, st, "ttft-elsewhere"), nil, true)
-	viaGateway := func(g *benchGateway) func(int) (time.Duration, error) {
-		return func(int) (time.Duration, error) { return g.ttft(ctx) }
+	viaGateway := func(g *benchGateway, door benchDoor) func(int) (time.Duration, error) {
+		return func(int) (time.Duration, error) { return g.ttft(ctx, door) }
 	}
 	// Go runs each sub-benchmark more than once (b.N = 1 first); every
 	// action id must be new.
@@ -146,8 +148,9 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 		// The caller shares the worker's process and Temporal client, so
 		// the first workflow task can come back with the start.
 		{"durable-sink+eager-start", viaSink(durallm.NewClient(tcl, "ttft").WithEagerStart())},
-		{"gateway", viaGateway(local)},
-		{"gateway-worker-elsewhere", viaGateway(elsewhere)},
+		{"gateway", viaGateway(local, chatDoor)},
+		{"gateway-messages", viaGateway(local, messagesDoor)},
+		{"gateway-worker-elsewhere", viaGateway(elsewhere, chatDoor)},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			for range latencyWarmup {
