@@ -37,6 +37,7 @@ func (g *Gateway) owned(w http.ResponseWriter, r *http.Request, c *call) (durall
 		// Not started by a gateway: render with what Temporal knows.
 		m = gatewayMemo{Created: d.StartTime.Unix()}
 	}
+	c.ri.actionID = c.id
 	return d, m, true
 }
 

@@ -299,7 +299,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo)
 			allow = append(allow, e.method)
 			continue
 		}
-		ri.endpoint, ri.actionID = e.path, id
+		// The id is caller input: the request's log line names it only
+		// once it names an action the caller may see (owned).
+		ri.endpoint = e.path
 		c := &call{surface: e.surface, id: id, ri: ri}
 		if e.shared {
 			c.surface = g.claimant(r, e.surface)

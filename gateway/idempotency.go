@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -61,37 +59,6 @@ func randomActionID() string {
 		panic(fmt.Sprintf("gateway: crypto/rand: %v", err))
 	}
 	return actionIDPrefix + hex.EncodeToString(b[:])
-}
-
-// canonicalBody is the request body in canonical JSON (object keys sorted,
-// no insignificant whitespace, numbers as written, no HTML escaping),
-// without the members that only say how to deliver the answer (stream,
-// stream_options): a retry that asks for the same answer streamed or not
-// is the same request. The body must be a JSON object.
-func canonicalBody(body []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v map[string]any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, errors.New("trailing data after the JSON object")
-	}
-	if v == nil {
-		return nil, errors.New("the body is null, not an object")
-	}
-	delete(v, "stream")
-	delete(v, "stream_options")
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	// encoding/json writes map keys sorted and no whitespace between
-	// tokens; json.Number keeps each number's own text.
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 // fingerprint is HMAC-SHA256, under the gateway's secret, of the body's

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -101,5 +104,85 @@ func TestFingerprint(t *testing.T) {
 	}
 	if len(a) != 64 {
 		t.Fatalf("fingerprint %q: want 64 hex digits", a)
+	}
+}
+
+// Two bodies that differ only in text that is not valid Unicode (a lone
+// surrogate escape, a byte that is not UTF-8) have different
+// fingerprints: decoding both to U+FFFD would let a different body reuse
+// a key. Valid text keeps its canonical form, so no fingerprint of such a
+// body changes.
+func TestFingerprintsTellInvalidTextApart(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	bodies := []string{
+		`{"content":"\ud800"}`,
+		`{"content":"\ud801"}`,
+		`{"content":"\udc00"}`,
+		`{"content":"\ufffd"}`,
+		"{\"content\":\"\xff\"}",
+		"{\"content\":\"\xfe\"}",
+		`{"content":"\\ud800"}`,
+		`{"content":"x\ud800"}`,
+	}
+	seen := map[string]string{}
+	for _, b := range bodies {
+		fp, err := fingerprint(secret, []byte(b))
+		if err != nil {
+			t.Fatalf("%q: %v", b, err)
+		}
+		if other, ok := seen[fp]; ok {
+			t.Errorf("%q and %q have the same fingerprint", b, other)
+		}
+		seen[fp] = b
+	}
+	// A valid surrogate pair is its character, written either way.
+	a, _ := fingerprint(secret, []byte(`{"content":"\ud83d\ude00"}`))
+	b, _ := fingerprint(secret, []byte(`{"content":"😀"}`))
+	if a != b {
+		t.Fatal("a surrogate pair and its character differ")
+	}
+}
+
+// For valid text the canonical form is what encoding/json writes after
+// decoding (object keys sorted, numbers as written, no HTML escaping):
+// the fingerprints of keyed actions started before stay the same.
+func TestCanonicalFormOfValidTextIsEncodingJSONs(t *testing.T) {
+	byEncodingJSON := func(body []byte) string {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		var v map[string]any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		delete(v, "stream")
+		delete(v, "stream_options")
+		var out bytes.Buffer
+		enc := json.NewEncoder(&out)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(out.String(), "\n")
+	}
+	var controls strings.Builder
+	for c := 0; c < 0x20; c++ {
+		fmt.Fprintf(&controls, `\u%04x`, c)
+	}
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"z":1,"a":{"y":[1,2.50,-3e+7,{"b":null,"a":true}],"x":false},"m":"<a&b>"}`,
+		`{"s":"` + controls.String() + `"}`,
+		`{"s":"quote \" backslash \\ slash \/ tab \t nl \n"}`,
+		`{"s":"\u2028\u2029 line separators, é \u00e9 😀 \ud83d\ude00 \ufffd"}`,
+		`{"dup":1,"dup":2}`,
+		`{"k\"ey":1,"k ey":2,"kéy":3,"k\u0001":4}`,
+		`{"a":[],"b":{},"c":"","d":[[]],"e":[{}]}`,
+		"{ \"a\" :\n [ 1 ,\t2 ] }",
+	} {
+		want := byEncodingJSON([]byte(body))
+		got, err := canonicalBody([]byte(body))
+		if err != nil || string(got) != want {
+			t.Errorf("%s:\n got %s (%v)\nwant %s", body, got, err, want)
+		}
 	}
 }

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -224,6 +227,9 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	req, p := surf.Parse(body)
+	if p == nil {
+		p = checkMetadata(req.Request)
+	}
 	if p != nil {
 		writeProblem(w, surf, p)
 		return
@@ -304,6 +310,30 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	g.serveJSON(w, r, sess)
+}
+
+// metadataPrefix starts the metadata keys that are durallm's own
+// (exchange.MetadataAttemptID, exchange.MetadataActionID: a provider's
+// record is searched by them).
+const metadataPrefix = "durallm_"
+
+// checkMetadata refuses a request whose metadata, which goes upstream as
+// it is, is not an object or uses a key of durallm's.
+func checkMetadata(r providers.Request) *answer.Problem {
+	raw, ok := r.Params["metadata"]
+	if !ok {
+		return nil
+	}
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &meta); err != nil || meta == nil {
+		return badRequest("metadata", "metadata must be an object")
+	}
+	for k := range meta {
+		if strings.HasPrefix(k, metadataPrefix) {
+			return badRequest("metadata", "metadata keys starting with "+metadataPrefix+" are durallm's own: use another name")
+		}
+	}
+	return nil
 }
 
 // readBody reads a request's body, at most MaxBody bytes and within

@@ -146,13 +146,22 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
 	st := &streamRun{g: g, s: s, so: so, enc: so.encoder,
-		sw:     &sseWriter{w: w, rc: http.NewResponseController(w)},
-		events: g.follow(ctx, s.who.ID, 0), keepAlive: time.NewTicker(g.o.KeepAlive)}
+		sw: &sseWriter{w: w, rc: http.NewResponseController(w)}, keepAlive: time.NewTicker(g.o.KeepAlive)}
+	if !s.replayed {
+		// An action that ended is streamed from its result alone: the
+		// same deltas, and its state known before the status.
+		st.events = g.follow(ctx, s.who.ID, 0)
+	}
 	defer st.keepAlive.Stop()
 	wt := g.newWaiter(s)
 	defer wt.cancel()
 	done, ok := st.untilResult(ctx, wt)
 	if !ok {
+		if st.broken {
+			// A write that failed is the caller gone, whether or not the
+			// request's context has seen it yet.
+			g.disconnected(s)
+		}
 		return
 	}
 	if done.err != nil {
@@ -166,7 +175,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		st.fail(o.Problem, string(res.State))
 		return
 	}
-	if !st.sw.started && !st.begin() {
+	if !st.sw.started && !st.begin(res.State) {
 		return
 	}
 	// The events published before the result: all in this process's hub
@@ -193,6 +202,8 @@ type streamRun struct {
 	sw        *sseWriter
 	events    <-chan activities.StreamEvent
 	keepAlive *time.Ticker
+	// broken: a write to the caller failed.
+	broken bool
 	// fed is what the encoder was fed, to complete the stream from the
 	// result.
 	fed fedDeltas
@@ -220,6 +231,7 @@ func (st *streamRun) emit(evs []answer.Event) bool {
 			continue
 		}
 		if st.sw.event(e) != nil {
+			st.broken = true
 			return false
 		}
 		st.keepAlive.Reset(st.g.o.KeepAlive)
@@ -243,13 +255,14 @@ func (st *streamRun) write(ev activities.StreamEvent) bool {
 	return true
 }
 
-// begin sends the status and headers, then what opens the stream.
-func (st *streamRun) begin() bool {
-	state := "running"
-	if st.s.replayed {
-		state = ""
+// begin sends the status and headers (x-durallm-state: the action's
+// state), then what opens the stream.
+func (st *streamRun) begin(state workflows.State) bool {
+	if st.sw.begin(string(state)) != nil {
+		st.broken = true
+		return false
 	}
-	return st.sw.begin(state) == nil && st.emit(st.enc.Start())
+	return st.emit(st.enc.Start())
 }
 
 // untilResult relays events as they come until the action's result: the
@@ -274,7 +287,8 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 				if !content(ev) {
 					continue
 				}
-				if !st.begin() {
+				// An attempt is producing this content.
+				if !st.begin(workflows.StateDispatching) {
 					return done, false
 				}
 			}
@@ -284,11 +298,12 @@ func (st *streamRun) untilResult(ctx context.Context, wt *waiter) (done waitDone
 		case d := <-wt.result:
 			return d, true
 		case <-hold.C:
-			if !st.sw.started && !st.begin() {
+			if !st.sw.started && !st.begin(g.stateNow(ctx, st.s.who.ID)) {
 				return done, false
 			}
 		case <-st.keepAlive.C:
 			if st.sw.started && st.sw.keepAlive() != nil {
+				st.broken = true
 				return done, false
 			}
 		case <-poll.C:

@@ -106,7 +106,10 @@ func ParseTokens(data []byte) ([]Caller, error) {
 			bad("sha256", "want the token's SHA-256 as 64 hex digits (sha256sum)")
 		} else {
 			copy(c.Hash[:], h)
-			if hashes[c.Hash] {
+			switch {
+			case c.Hash == emptyDigest:
+				bad("sha256", "the SHA-256 of the empty token (was the token's variable unset when it was hashed?)")
+			case hashes[c.Hash]:
 				bad("sha256", "the same token twice")
 			}
 			hashes[c.Hash] = true
@@ -224,6 +227,9 @@ func (t *Tokens) Watch(ctx context.Context, every time.Duration, hup <-chan os.S
 
 // Len is how many callers there are.
 func (t *Tokens) Len() int { return len(*t.callers.Load()) }
+
+// emptyDigest is the SHA-256 of the empty token, which no entry may hold.
+var emptyDigest = sha256.Sum256(nil)
 
 // lookup finds the caller a token belongs to. Every entry is compared, in
 // constant time, whatever matches: how long it takes says nothing of

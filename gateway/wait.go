@@ -95,7 +95,7 @@ func (g *Gateway) serveJSON(w http.ResponseWriter, r *http.Request, s *session) 
 			}
 			poll.Reset(wt.nextPoll())
 		case <-limit.C:
-			w.Header().Set("X-Durallm-State", "running")
+			w.Header().Set("X-Durallm-State", string(g.stateNow(ctx, s.who.ID)))
 			writeProblem(w, s.surface, &answer.Problem{Kind: answer.InProgress,
 				Message: "the action is still running after the gateway's max_wait: GET /v1/actions/" + s.who.ID + ", or send the request again with the same Idempotency-Key to wait again"})
 			return
@@ -162,4 +162,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// stateNow is the state a running action is in, for x-durallm-state;
+// dispatching when it cannot be read at once.
+func (g *Gateway) stateNow(ctx context.Context, id string) workflows.State {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if st, err := g.c.Status(ctx, id); err == nil && st.State != "" {
+		return st.State
+	}
+	return workflows.StateDispatching
 }

@@ -131,7 +131,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	if d.f.exitAfter {
 		return code
 	}
-	d.say("\nRunning. Start actions with 'durallm run --route demo-primary,demo-fallback --message hi'. Ctrl-C stops.")
+	d.say("\nRunning. Start actions with 'durallm run --route %s --message hi'. Ctrl-C stops.", strings.Join(d.routes.Names(), ","))
 	<-ctx.Done()
 	d.say("\ndurallm dev: shutting down (in-flight attempts get a bounded grace)")
 	return code
@@ -265,7 +265,7 @@ func (d *devProcess) startGateway(context.Context) error {
 	if d.keys != nil {
 		c.WithDataConverter(codec.DataConverter(d.keys))
 	}
-	gw, models, tokenFile, err := devGateway(d.f.gatewayAddr, d.f.dataDir, c, d.w.Streams(), d.routes.Names(), d.demo != nil, d.logger)
+	gw, models, tokenFile, err := devGateway(d.f.gatewayAddr, d.f.dataDir, c, d.w.Streams(), d.routes.Names(), d.demo != nil, d.logger, d.st.tel.Meter())
 	if err != nil {
 		return err
 	}

@@ -385,3 +385,39 @@ func gatewayPost(t *testing.T, base, token, key, body string) (*http.Response, s
 	}
 	return resp, string(b)
 }
+
+// 'durallm dev --routes FILE' serves those routes: its closing line names
+// them rather than the demo's, and its gateway's requests are counted
+// with the worker's metrics (durallm_gateway_requests_total).
+func TestDevWithRoutesNamesThemAndCountsItsGatewaysRequests(t *testing.T) {
+	p, err := providertest.NewProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetDefault(providertest.Answer("from my route"))
+	routes := writeTemp(t, "routes.yaml", "routes:\n  - name: mine\n    kind: openai\n    base_url: "+p.HTTP1URL()+"/v1\n    model: m\n")
+	dir := t.TempDir()
+	d := startDev(t, "--headless", "--port", "-1", "--data-dir", dir, "--routes", routes, "--metrics-addr", "127.0.0.1:0", "--stream-addr", "", "--gateway-addr", "127.0.0.1:0")
+	metrics := d.await(`metrics at (http://\S+/metrics)`)[1]
+	base := d.await(`OpenAI-compatible gateway at (http://\S+/v1) \(models: mine\)`)[1]
+	running := d.await(`Running\. (.*)`)[1]
+	if strings.Contains(running, "demo-") || !strings.Contains(running, "mine") {
+		t.Errorf("the closing line does not name the routes served: %s", running)
+	}
+	token, err := os.ReadFile(filepath.Join(dir, "gateway-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := gatewayPost(t, base, strings.TrimSpace(string(token)), "mine-1", `{"model":"mine","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 || !strings.Contains(body, "from my route") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	body, err := providertest.Scrape(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := providertest.MetricSum(body, "durallm_gateway_requests_total", `status="200"`); got < 1 {
+		t.Errorf("durallm_gateway_requests_total{status=200} = %v after a request", got)
+	}
+	d.finish()
+}

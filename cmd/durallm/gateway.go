@@ -344,9 +344,10 @@ func (r *runningGateway) Close() {
 // devGateway starts the gateway of 'dev' on addr: the models are the demo
 // group (demo: demo-primary, demo-fallback) or, with --routes, each route;
 // one operator token, kept in DATA_DIR/gateway-token, and the fingerprint
-// secret in DATA_DIR/gateway-secret, both made once. It returns the
-// gateway, its models and the token file.
-func devGateway(addr, dataDir string, c *durallm.Client, hub *activities.Streams, routeNames []string, demo bool, logger *slog.Logger) (*runningGateway, string, string, error) {
+// secret in DATA_DIR/gateway-secret, both made once; its counters go to
+// meter, beside the worker's. It returns the gateway, its models and the
+// token file.
+func devGateway(addr, dataDir string, c *durallm.Client, hub *activities.Streams, routeNames []string, demo bool, logger *slog.Logger, meter metric.Meter) (*runningGateway, string, string, error) {
 	models := gateway.ModelsFromRoutes(routeNames)
 	if demo {
 		models = gateway.Config{Models: []gateway.Model{{Name: "demo", Routes: []string{"demo-primary", "demo-fallback"}}}}
@@ -367,7 +368,7 @@ func devGateway(addr, dataDir string, c *durallm.Client, hub *activities.Streams
 		return nil, "", "", err
 	}
 	tokens := gateway.NewTokens([]gateway.Caller{{ID: "dev", Hash: sha256.Sum256([]byte(strings.TrimSpace(string(token)))), Role: gateway.RoleOperator}})
-	gw, err := startGateway(gatewaySetup{Addr: addr, Client: c, Models: models, Tokens: tokens, Secret: secret, Streams: hub, Logger: logger})
+	gw, err := startGateway(gatewaySetup{Addr: addr, Client: c, Models: models, Tokens: tokens, Secret: secret, Streams: hub, Logger: logger, Meter: meter})
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -176,6 +176,7 @@ func TestGatewayCommandWithoutAWorkerStreamsFromTheWorker(t *testing.T) {
 		return m != nil && strings.Contains(werr.String(), "durallm worker started")
 	})
 	req, _ := http.NewRequest(http.MethodPost, base+"/chat/completions", strings.NewReader(`{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package answer
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/durallm/durallm/providers"
 )
@@ -158,4 +159,18 @@ type Encoder interface {
 	// Fail renders a problem after the stream's 200: the in-band error
 	// that ends the stream.
 	Fail(p Problem) []Event
+}
+
+// BearerToken reads an Authorization header's bearer token as RFC 9110
+// writes it: the scheme "Bearer" (in any case), one or more spaces, the
+// token; spaces and tabs after it are dropped, nothing else is. ok is
+// false for another scheme or no token; the core refuses a token that is
+// not visible ASCII.
+func BearerToken(header string) (token string, ok bool) {
+	scheme, rest, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.Trim(rest, " \t")
+	return token, token != ""
 }

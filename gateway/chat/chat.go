@@ -8,7 +8,6 @@ package chat
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/gateway/openaiwire"
@@ -35,13 +34,9 @@ func (Surface) Routes() []answer.Route {
 }
 
 // Credential is the bearer token of the Authorization header, as every
-// OpenAI SDK sends its API key.
+// OpenAI SDK sends its API key (answer.BearerToken).
 func (Surface) Credential(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return strings.TrimSpace(token), true
+	return answer.BearerToken(r.Header.Get("Authorization"))
 }
 
 // Parse reads a chat-completions body (parse).

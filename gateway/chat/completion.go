@@ -43,7 +43,8 @@ type (
 		Created int64        `json:"created"`
 		Model   string       `json:"model"`
 		Choices []wireChoice `json:"choices"`
-		Usage   wireUsage    `json:"usage"`
+		// Usage is nil when the provider reported none.
+		Usage *wireUsage `json:"usage,omitempty"`
 	}
 	wireDelta struct {
 		Role      string         `json:"role,omitempty"`
@@ -104,7 +105,10 @@ func completionJSON(who answer.Identity, r *providers.Response) []byte {
 	c := wireCompletion{
 		ID: who.ID, Object: "chat.completion", Created: who.Created, Model: who.Model,
 		Choices: []wireChoice{{Message: wireMessage{Role: "assistant", Content: strOrNull(r.Text), Refusal: strOrNull(r.Refusal)}, FinishReason: finishReasonOf(r)}},
-		Usage:   usageOf(r.Usage),
+	}
+	if r.Usage != (providers.Usage{}) {
+		u := usageOf(r.Usage)
+		c.Usage = &u
 	}
 	if len(r.ToolCalls) > 0 && string(r.ToolCalls) != "null" {
 		c.Choices[0].Message.ToolCalls = r.ToolCalls

@@ -104,3 +104,17 @@ func TestEncoderEndsAPartialAnswerInBand(t *testing.T) {
 		t.Fatalf("%s", out)
 	}
 }
+
+// When the provider sent no usage, the answer says nothing of it: no
+// usage chunk at the end of a stream, even asked for, and no usage member
+// in a completion built from the response; 0/0 would read as a count.
+func TestAnAnswerWithoutUsageSaysNothingOfIt(t *testing.T) {
+	enc := Surface{}.Stream(who, Options{IncludeUsage: true})
+	out := data(enc.End(answer.Answer{Identity: who, Response: &providers.Response{Text: "hi", FinishReason: "stop"}}))
+	if len(out) != 2 || !strings.Contains(out[0], `"finish_reason":"stop"`) || out[1] != "[DONE]" {
+		t.Fatalf("%s", strings.Join(out, "\n"))
+	}
+	if b := completionJSON(who, &providers.Response{Text: "hi"}); strings.Contains(string(b), `"usage"`) {
+		t.Fatalf("%s", b)
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/gateway/openaiwire"
+	"github.com/durallm/durallm/providers"
 )
 
 // encoder renders one stream as chat.completion.chunk events, numbered
@@ -53,7 +54,8 @@ func (c *encoder) End(a answer.Answer) []answer.Event {
 	}
 	f := finishReasonOf(r)
 	out := []answer.Event{c.chunk(wireChunk{Choices: []wireChunkChoice{{FinishReason: &f}}})}
-	if c.includeUsage {
+	if c.includeUsage && r.Usage != (providers.Usage{}) {
+		// Only usage the provider reported: 0/0 would read as a count.
 		u := usageOf(r.Usage)
 		out = append(out, c.chunk(wireChunk{Choices: []wireChunkChoice{}, Usage: &u}))
 	}

@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/durallm/durallm/gateway"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/workflows"
 )
@@ -234,5 +236,45 @@ func TestGatewayCompletionReadByItsID(t *testing.T) {
 	var ae *openai.Error
 	if !errors.As(err, &ae) || ae.StatusCode != 404 {
 		t.Fatalf("another caller read it: %v", err)
+	}
+}
+
+// Every answer about an action says its state in x-durallm-state, with
+// one of the action's states: a live stream (its attempt is producing),
+// a replayed one and a read one (the terminal state), a JSON wait that
+// reached its bound (the state it is in).
+func TestAStreamSaysItsActionsState(t *testing.T) {
+	s := newGateway(t, func(o *stackOptions) {
+		o.models.Models = append(o.models.Models, gateway.Model{Name: "brief", Routes: []string{"primary"}, MaxWait: 300 * time.Millisecond})
+	})
+	isState := func(v string) bool {
+		switch workflows.State(v) {
+		case workflows.StateQueued, workflows.StateDispatching, workflows.StateBackingOff, workflows.StateAwaitingReconciliation:
+			return true
+		}
+		return workflows.State(v).Terminal()
+	}
+	s.p.Push(providertest.Answer("a b c"))
+	key := map[string]string{"Idempotency-Key": "stated"}
+	body := `{"model":"demo","stream":true,"messages":[{"role":"user","content":"x"}]}`
+	live, _ := s.do(testCtx(t), http.MethodPost, "/v1/chat/completions", tokenA, body, key)
+	if st := live.Header.Get("X-Durallm-State"); !isState(st) || workflows.State(st).Terminal() {
+		t.Fatalf("live stream: x-durallm-state %q", st)
+	}
+	id := live.Header.Get("X-Durallm-Action-Id")
+	replayed, _ := s.do(testCtx(t), http.MethodPost, "/v1/chat/completions", tokenA, body, key)
+	if st := replayed.Header.Get("X-Durallm-State"); st != string(workflows.StateCompleted) || replayed.Header.Get("X-Durallm-Replayed") != "true" {
+		t.Fatalf("replayed stream: x-durallm-state %q", st)
+	}
+	read := get(t, testCtx(t), s.srv.URL, "/v1/actions/"+id+"?stream=true")
+	read.Body.Close()
+	if st := read.Header.Get("X-Durallm-State"); st != string(workflows.StateCompleted) {
+		t.Fatalf("read stream: x-durallm-state %q", st)
+	}
+	s.p.Push(providertest.Hold())
+	waited, _ := s.do(testCtx(t), http.MethodPost, "/v1/chat/completions", tokenA, `{"model":"brief","messages":[{"role":"user","content":"x"}]}`,
+		map[string]string{"X-Durallm-On-Disconnect": "continue"})
+	if st := waited.Header.Get("X-Durallm-State"); waited.StatusCode != http.StatusForbidden || !isState(st) || workflows.State(st).Terminal() {
+		t.Fatalf("a wait past max_wait: %d x-durallm-state %q", waited.StatusCode, st)
 	}
 }

@@ -3,7 +3,6 @@ package messages
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 
 	"github.com/durallm/durallm/gateway/answer"
 )
@@ -23,16 +22,13 @@ const RequestIDHeader = "request-id"
 func WantsAnthropic(h http.Header) bool { return h.Get(VersionHeader) != "" }
 
 // APIKey is the key an Anthropic client sends: x-api-key, or
-// Authorization: Bearer, which the current SDKs send instead.
+// Authorization: Bearer (read as answer.BearerToken reads it), which the
+// current SDKs send instead.
 func APIKey(h http.Header) (string, bool) {
 	if k := h.Get("X-Api-Key"); k != "" {
 		return k, true
 	}
-	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
-	if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
-		return token, true
-	}
-	return "", false
+	return answer.BearerToken(h.Get("Authorization"))
 }
 
 // wireModel is a model as GET /v1/models lists it. Its release date is
