@@ -648,3 +648,27 @@ func TestMessagesStreamResumesAfterAnyEvent(t *testing.T) {
 		t.Fatalf("%d %s", r2.StatusCode, b2)
 	}
 }
+
+// A request shaped as Claude Code sends one (the beta path, its beta
+// header, thinking, effort, context editing, cache hints, its tools,
+// temperature and metadata) is served on an OpenAI-compatible route: what
+// no route can carry is set aside and named.
+func TestMessagesAsClaudeCodeSendsThem(t *testing.T) {
+	s := newGateway(t)
+	s.p.Push(providertest.Answer("done"))
+	body := `{"model":"demo","max_tokens":32000,"stream":true,"temperature":1,
+		"thinking":{"type":"adaptive"},"output_config":{"effort":"high"},
+		"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},
+		"metadata":{"user_id":"user_abc_account_def_session_ghi"},
+		"system":[{"type":"text","text":"You are Claude Code."},{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],
+		"tools":[{"name":"Bash","description":"Run a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}}],
+		"messages":[{"role":"user","content":[{"type":"text","text":"list the files","cache_control":{"type":"ephemeral"}}]}]}`
+	r, b := s.do(testCtx(t), http.MethodPost, "/v1/messages?beta=true", "", body, map[string]string{"Authorization": "Bearer " + tokenA,
+		"Anthropic-Version": "2023-06-01", "Anthropic-Beta": "claude-code-20250219,context-management-2025-06-27,interleaved-thinking-2025-05-14"})
+	if r.StatusCode != 200 || !strings.HasSuffix(strings.TrimSpace(string(b)), `data: {"type":"message_stop"}`) || !strings.Contains(string(b), `"text":"done"`) {
+		t.Fatalf("%d %s", r.StatusCode, b)
+	}
+	if got := r.Header.Get("X-Durallm-Ignored"); got != "cache_control, context_management, output_config.effort, thinking" {
+		t.Fatalf("x-durallm-ignored %q", got)
+	}
+}
