@@ -353,6 +353,12 @@ func TestMessagesErrorsInAnthropicsShape(t *testing.T) {
 		_, err = s.claude(tokenA).Models.Get(ctx, "nope", anthropic.ModelGetParams{})
 		apiErr(t, err, 404, "not_found_error", "model")
 	})
+	t.Run("a path nobody serves, in Anthropic's shape to an Anthropic client", func(t *testing.T) {
+		r, b := s.do(ctx, http.MethodPost, "/v1/complete", tokenA, `{}`, map[string]string{"Anthropic-Version": "2023-06-01"})
+		if r.StatusCode != 404 || !strings.Contains(string(b), `"type":"not_found_error"`) || !strings.Contains(string(b), "/v1/messages") {
+			t.Fatalf("%d %s", r.StatusCode, b)
+		}
+	})
 	t.Run("an OpenAI client still gets OpenAI's shape", func(t *testing.T) {
 		r, b := s.do(ctx, http.MethodGet, "/v1/models", tokenA, "", nil)
 		if r.StatusCode != 200 || !strings.Contains(string(b), `"object":"list"`) {
