@@ -3,11 +3,8 @@ package e2e_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,100 +18,11 @@ import (
 	"github.com/durallm/durallm/workflows"
 )
 
-// holdProxy forwards TCP connections to Temporal's frontend; while held,
-// what the server answers is kept back (the requests still go through):
-// a Temporal that accepts a start and is slow to say so.
-type holdProxy struct {
-	ln   net.Listener
-	mu   sync.Mutex
-	held bool
-	free chan struct{} // closed on release
-	wg   sync.WaitGroup
-	all  []net.Conn
-}
-
-func newHoldProxy(t *testing.T, target string) *holdProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &holdProxy{ln: ln, free: make(chan struct{})}
-	close(p.free)
-	t.Cleanup(func() {
-		ln.Close()
-		p.release()
-		p.mu.Lock()
-		for _, c := range p.all {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.all = append(p.all, c, up)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-			go func() { defer p.wg.Done(); p.answers(c, up) }()
-		}
-	}()
-	return p
-}
-
-// answers copies the server's bytes to the client, waiting while held.
-func (p *holdProxy) answers(c, up net.Conn) {
-	defer c.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := up.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			free := p.free
-			p.mu.Unlock()
-			<-free
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *holdProxy) hold() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.held {
-		p.held, p.free = true, make(chan struct{})
-	}
-}
-
-func (p *holdProxy) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held {
-		p.held = false
-		close(p.free)
-	}
-}
-
-// slowTemporal is a Temporal client through a holdProxy, its connection
+// slowTemporal is a Temporal client through a tcpProxy, its connection
 // already made.
-func (s *gwStack) slowTemporal() (client.Client, *holdProxy) {
+func (s *gwStack) slowTemporal() (client.Client, *tcpProxy) {
 	s.t.Helper()
-	p := newHoldProxy(s.t, s.ts.GetFrontendHostPort())
+	p := newTCPProxy(s.t, s.ts.GetFrontendHostPort())
 	tc, err := client.Dial(client.Options{HostPort: p.ln.Addr().String(), Namespace: s.ts.GetDefaultNamespace(), Logger: quietSDK{}})
 	if err != nil {
 		s.t.Fatal(err)

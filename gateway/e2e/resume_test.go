@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/durallm/durallm/gateway"
@@ -148,68 +146,12 @@ func TestAResumedStreamGivesExactlyTheRemainingText(t *testing.T) {
 	}
 }
 
-// tapProxy forwards TCP connections to a target both ways, and cuts every
-// connection open when told.
-type tapProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newTapProxy(t *testing.T, target string) *tapProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tapProxy{ln: ln}
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	return p
-}
-
-// cut closes every connection open.
-func (p *tapProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-// dialer is an HTTP client whose every connection goes through the proxy.
-func (p *tapProxy) client() *http.Client {
-	addr := p.ln.Addr().String()
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	}}}
-}
-
 // A gateway reading a stream from a worker elsewhere (--worker=false)
 // whose connection to the worker is cut reads it again from where it
 // was, and the caller gets the rest live, while the action still runs.
 func TestAWorkersStreamCutOnItsWayToTheGatewayIsReadAgain(t *testing.T) {
 	s := newGateway(t, func(o *stackOptions) { o.workerStreams = true })
-	proxy := newTapProxy(t, s.w.StreamAddr())
+	proxy := newTCPProxy(t, s.w.StreamAddr())
 	base := s.beside(besideOptions{remote: &gateway.RemoteStreams{HTTP: proxy.client()}})
 	gate := make(chan struct{})
 	s.p.Push(providertest.StreamStall(3).MidStreamWaitFor(gate))
