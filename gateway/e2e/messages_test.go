@@ -1,16 +1,15 @@
 package e2e_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -502,92 +501,38 @@ func TestMessagesAmbiguousKeylessRequestRunsTheProviderOnce(t *testing.T) {
 	}
 }
 
-// bodyCutProxy forwards connections to target; on the first, it forwards
-// the answer's head and the first bytes of its body, then cuts both ways.
-type bodyCutProxy struct {
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newBodyCutProxy(t *testing.T, target string) *bodyCutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &bodyCutProxy{ln: ln}
-	t.Cleanup(func() {
-		ln.Close()
-		// Kept-alive connections end with the test.
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	go func() {
-		first := true
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", strings.TrimPrefix(target, "http://"))
-			if err != nil {
-				c.Close()
-				continue
-			}
-			cut := first
-			first = false
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-			go func() {
-				defer p.wg.Done()
-				defer c.Close()
-				defer up.Close()
-				if !cut {
-					_, _ = io.Copy(c, up)
-					return
-				}
-				// The head, then 10 bytes of the body.
-				r := bufio.NewReader(up)
-				for {
-					line, err := r.ReadString('\n')
-					if _, werr := io.WriteString(c, line); err != nil || werr != nil {
-						return
-					}
-					if line == "\r\n" {
-						break
-					}
-				}
-				buf := make([]byte, 10)
-				n, _ := io.ReadFull(r, buf)
-				_, _ = c.Write(buf[:n])
-			}()
-		}
-	}()
-	return p
-}
-
 // A 200 whose body is cut on its way: anthropic-sdk-go would send the
 // request again (a dropped body is a connection error to it), which
 // without a key would run the model again; the gateway's x-should-retry:
 // false on every Messages answer keeps it from resending, so one request
-// reaches the gateway and the provider runs once.
+// reaches the gateway and the provider runs once. The cut is made in
+// front of the gateway: its whole answer, then only the head and the
+// first bytes of the body to the client, and the connection closed.
 func TestMessagesA200WhoseBodyIsCutIsNotResent(t *testing.T) {
 	s := newGateway(t)
-	s.p.SetDefault(providertest.Answer("a whole answer that the proxy cuts"))
-	proxy := newBodyCutProxy(t, s.srv.URL)
-	_, err := claude("http://"+proxy.ln.Addr().String(), tokenA).Messages.New(testCtx(t), messageParams("demo", "x"))
+	s.p.SetDefault(providertest.Answer("a whole answer that is cut on its way"))
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		rec := httptest.NewRecorder()
+		s.g.ServeHTTP(rec, r)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(rec.Body.Len()))
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes()[:10])
+		_ = http.NewResponseController(w).Flush()
+		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			c.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	_, err := claude(srv.URL, tokenA).Messages.New(testCtx(t), messageParams("demo", "x"))
 	if err == nil {
 		t.Fatal("a cut body read as an answer")
 	}
-	if n := s.requests.Load(); n != 1 {
+	if n := requests.Load(); n != 1 {
 		t.Fatalf("%d requests reached the gateway, want 1", n)
 	}
 	if n := s.executed(); n != 1 {
