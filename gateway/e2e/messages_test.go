@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -427,44 +426,17 @@ func TestMessagesSameKeyRunsOnce(t *testing.T) {
 // a new action: the provider runs twice, and the gateway counts a keyless
 // retry.
 func TestMessagesCutConnectionRetry(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		key      bool
-		executed int
-	}{
-		{"keyed: the retry attaches", true, 1},
-		{"keyless: the retry runs again", false, 2},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newGateway(t)
-			s.p.SetDefault(providertest.Answer("slow answer").After(1500 * time.Millisecond))
-			proxy := newCutProxy(t, s.srv.URL, func() bool { return len(s.p.Received()) >= 1 })
-			var opts []option.RequestOption
-			if tc.key {
-				opts = append(opts, option.WithHeader("Idempotency-Key", "cut-"+tc.name))
-			}
-			msg, err := claude(strings.TrimSuffix(proxy.url(), "/v1"), tokenA, opts...).Messages.New(testCtx(t), messageParams("demo", "x"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if msg.Content[0].AsText().Text != "slow answer" {
-				t.Fatalf("answer %+v", msg)
-			}
-			if n := s.requests.Load(); n != 2 {
-				t.Fatalf("%d requests reached the gateway, want 2 (the cut one and the retry)", n)
-			}
-			if !eventually(func() bool { return s.executed() >= tc.executed }) {
-				t.Fatalf("the provider ran %d times, want %d", s.executed(), tc.executed)
-			}
-			time.Sleep(200 * time.Millisecond) // a second execution would show by now; the assertion is the count
-			if n := s.executed(); n != tc.executed {
-				t.Fatalf("the provider ran %d times, want %d", n, tc.executed)
-			}
-			if want := map[bool]int64{true: 0, false: 1}[tc.key]; s.g.KeylessRetries() != want {
-				t.Fatalf("keyless retries counted %d, want %d", s.g.KeylessRetries(), want)
-			}
-		})
-	}
+	cutConnectionRetry(t, func(s *gwStack, root, key string) (string, error) {
+		var opts []option.RequestOption
+		if key != "" {
+			opts = append(opts, option.WithHeader("Idempotency-Key", key))
+		}
+		msg, err := claude(root, tokenA, opts...).Messages.New(testCtx(t), messageParams("demo", "x"))
+		if err != nil {
+			return "", err
+		}
+		return msg.Content[0].AsText().Text, nil
+	})
 }
 
 // An ambiguous keyless request (the provider may have run it, and its
