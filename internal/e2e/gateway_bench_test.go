@@ -30,42 +30,9 @@ import (
 
 // benchGateway is durallm's gateway over a bench stack, on loopback.
 type benchGateway struct {
-	url string // the root
-	hc  *http.Client
+	base string // the API's root, with /v1
+	hc   *http.Client
 }
-
-// benchDoor is one of the gateway's APIs as the benchmarks call it: its
-// path and headers, the bodies of a JSON and of a streamed request for
-// the model "r", the data line that carries a stream's first content, and
-// the line that ends a whole stream.
-type benchDoor struct {
-	path         string
-	header       map[string]string
-	json, stream string
-	content, end func(line string) bool
-}
-
-var (
-	// chatDoor is POST /v1/chat/completions.
-	chatDoor = benchDoor{
-		path:    "/v1/chat/completions",
-		json:    `{"model":"r","messages":[{"role":"user","content":"hi"}]}`,
-		stream:  `{"model":"r","stream":true,"messages":[{"role":"user","content":"hello"}]}`,
-		content: func(l string) bool { return strings.HasPrefix(l, "data: ") && strings.Contains(l, `"content":`) },
-		end:     func(l string) bool { return l == "data: [DONE]" },
-	}
-	// messagesDoor is POST /v1/messages, as Anthropic's SDKs send it.
-	messagesDoor = benchDoor{
-		path:   "/v1/messages",
-		header: map[string]string{"Anthropic-Version": "2023-06-01"},
-		json:   `{"model":"r","max_tokens":256,"messages":[{"role":"user","content":"hi"}]}`,
-		stream: `{"model":"r","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hello"}]}`,
-		content: func(l string) bool {
-			return strings.HasPrefix(l, "data: ") && strings.Contains(l, `"type":"text_delta"`)
-		},
-		end: func(l string) bool { return l == `data: {"type":"message_stop"}` },
-	}
-)
 
 // newBenchGateway serves the gateway on c (the route "r" as the model
 // "r"), reading streams from hub when set and from the workers' stream
@@ -83,7 +50,7 @@ func newBenchGateway(b *testing.B, c *durallm.Client, hub *activities.Streams, r
 	}
 	srv := httptest.NewServer(g)
 	b.Cleanup(srv.Close)
-	return &benchGateway{url: srv.URL, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+	return &benchGateway{base: srv.URL + "/v1", hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 }
 
 // elsewhereClient is a durallm client on a Temporal client of its own,
@@ -101,10 +68,31 @@ func elsewhereClient(b *testing.B, st *serverStack, taskQueue string) *durallm.C
 	return durallm.NewClient(tc, taskQueue)
 }
 
-// json sends one non-streamed request through door and reads its answer;
-// it returns the action id.
-func (g *benchGateway) json(ctx context.Context, door benchDoor) (string, error) {
-	resp, err := g.post(ctx, door, door.json)
+// The APIs a benchmark sends the same request through: chat completions
+// and Anthropic's Messages. first is how a streamed answer's first
+// content event starts, last how its end does.
+type benchAPI struct {
+	path, json, stream string
+	first, last        string
+}
+
+var (
+	chatAPI = benchAPI{path: "/chat/completions",
+		json:   `{"model":"r","messages":[{"role":"user","content":"hi"}]}`,
+		stream: `{"model":"r","stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+		first:  `"content":`, last: "data: [DONE]"}
+	messagesAPI = benchAPI{path: "/messages",
+		json:   `{"model":"r","max_tokens":256,"messages":[{"role":"user","content":"hi"}]}`,
+		stream: `{"model":"r","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+		first:  `"type":"text_delta"`, last: "event: message_stop"}
+)
+
+// json sends one non-streamed request and reads its answer; it returns the
+// action id.
+func (g *benchGateway) json(ctx context.Context) (string, error) { return g.jsonOf(ctx, chatAPI) }
+
+func (g *benchGateway) jsonOf(ctx context.Context, api benchAPI) (string, error) {
+	resp, err := g.post(ctx, api.path, api.json)
 	if err != nil {
 		return "", err
 	}
@@ -116,11 +104,15 @@ func (g *benchGateway) json(ctx context.Context, door benchDoor) (string, error)
 	return resp.Header.Get("X-Durallm-Action-Id"), nil
 }
 
-// ttft sends one streamed request through door and returns the time to
-// its first content, reading the stream to its end.
-func (g *benchGateway) ttft(ctx context.Context, door benchDoor) (time.Duration, error) {
+// ttft sends one streamed request and returns the time to its first
+// content chunk, reading the stream to its end.
+func (g *benchGateway) ttft(ctx context.Context) (time.Duration, error) {
+	return g.ttftOf(ctx, chatAPI)
+}
+
+func (g *benchGateway) ttftOf(ctx context.Context, api benchAPI) (time.Duration, error) {
 	t0 := time.Now()
-	resp, err := g.post(ctx, door, door.stream)
+	resp, err := g.post(ctx, api.path, api.stream)
 	if err != nil {
 		return 0, err
 	}
@@ -131,30 +123,31 @@ func (g *benchGateway) ttft(ctx context.Context, door benchDoor) (time.Duration,
 	}
 	var first time.Duration
 	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if first == 0 && door.content(line) {
+		if first == 0 && strings.HasPrefix(line, "data: ") && strings.Contains(line, api.first) {
 			first = time.Since(t0)
 		}
-		if door.end(line) {
+		if line == api.last {
 			if first == 0 {
 				return 0, fmt.Errorf("gateway: a stream without content")
 			}
+			// Read the end's data too: the request is done when its
+			// stream is.
+			_, _ = io.Copy(io.Discard, resp.Body)
 			return first, nil
 		}
 	}
-	return 0, fmt.Errorf("gateway: the stream ended before its end (%v)", sc.Err())
+	return 0, fmt.Errorf("gateway: the stream ended without %q (%v)", api.last, sc.Err())
 }
 
-func (g *benchGateway) post(ctx context.Context, door benchDoor, body string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+door.path, strings.NewReader(body))
+func (g *benchGateway) post(ctx context.Context, path, body string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+path, strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	for k, v := range door.header {
-		req.Header.Set(k, v)
-	}
 	return g.hc.Do(req)
 }
 

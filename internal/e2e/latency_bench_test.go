@@ -89,11 +89,12 @@ const latencyWarmup = 10
 // In "embedded" and "embedded+eager-start", gateway-json is the same
 // happy action as a non-streamed POST /v1/chat/completions to durallm's
 // gateway with its worker in its process (the client shared, eager
-// start), gateway-messages-json the same as a POST /v1/messages, and
-// gateway-json-worker-elsewhere through a gateway with a
+// start), and gateway-json-worker-elsewhere through a gateway with a
 // Temporal client of its own and the worker in another process ('durallm
 // gateway --worker=false'); compare the first with llmaction under eager
-// start, the second with llmaction without it.
+// start, the second with llmaction without it. gateway-messages-json is
+// gateway-json's request as a non-streamed POST /v1/messages to the same
+// gateway.
 //
 // "embedded+gzip" and "embedded+payload-stats" each put back one of the
 // CPU cuts of docs/performance.md "Where the CPU of an action goes": the
@@ -189,9 +190,9 @@ func BenchmarkSequentialLatency(b *testing.B) {
 				startWorkerProcess(b, st, "lat-elsewhere")
 				elsewhere := newBenchGateway(b, elsewhereClient(b, st, "lat-elsewhere"), nil, true)
 				rows = append(rows,
-					row{"gateway-json", func(ctx context.Context, _ string) (string, error) { return local.json(ctx, chatDoor) }},
-					row{"gateway-messages-json", func(ctx context.Context, _ string) (string, error) { return local.json(ctx, messagesDoor) }},
-					row{"gateway-json-worker-elsewhere", func(ctx context.Context, _ string) (string, error) { return elsewhere.json(ctx, chatDoor) }})
+					row{"gateway-json", func(ctx context.Context, _ string) (string, error) { return local.json(ctx) }},
+					row{"gateway-messages-json", func(ctx context.Context, _ string) (string, error) { return local.jsonOf(ctx, messagesAPI) }},
+					row{"gateway-json-worker-elsewhere", func(ctx context.Context, _ string) (string, error) { return elsewhere.json(ctx) }})
 			}
 			for _, k := range rows {
 				b.Run(k.name, func(b *testing.B) {

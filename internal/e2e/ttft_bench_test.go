@@ -45,8 +45,8 @@ func (f *firstDelta) Incomplete(string) {}
 //   - gateway: a streamed POST /v1/chat/completions to durallm's gateway
 //     with its worker in its process (shared client and hub, eager start),
 //     to the first content chunk;
-//   - gateway-messages: the same as a streamed POST /v1/messages, to the
-//     first text_delta;
+//   - gateway-messages: the same request as a streamed POST /v1/messages
+//     to the same gateway, to the first text_delta event;
 //   - gateway-worker-elsewhere: the same through a gateway with a
 //     Temporal client of its own and no hub ('durallm gateway
 //     --worker=false'), the worker in another process (this binary run
@@ -131,8 +131,11 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 	local := newBenchGateway(b, durallm.NewClient(tcl, "ttft").WithEagerStart(), w.Streams(), false)
 	startWorkerProcess(b, st, "ttft-elsewhere")
 	elsewhere := newBenchGateway(b, elsewhereClient(b, st, "ttft-elsewhere"), nil, true)
-	viaGateway := func(g *benchGateway, door benchDoor) func(int) (time.Duration, error) {
-		return func(int) (time.Duration, error) { return g.ttft(ctx, door) }
+	viaGateway := func(g *benchGateway) func(int) (time.Duration, error) {
+		return func(int) (time.Duration, error) { return g.ttft(ctx) }
+	}
+	viaMessages := func(g *benchGateway) func(int) (time.Duration, error) {
+		return func(int) (time.Duration, error) { return g.ttftOf(ctx, messagesAPI) }
 	}
 	// Go runs each sub-benchmark more than once (b.N = 1 first); every
 	// action id must be new.
@@ -148,9 +151,9 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 		// The caller shares the worker's process and Temporal client, so
 		// the first workflow task can come back with the start.
 		{"durable-sink+eager-start", viaSink(durallm.NewClient(tcl, "ttft").WithEagerStart())},
-		{"gateway", viaGateway(local, chatDoor)},
-		{"gateway-messages", viaGateway(local, messagesDoor)},
-		{"gateway-worker-elsewhere", viaGateway(elsewhere, chatDoor)},
+		{"gateway", viaGateway(local)},
+		{"gateway-messages", viaMessages(local)},
+		{"gateway-worker-elsewhere", viaGateway(elsewhere)},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			for range latencyWarmup {
