@@ -4,7 +4,13 @@
 // Temporal server; a durallm worker (package worker) must be polling the
 // same task queue.
 //
-//	c := durallm.NewClient(temporalClient, "durallm")
+// Dial the Temporal client with DataConverter over the workers' result
+// store, so that a request of any size up to the store's limit travels
+// by reference instead of through history:
+//
+//	store := resultstore.Dir{Path: "/shared/durallm-results"}
+//	temporalClient, err := client.Dial(client.Options{DataConverter: durallm.DataConverter(store)})
+//	c := durallm.NewClient(temporalClient, "durallm").WithResults(store)
 //	act, err := c.Start(ctx, "order-42-summary", workflows.ActionInput{...})
 //	res, err := act.Result(ctx)
 //	var ae *durallm.ActionError
@@ -27,6 +33,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/durallm/durallm/attempt"
+	"github.com/durallm/durallm/claimcheck"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/workflows"
@@ -52,6 +59,19 @@ func NewClient(tc client.Client, taskQueue string) *Client {
 		taskQueue = DefaultTaskQueue
 	}
 	return &Client{tc: tc, taskQueue: taskQueue}
+}
+
+// DataConverter is the data converter every Temporal client and worker of
+// durallm's workflows is dialed with (client.Options.DataConverter): the
+// SDK's default, with every payload over claimcheck.DefaultThreshold (2
+// KiB) kept in store and a reference to it in history. store is the
+// workers' result store (resultstore.Dir, pgstore.Store), shared by every
+// process that reads or writes the workflows. A worker of your own that
+// calls durallm with package step needs it too, or its workflow's history
+// holds each call's whole request. claimcheck.DataConverter takes options
+// (a threshold, encryption keys).
+func DataConverter(store resultstore.Store) converter.DataConverter {
+	return claimcheck.DataConverter(store, claimcheck.Options{})
 }
 
 // WithResults makes Result resolve responses the worker stored by
@@ -107,8 +127,8 @@ var ErrActionExists = errors.New("durallm: action id already used")
 // completed, completed_partial or reconciled. Use errors.As to read it.
 type ActionError struct {
 	ActionRef string
-	// State is the terminal state: failed, rejected, canceled or
-	// indeterminate.
+	// State is the terminal state: failed, rejected, canceled,
+	// indeterminate or spend_exhausted.
 	State workflows.State
 	// Outcome is the last attempt's classification (or the verdict).
 	Outcome string
@@ -142,8 +162,9 @@ type AwaitingError struct {
 	// Attempt is the attempt a verdict must name
 	// (ReconcileRequest.Attempt).
 	Attempt int
-	// Since is when the action began to await the verdict (workflow time
-	// of the caller's workflow when it learned of it).
+	// Since is when the action began to await the verdict (the action's
+	// workflow time; for an action that does not say, the caller's when
+	// it learned of it).
 	Since time.Time
 }
 
@@ -164,7 +185,9 @@ type Action struct {
 // Start validates the input and starts an action with the given id (the
 // action ref; it is also the default idempotency key). An invalid input
 // returns ErrInvalidInput (errors.Is) naming every bad field, and starts
-// nothing. Starting an id that is already taken, by a running action or
+// nothing; so does an input larger than the result store keeps (it also
+// matches resultstore.ErrTooLarge), when the Temporal client was dialed
+// with DataConverter. Starting an id that is already taken, by a running action or
 // an ended one, returns an error wrapping
 // serviceerror.WorkflowExecutionAlreadyStarted and starts nothing.
 func (c *Client) Start(ctx context.Context, id string, in workflows.ActionInput) (*Action, error) {
@@ -209,6 +232,9 @@ func (c *Client) StartWith(ctx context.Context, id string, in workflows.ActionIn
 	if errors.As(err, &exists) {
 		return nil, fmt.Errorf("durallm: start action %s: %w: %w", id, ErrActionExists, err)
 	}
+	if errors.Is(err, resultstore.ErrTooLarge) {
+		return nil, tooLarge(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("durallm: start action %s: %w", id, err)
 	}
@@ -239,8 +265,15 @@ func (a *Action) Result(ctx context.Context) (workflows.ActionResult, error) {
 // report it: nil for a result that is completed, completed_partial or
 // reconciled; an *ActionError for the other terminal states; an error
 // matching ErrInvalidInput for an execution the workflow failed as
-// invalid input; otherwise err itself.
+// invalid input, or for one never started because its input was larger
+// than the caller's result store keeps (resultstore.ErrTooLarge);
+// otherwise err itself.
 func ResultError(res workflows.ActionResult, err error) error {
+	if errors.Is(err, resultstore.ErrTooLarge) {
+		// A caller's input its data converter could not store: nothing
+		// was started.
+		return tooLarge(err)
+	}
 	if err != nil {
 		var app *temporal.ApplicationError
 		if errors.As(err, &app) && app.Type() == workflows.InvalidInputType {
@@ -253,6 +286,12 @@ func ResultError(res workflows.ActionResult, err error) error {
 		return nil
 	}
 	return &ActionError{ActionRef: res.ActionRef, State: res.State, Outcome: res.Outcome, Reason: res.Reason, Origin: res.Origin, Result: res}
+}
+
+// tooLarge is the error of an input larger than the result store keeps:
+// an invalid input, which also matches resultstore.ErrTooLarge.
+func tooLarge(err error) error {
+	return &workflows.InputError{Problems: []error{fmt.Errorf("request: larger than the result store keeps, so nothing was started: %w", err)}}
 }
 
 // resolve fetches a response stored by reference. A reference the store

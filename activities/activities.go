@@ -118,7 +118,7 @@ func (a *Activities) DescribeRoutes(_ context.Context, in attempt.PlanInput) (at
 		info := attempt.RouteInfo{
 			Name: r.Name, Kind: r.Kind, Model: r.Model, Capabilities: r.Capabilities,
 			HonoursIdempotencyKey: r.HonoursIdempotencyKey, IdempotencyWindow: r.IdempotencyWindow,
-			AttemptTimeout: r.AttemptTimeout,
+			AttemptTimeout: r.AttemptTimeout, Prices: r.Prices, ImageTokens: r.ImageTokens,
 		}
 		if r.ProviderRecord != "" {
 			// The built-in reconciler looks the route's record up.

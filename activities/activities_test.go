@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -136,6 +137,32 @@ func TestCallModelStoresALargeResponseByReference(t *testing.T) {
 	out, err = a.CallModel(context.Background(), attempt.Input{ActionRef: "act2", Attempt: 1, AttemptID: "act2-1", Route: "openai", Request: hello()})
 	if err != nil || out.Response == nil || out.ResponseRef != "" {
 		t.Fatalf("small answer: %+v ref %q", out.Response, out.ResponseRef)
+	}
+}
+
+// The outcome carries the usage the provider reported, whatever happens
+// to the response (kept inline, or by reference when too large), for
+// the workflow to charge the attempt with; none when it reported none.
+func TestCallModelReturnsTheProvidersUsage(t *testing.T) {
+	a, p := newActs(t)
+	a.Results = resultstore.Dir{Path: t.TempDir()}
+	a.LargeResponseBytes = 4096
+	u := providertest.Usage{PromptTokens: 900, CachedTokens: 512, CompletionTokens: 2000}
+	want := providers.Usage{PromptTokens: 900, CachedTokens: 512, CompletionTokens: 2000, TotalTokens: 2900}
+	p.Push(providertest.Answer("short").WithUsage(u), providertest.Answer(strings.Repeat("lorem ", 2000)).WithUsage(u),
+		providertest.ServerError(500))
+	for i, kept := range []string{"inline", "by reference"} {
+		out, err := a.CallModel(context.Background(), attempt.Input{ActionRef: "u", Attempt: i + 1, AttemptID: fmt.Sprintf("u-%d", i+1), Route: "openai", Request: hello()})
+		if err != nil || out.Classification.Class != evidence.Completed || (kept == "by reference") != (out.ResponseRef != "") {
+			t.Fatalf("%s: outcome %+v ref %q err %v", kept, out.Classification, out.ResponseRef, err)
+		}
+		if out.Usage == nil || *out.Usage != want {
+			t.Fatalf("%s: usage %+v, the provider reported %+v", kept, out.Usage, want)
+		}
+	}
+	out, err := a.CallModel(context.Background(), attempt.Input{ActionRef: "u", Attempt: 3, AttemptID: "u-3", Route: "openai", Request: hello()})
+	if err != nil || out.Classification.Class != evidence.UpstreamError || out.Usage != nil {
+		t.Fatalf("a 500: outcome %+v usage %+v err %v", out.Classification, out.Usage, err)
 	}
 }
 

@@ -167,10 +167,21 @@ func stopCause(ctx context.Context) evidence.StopCause {
 // workflow's timeline keeps the connection, the stream and whether content
 // had been delivered.
 func (a *Activities) finish(ctx context.Context, in attempt.Input, route routes.Route, out attempt.Outcome, usage providers.Usage, sent *sentRecord) (attempt.Outcome, error) {
-	a.Telemetry.RecordAttempt(ctx, telemetry.Attempt{
+	if usage.Reported() {
+		// Whatever the class, and also when the response itself goes
+		// to the result store: the workflow charges the attempt with it.
+		u := usage
+		out.Usage = &u
+	}
+	spend := telemetry.Attempt{
 		Route: in.Route, Provider: route.Kind, Model: route.Model, Evidence: out.Evidence, Class: out.Classification,
 		InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens,
-	})
+		CachedInputTokens: usage.CachedTokens, CacheWriteInputTokens: usage.CacheWriteTokens, Caller: in.Caller,
+	}
+	if route.Prices != nil {
+		spend.Cost, spend.Priced = route.Prices.Cost(usage), true
+	}
+	a.Telemetry.RecordAttempt(ctx, spend)
 	// One bound for the end record and the renewals still in flight; the
 	// result store gets its own after it, inside the same deadline.
 	by := writeBy(ctx, journalWriteTimeout)

@@ -53,6 +53,9 @@ type Input struct {
 	// Timeout bounds the HTTP exchange; zero means the route's
 	// AttemptTimeout. The activity's StartToClose bounds it too.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// Caller is the action's caller (workflows.ActionInput.Caller), a
+	// label on the attempt's token and cost metrics; empty when none.
+	Caller string `json:"caller,omitempty"`
 }
 
 // Outcome is what one attempt produced: the wire evidence, its
@@ -65,6 +68,10 @@ type Outcome struct {
 	// ResponseRef replaces Response when the response was too large for
 	// history and went to the worker's result store.
 	ResponseRef string `json:"response_ref,omitempty"`
+	// Usage is the token usage the provider reported for the attempt,
+	// whatever its class (a response kept by reference included); nil
+	// when it reported none.
+	Usage *providers.Usage `json:"usage,omitempty"`
 }
 
 // Progress is the heartbeat detail of a running attempt: evidence for an
@@ -119,6 +126,13 @@ type RouteInfo struct {
 	// route's provider_record_settle); zero when the route keeps none.
 	// The workflow gives the reconcile activity that much more time.
 	ProviderRecordSettle time.Duration `json:"provider_record_settle,omitempty"`
+	// Prices are the route's prices per million tokens, which price each
+	// attempt's usage and a budget's worst case; nil when the route has
+	// none.
+	Prices *providers.Prices `json:"prices,omitempty"`
+	// ImageTokens bounds the prompt tokens of one image on the route
+	// (providers.Request.PromptTokenBound); zero means the default.
+	ImageTokens int `json:"image_tokens,omitempty"`
 }
 
 // PlanInput names the routes an action wants.

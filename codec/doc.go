@@ -46,6 +46,8 @@
 //	log.Fatal(http.ListenAndServe("127.0.0.1:8081", h))
 //
 // Serve it over HTTPS anywhere but loopback: /decode returns plaintext.
+// With HandlerOptions.References (claimcheck.NewCodec over the workers'
+// result store), /decode also resolves payloads kept by reference.
 //
 // Temporal Web UI: the browser, not the UI server, calls the codec server,
 // so its address must be reachable from the browser and the UI's origin

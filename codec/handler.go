@@ -56,6 +56,12 @@ type HandlerOptions struct {
 	// MaxBodyBytes limits the request body; larger requests get 413. Zero
 	// or negative means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+
+	// References, when set, resolves payloads stored by reference
+	// (claimcheck.NewCodec over the workers' result store): /decode
+	// decrypts, then resolves; /encode leaves references alone. Nil
+	// means references are shown as they are.
+	References converter.PayloadCodec
 }
 
 // Handler returns the codec server for the Temporal UI and CLI: the
@@ -66,10 +72,21 @@ type HandlerOptions struct {
 //
 // Responses to /encode and /decode are marked Cache-Control: no-store, as
 // they hold plaintext. Errors name a key id at most, never payload data.
-// k must not be nil.
+// A nil k means payloads are not encrypted: the handler then only
+// resolves HandlerOptions.References.
 func Handler(k *Keyring, opts HandlerOptions) http.Handler {
+	var codecs []converter.PayloadCodec
+	if k != nil {
+		codecs = append(codecs, NewCodec(k))
+	}
+	if opts.References != nil {
+		// Decoding runs first to last: decrypt, then resolve. Encoding
+		// runs last to first: the references' Encode leaves payloads as
+		// they are, then they are encrypted.
+		codecs = append(codecs, opts.References)
+	}
 	h := &handler{
-		codec:      converter.NewPayloadCodecHTTPHandler(NewCodec(k)),
+		codec:      converter.NewPayloadCodecHTTPHandler(codecs...),
 		origins:    make(map[string]bool, len(opts.AllowedOrigins)),
 		maxBody:    opts.MaxBodyBytes,
 		namespaces: make(map[string]bool, len(opts.AllowedNamespaces)),

@@ -11,7 +11,8 @@ const AttemptEvent = "llm.attempt"
 
 // LogAttempt emits the attempt's one structured event. It writes only the
 // contract's evidence fields and classification, and extra (the workflow
-// adds its decision: next, why, next_route, wait):
+// adds its decision: next, why, next_route, wait; and the attempt's
+// usage, cost and budget reservation, docs/contract.md section 2.3):
 // never content, headers, keys or GOAWAY debug data (Evidence holds none
 // of them). A truncated answer and a repeated 421 log at Warn, the rest at
 // Info: an ambiguous attempt is handled by design (docs/contract.md

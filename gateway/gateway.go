@@ -19,6 +19,7 @@ import (
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/gateway/chat"
 	"github.com/durallm/durallm/gateway/messages"
+	"github.com/durallm/durallm/resultstore"
 )
 
 // Options configures a Gateway. Zero values take the defaults named on
@@ -60,7 +61,11 @@ type Options struct {
 	// KeepAlive is the silence after which a stream sends ": keep-alive".
 	// Zero means 15s.
 	KeepAlive time.Duration
-	// MaxBody bounds a request body. Zero means 8 MiB.
+	// MaxBody bounds a request body: a larger one is a 413
+	// request_too_large, answered from its Content-Length before it is
+	// read, or once MaxBody+1 bytes were. Zero means DefaultMaxBody (32
+	// MiB, what the result store keeps by default: a request over the
+	// store's limit is the same 413 once parsed).
 	MaxBody int64
 	// StatePoll is how soon a wait first checks whether its action has
 	// gone to awaiting_reconciliation (which has no result to wait for);
@@ -120,7 +125,7 @@ type Gateway struct {
 const (
 	DefaultStreamHold = 10 * time.Second
 	DefaultKeepAlive  = 15 * time.Second
-	DefaultMaxBody    = 8 << 20
+	DefaultMaxBody    = resultstore.DefaultMaxBytes
 	// DefaultWriteTimeout is twice the keep-alive interval.
 	DefaultWriteTimeout = 30 * time.Second
 	DefaultBodyTimeout  = 30 * time.Second

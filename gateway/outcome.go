@@ -50,6 +50,10 @@ func outcomeOf(res workflows.ActionResult) outcome {
 			p.RetryAfter = last.Evidence.RetryAfter
 		}
 		return outcome{Problem: p}
+	case workflows.StateSpendExhausted:
+		// The action's own budget, not a provider's failure.
+		return outcome{Problem: &answer.Problem{Kind: answer.SpendExhausted,
+			Message: "the action's budget is spent (" + res.Reason + "): its next attempt's worst case did not fit, so it was not sent"}}
 	case workflows.StateIndeterminate:
 		return outcome{Problem: &answer.Problem{Kind: answer.Indeterminate, Code: res.Reason,
 			Message: "the action ended indeterminate (" + res.Reason + "): the provider may have run the request and nobody can tell; sending it again may run it twice"}}

@@ -95,6 +95,8 @@ func TestOutcomeTable(t *testing.T) {
 		{name: "awaiting_reconciliation", res: with(res(workflows.StateAwaitingReconciliation, "ambiguous", ""), func(r *workflows.ActionResult) { r.AwaitingAttempt = 1 }),
 			status: 403, errType: openaiwire.TypeAwaiting, code: openaiwire.CodeAwaitingReconcilation},
 		{name: "indeterminate", res: res(workflows.StateIndeterminate, "ambiguous", "reconcile_timeout"), status: 403, errType: openaiwire.TypeIndeterminate, code: "reconcile_timeout"},
+		{name: "spend_exhausted: the action's budget, never a provider failure", res: res(workflows.StateSpendExhausted, "upstream_error", "token_budget_exhausted"),
+			status: 429, errType: openaiwire.TypeInsufficientQuota, code: openaiwire.TypeInsufficientQuota},
 		{name: "canceled while connected", res: with(res(workflows.StateCanceled, "canceled", "operator_stop"), func(r *workflows.ActionResult) { r.Origin = workflows.OriginOperatorStop }),
 			status: 403, errType: openaiwire.TypeCanceled, code: "operator_stop"},
 	} {

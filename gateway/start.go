@@ -19,6 +19,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/workflows"
 )
 
@@ -85,6 +86,8 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 		case err == nil:
 			g.count(g.idempotent, memo.Keyed, "started")
 			return &session{act: act, who: answer.Identity{ID: id, Created: memo.Created, Model: memo.Model}, keyed: memo.Keyed, model: m}, nil
+		case errors.Is(err, resultstore.ErrTooLarge):
+			return nil, &answer.Problem{Kind: answer.TooLarge, Message: "the request is larger than the result store keeps; nothing was started"}
 		case errors.Is(err, durallm.ErrInvalidInput):
 			return nil, badRequest("", err.Error())
 		case errors.Is(err, durallm.ErrActionExists):
@@ -279,7 +282,9 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	ri.actionID = id
 	memo := gatewayMemo{Caller: caller.ID, Fingerprint: fp, Created: time.Now().Unix(), Model: m.Name, Keyed: keyed}
-	sess, p := g.startOrAttach(r.Context(), id, m.input(req.Request), memo, m)
+	in := m.input(req.Request)
+	in.Caller = caller.ID // a label on the action's token and cost metrics
+	sess, p := g.startOrAttach(r.Context(), id, in, memo, m)
 	if p != nil {
 		if p.Kind == answer.MaybeStarted {
 			actionHeaders(w.Header(), id)
@@ -337,8 +342,17 @@ func checkMetadata(r providers.Request) *answer.Problem {
 }
 
 // readBody reads a request's body, at most MaxBody bytes and within
-// BodyTimeout.
+// BodyTimeout. A larger one is a 413: at once when its Content-Length
+// says so, else once MaxBody+1 bytes were read; the rest is never read,
+// and the connection closes.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *answer.Problem) {
+	over := func() ([]byte, *answer.Problem) {
+		w.Header().Set("Connection", "close")
+		return nil, &answer.Problem{Kind: answer.TooLarge, Message: fmt.Sprintf("the request body is over %d bytes; nothing was started", g.o.MaxBody)}
+	}
+	if r.ContentLength > g.o.MaxBody {
+		return over()
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout))
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBody+1))
@@ -354,7 +368,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *ans
 	case err != nil:
 		return nil, badRequest("", "the request body could not be read")
 	case int64(len(body)) > g.o.MaxBody:
-		return nil, &answer.Problem{Kind: answer.TooLarge, Message: fmt.Sprintf("the request body is over %d bytes", g.o.MaxBody)}
+		return over()
 	}
 	return body, nil
 }

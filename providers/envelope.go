@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,9 +50,14 @@ func (r Request) Needs() Capabilities {
 		n.StructuredOutput = true
 	}
 	for _, m := range r.Messages {
+		if trimmed := bytes.TrimLeft(m.Content, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '[' {
+			// A string (the most common content, and the largest): no
+			// image, and no need to scan it.
+			continue
+		}
 		var parts []json.RawMessage
 		if json.Unmarshal(m.Content, &parts) != nil {
-			continue // a string, or not parts: no image
+			continue // not parts: no image
 		}
 		for _, part := range parts {
 			typed.Type = ""
@@ -216,6 +222,35 @@ type Usage struct {
 	// TotalTokens is usage.total_tokens, or the sum of the two above when
 	// the provider sent none.
 	TotalTokens int `json:"total_tokens,omitempty"`
+	// CachedTokens are the prompt tokens read from the provider's prompt
+	// cache (OpenAI's usage.prompt_tokens_details.cached_tokens,
+	// Anthropic's cache_read_input_tokens); part of PromptTokens.
+	CachedTokens int `json:"cached_tokens,omitempty"`
+	// CacheWriteTokens are the prompt tokens written to the provider's
+	// prompt cache (Anthropic's cache_creation_input_tokens); part of
+	// PromptTokens.
+	CacheWriteTokens int `json:"cache_write_tokens,omitempty"`
+}
+
+// Reported reports whether the provider sent any token count.
+func (u Usage) Reported() bool {
+	return u.PromptTokens > 0 || u.CompletionTokens > 0 || u.TotalTokens > 0
+}
+
+// Tokens is what the usage counts against a token budget: prompt plus
+// completion tokens, or the total when the provider's total is larger
+// (a total sent without its parts).
+func (u Usage) Tokens() int {
+	return max(u.TotalTokens, u.PromptTokens+u.CompletionTokens)
+}
+
+// Add returns the sum of u and o, member by member.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		PromptTokens: u.PromptTokens + o.PromptTokens, CompletionTokens: u.CompletionTokens + o.CompletionTokens,
+		TotalTokens: u.TotalTokens + o.TotalTokens, CachedTokens: u.CachedTokens + o.CachedTokens,
+		CacheWriteTokens: u.CacheWriteTokens + o.CacheWriteTokens,
+	}
 }
 
 // APIError is an OpenAI-style error object as the provider sent it. The

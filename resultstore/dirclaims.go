@@ -37,6 +37,9 @@ func claimName(actionRef string) string {
 // PutFor stores data for the action actionRef: its claim first, then the
 // data (as Put).
 func (d Dir) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
+	if err := CheckSize(int64(len(data)), d.Limit()); err != nil {
+		return "", err
+	}
 	ref := Ref(fileScheme, data)
 	name := strings.TrimPrefix(ref, fileScheme+":")
 	if err := d.claim(name, actionRef); err != nil {

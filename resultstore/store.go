@@ -9,6 +9,10 @@
 // them in PostgreSQL, for workers and clients on several machines. Both
 // are Expirable: each result is stored for its action (PutFor) and a
 // Sweeper deletes it a retention after the last such action closed.
+//
+// The same stores keep every large Temporal payload by reference (package
+// claimcheck), each claimed for the workflows whose history holds it
+// (PutForAll), up to the store's Limit.
 package resultstore
 
 import (
@@ -61,6 +65,9 @@ type Dir struct {
 	// Keys, when set, encrypts what is stored with the payload keyring
 	// (Seal); a client reading the directory needs the same keyring.
 	Keys *codec.Keyring
+	// MaxBytes is the largest blob Put keeps (ErrTooLarge above it). Zero
+	// means DefaultMaxBytes.
+	MaxBytes int64
 }
 
 const fileScheme = "file"
@@ -98,6 +105,9 @@ func Check(ref string, data []byte) error {
 
 // Put writes data atomically (a temporary file, then a rename).
 func (d Dir) Put(_ context.Context, data []byte) (string, error) {
+	if err := CheckSize(int64(len(data)), d.Limit()); err != nil {
+		return "", err
+	}
 	ref := Ref(fileScheme, data)
 	name := strings.TrimPrefix(ref, fileScheme+":")
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {

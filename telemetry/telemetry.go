@@ -63,6 +63,11 @@ type Telemetry struct {
 	// lookups of a provider's record.
 	recordLookups    metric.Int64Counter
 	recordDuplicates metric.Int64Counter
+	// spentTokens and spentCost count what attempts used, by route and
+	// caller: the tokens the provider reported, and their cost at the
+	// route's prices.
+	spentTokens metric.Int64Counter
+	spentCost   metric.Float64Counter
 
 	mu      sync.Mutex
 	engines []*recovery.Engine
@@ -167,6 +172,10 @@ func NewWithOptions(o Options) (*Telemetry, error) {
 	t.recordLookups, e = m.Int64Counter("durallm.provider_record.lookups", metric.WithDescription("The built-in reconciler's looks at a provider's record of an ambiguous attempt, by route and result (found, not_found, unusable, unreadable)"))
 	add(e)
 	t.recordDuplicates, e = m.Int64Counter("durallm.provider_record.duplicates", metric.WithDescription("Executions of an attempt beyond the first that a provider's record shows, by route: the request was sent twice on its way (should stay 0)"))
+	add(e)
+	t.spentTokens, e = m.Int64Counter("durallm.tokens", metric.WithDescription("Tokens the provider reported, by route, caller and durallm.token.type: input (prompt tokens the cache neither served nor stored), cached_input, cache_write_input, output; the types add up to prompt plus completion tokens"))
+	add(e)
+	t.spentCost, e = m.Float64Counter("durallm.cost", metric.WithDescription("Cost of the tokens the provider reported, at the route's prices (per million tokens, in the routes file's currency), by route and caller; routes without prices add nothing"))
 	add(e)
 	if err := t.engineCounters(); err != nil {
 		add(err)
@@ -278,6 +287,15 @@ type Attempt struct {
 	Class                  evidence.Classification
 	InputTokens            int
 	OutputTokens           int
+	// CachedInputTokens and CacheWriteInputTokens are the prompt tokens
+	// the provider's cache served and stored (part of InputTokens).
+	CachedInputTokens, CacheWriteInputTokens int
+	// Cost is the usage at the route's prices, when Priced.
+	Cost   float64
+	Priced bool
+	// Caller is the action's caller, a label on durallm.tokens and
+	// durallm.cost; empty when none.
+	Caller string
 }
 
 // JournalFailed counts one attempt end the worker could not journal.
@@ -349,6 +367,30 @@ func (t *Telemetry) RecordAttempt(ctx context.Context, a Attempt) {
 	}
 	if a.Evidence.SentAfterGoAway {
 		t.drainSends.Add(ctx, 1, metric.WithAttributes(attribute.String("durallm.route", a.Route)))
+	}
+	t.recordSpend(ctx, a)
+}
+
+// recordSpend counts an attempt's tokens by type and its cost.
+func (t *Telemetry) recordSpend(ctx context.Context, a Attempt) {
+	who := []attribute.KeyValue{attribute.String("durallm.route", a.Route)}
+	if a.Caller != "" {
+		who = append(who, attribute.String("durallm.caller", a.Caller))
+	}
+	cached, written := max(0, a.CachedInputTokens), max(0, a.CacheWriteInputTokens)
+	for _, c := range []struct {
+		typ string
+		n   int
+	}{
+		{"input", max(0, a.InputTokens-cached-written)}, {"cached_input", cached},
+		{"cache_write_input", written}, {"output", a.OutputTokens},
+	} {
+		if c.n > 0 {
+			t.spentTokens.Add(ctx, int64(c.n), metric.WithAttributes(append(who, attribute.String("durallm.token.type", c.typ))...))
+		}
+	}
+	if a.Priced && a.Cost > 0 {
+		t.spentCost.Add(ctx, a.Cost, metric.WithAttributes(who...))
 	}
 }
 

@@ -167,3 +167,44 @@ func TestProviderHealthIsExported(t *testing.T) {
 		t.Errorf("a canceled attempt counted against provider health: %v", got)
 	}
 }
+
+// Every attempt's tokens and cost are counted by route and caller: the
+// token types add up to the provider's prompt plus completion tokens, and
+// the cost is the one the activity priced. Nothing else is a label.
+func TestTokensAndCostAreCountedByRouteAndCaller(t *testing.T) {
+	tel := newTelemetry(t)
+	ev := evidence.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3, ResponseHeaders: true, Status: 200, ContentStarted: true}
+	c := evidence.Classify(ev)
+	tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: ev, Class: c, Caller: "team-a",
+		InputTokens: 1000, CachedInputTokens: 600, CacheWriteInputTokens: 100, OutputTokens: 50, Cost: 0.25, Priced: true})
+	tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r1", Provider: "openai", Model: "m", Evidence: ev, Class: c, Caller: "team-a",
+		InputTokens: 10, OutputTokens: 5, Cost: 0.5, Priced: true})
+	tel.RecordAttempt(t.Context(), telemetry.Attempt{Route: "r2", Provider: "openai", Model: "m", Evidence: ev, Class: c, InputTokens: 7, OutputTokens: 3})
+
+	body := scrape(t, tel)
+	for _, tt := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{`durallm_route="r1"`, `durallm_caller="team-a"`, `durallm_token_type="input"`}, 300 + 10},
+		{[]string{`durallm_route="r1"`, `durallm_caller="team-a"`, `durallm_token_type="cached_input"`}, 600},
+		{[]string{`durallm_route="r1"`, `durallm_caller="team-a"`, `durallm_token_type="cache_write_input"`}, 100},
+		{[]string{`durallm_route="r1"`, `durallm_caller="team-a"`, `durallm_token_type="output"`}, 55},
+		{[]string{`durallm_route="r2"`}, 10},
+	} {
+		if got := providertest.MetricSum(body, "durallm_tokens_total", tt.labels...); got != tt.want {
+			t.Errorf("durallm_tokens_total%v = %v, want %v", tt.labels, got, tt.want)
+		}
+	}
+	if got := providertest.MetricSum(body, "durallm_cost_total", `durallm_route="r1"`, `durallm_caller="team-a"`); got != 0.75 {
+		t.Errorf("durallm_cost_total{r1,team-a} = %v, want 0.75", got)
+	}
+	if got := providertest.MetricSum(body, "durallm_cost_total", `durallm_route="r2"`); got != 0 {
+		t.Errorf("an unpriced route has a cost: %v", got)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "durallm_tokens_total{") && strings.Contains(line, `durallm_route="r2"`) && strings.Contains(line, "durallm_caller") {
+			t.Errorf("an action without a caller has a caller label: %s", line)
+		}
+	}
+}

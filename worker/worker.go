@@ -257,7 +257,9 @@ func New(c client.Client, o Options) (*Worker, error) {
 }
 
 // Register registers the LLMAction workflow and acts' activities on r.
-// Use it to host durallm in a worker of your own. The workflow emits each
+// Use it to host durallm in a worker of your own, with
+// r.RegisterActivity(&Calls{Client: c}) for package step's
+// calls that reach an existing action. The workflow emits each
 // attempt's "llm.attempt" event to acts.Logger (slog.Default() when nil),
 // once it has decided what follows the attempt.
 func Register(r sdkworker.Registry, acts *activities.Activities) {
@@ -385,6 +387,10 @@ func (w *Worker) Start() error {
 	}
 	w.tw = sdkworker.New(w.tc, w.tqueue, o)
 	Register(w.tw, w.acts)
+	// Package step reaches the actions its calling run did not start
+	// itself (a later run of the same workflow, step.Attach) through
+	// these, with this worker's client.
+	w.tw.RegisterActivity(&Calls{Client: w.tc})
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("durallm worker: start: %w", err)
 	}

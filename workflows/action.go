@@ -97,6 +97,9 @@ type action struct {
 	// misdirected: an attempt of this action got a 421, so any later 421,
 	// on any route, is misdirected_repeated.
 	misdirected bool
+	// sizing is the request's part of each attempt's worst case, for the
+	// budget (status.Ledger, nil without one).
+	sizing sizing
 
 	cancelReq *CancelRequest
 	origin    CancelOrigin // set once the scope has ended
@@ -131,6 +134,10 @@ func newAction(ctx workflow.Context, in ActionInput, o Options) (*action, error)
 		},
 		cancelCh:    workflow.GetSignalChannel(ctx, SignalCancel),
 		reconcileCh: workflow.GetSignalChannel(ctx, SignalReconcile),
+	}
+	if in.Budget != nil {
+		w.status.Ledger = &Ledger{Limit: *in.Budget}
+		w.sizing = newSizing(in.Request)
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return w.status, nil }); err != nil {
 		return nil, err
@@ -202,6 +209,13 @@ func (w *action) run() ActionResult {
 	}
 	w.setState(StateQueued, "", "")
 	cur := cursor{next: nextAttempt{why: "primary"}}
+	if pl, fits := w.position(&cur, AttemptRecord{}).spendFor(&cur.next, 0, ""); !fits {
+		// Not even the first attempt fits: nothing is sent.
+		for _, n := range pl.notes {
+			w.note(n)
+		}
+		return w.end(pl.end, pl.reason, pl.reason)
+	}
 	for {
 		if w.scopeEnded() {
 			return w.endCanceled()
@@ -232,7 +246,17 @@ type cursor struct {
 // (done) or moves cur to the next attempt, after any wait the decision
 // needs (a verdict; a backoff is run's).
 func (w *action) step(cur *cursor, rec AttemptRecord) (res ActionResult, done bool) {
+	// The budget's reservation settles before the decision, which sizes
+	// the next attempt against it; an attempt that may have run holds
+	// its reservation until what follows it is known (its verdict).
+	held := heldUntilVerdict(rec.Classification.Class)
+	if !held {
+		w.settle(rec.N, w.chargeOf(rec))
+	}
 	pl := decide(rec.Classification, rec.Evidence, w.position(cur, rec))
+	if held && pl.d.Next != DecideAwait {
+		w.settle(rec.N, w.chargeOf(rec))
+	}
 	for _, n := range pl.notes {
 		w.note(n)
 	}
@@ -278,6 +302,7 @@ func (w *action) position(cur *cursor, rec AttemptRecord) position {
 		routes: w.routes, route: cur.route, tries: cur.tries, retriesPerRoute: w.in.RetriesPerRoute,
 		waits: cur.waits, backoff: w.in.Backoff, jitter: w.jitter(), remaining: w.deadline.Sub(workflow.Now(w.ctx)),
 		avoid: cur.next.avoid, mayReplay: w.mayReplay(w.routes[cur.route], rec),
+		ledger: w.status.Ledger, sizing: w.sizing,
 	}
 }
 
@@ -310,6 +335,7 @@ func (w *action) record(d Decision) {
 	if d.Wait > 0 {
 		extra = append(extra, slog.Duration("wait", d.Wait))
 	}
+	extra = append(extra, spendAttrs(*rec)...)
 	evidence.LogAttempt(context.Background(), w.events, rec.Evidence, rec.Classification, extra...)
 }
 
@@ -319,6 +345,8 @@ type nextAttempt struct {
 	avoid       []string
 	fresh       bool
 	wait        time.Duration
+	// grant is what the action's budget lets it have; nil without one.
+	grant *grant
 }
 
 // loadPlan asks the worker for the routes' capabilities and keeps those
@@ -339,6 +367,10 @@ func (w *action) loadPlan() bool {
 	for _, r := range w.plan.Routes {
 		if ok, missing := r.Capabilities.Satisfies(w.needs); !ok {
 			w.note("route " + r.Name + " skipped: lacks " + strings.Join(missing, ", "))
+			continue
+		}
+		if b := w.in.Budget; b != nil && b.Cost > 0 && r.Prices == nil {
+			w.note("route " + r.Name + " skipped: it has no prices, and the action has a cost budget")
 			continue
 		}
 		w.routes = append(w.routes, r)

@@ -384,6 +384,19 @@ func (r *run) afterAwaiting(d time.Duration, f func()) {
 	r.env.RegisterDelayedCallback(f, d)
 }
 
+// status queries the running action's status.
+func (r *run) status() Status {
+	var st Status
+	v, err := r.env.QueryWorkflow(QueryStatus)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		r.t.Error(err)
+	}
+	return st
+}
+
 // updateResult is filled in when the test environment has processed an
 // Update, which happens after the callback that sent it returns.
 type updateResult struct {
@@ -419,13 +432,10 @@ func TestReconcileVerdicts(t *testing.T) {
 				r := newRun(t, tt.steps...)
 				var during Status
 				var upd *updateResult
+				var asked time.Time
 				r.afterAwaiting(time.Minute, func() {
-					v, err := r.env.QueryWorkflow(QueryStatus)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					_ = v.Get(&during)
+					asked = r.env.Now()
+					during = r.status()
 					if via == "update" {
 						upd = r.update(tt.req)
 					} else {
@@ -436,8 +446,13 @@ func TestReconcileVerdicts(t *testing.T) {
 				if upd != nil && !upd.accepted {
 					t.Fatalf("update not accepted: %v", upd.err)
 				}
-				if during.State != StateAwaitingReconciliation || during.AwaitingAttempt != 1 {
-					t.Fatalf("while waiting: %s awaiting %d", during.State, during.AwaitingAttempt)
+				// Since when it waits: before the question, and a minute of
+				// waiting before it at most.
+				if during.State != StateAwaitingReconciliation || during.AwaitingAttempt != 1 || during.AwaitingSince.After(asked) || asked.Sub(during.AwaitingSince) > time.Minute {
+					t.Fatalf("while waiting: %s awaiting %d since %s (asked at %s)", during.State, during.AwaitingAttempt, during.AwaitingSince, asked)
+				}
+				if res.AwaitingAttempt != 0 || !res.AwaitingSince.IsZero() {
+					t.Fatalf("after the verdict: awaiting %d since %s", res.AwaitingAttempt, res.AwaitingSince)
 				}
 				if res.State != tt.state || r.attemptsStarted() != tt.attempts {
 					t.Fatalf("state %s (%s) attempts %d; want %s %d; notes %v", res.State, res.Reason, r.attemptsStarted(), tt.state, tt.attempts, res.Notes)

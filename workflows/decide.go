@@ -41,6 +41,11 @@ type position struct {
 	// mayReplay says the replay policy allows replaying this attempt
 	// (section 5.4: route, window, not committed).
 	mayReplay bool
+	// ledger is the action's budget with this attempt settled (or still
+	// held, when ambiguous), nil without a budget; sizing is the
+	// request's part of the next attempt's worst case.
+	ledger *Ledger
+	sizing sizing
 }
 
 // plan is what follows one attempt: the decision the attempt's record
@@ -77,8 +82,9 @@ var answers = map[evidence.Class]State{
 }
 
 // decide applies the contract's next-step table (section 4.2), with the
-// budget (4.3), the scope (4.5), fallback by capability (4.6), the 421
-// rule (4.7) and the replay policy (5.4), to one attempt.
+// budgets (4.3: attempts, then tokens and cost), the scope (4.5),
+// fallback by capability (4.6), the 421 rule (4.7) and the replay policy
+// (5.4), to one attempt.
 func decide(c evidence.Classification, ev evidence.Evidence, p position) plan {
 	from := p.routes[p.route]
 	end, terminal := answers[c.Class]
@@ -92,10 +98,13 @@ func decide(c evidence.Classification, ev evidence.Evidence, p position) plan {
 	if ev.ConnRef != "" && (c.FreshConnection || ev.GoAway != nil) {
 		avoid = appendUnique(avoid, ev.ConnRef)
 	}
-	// again makes one more attempt, as d and nx say, within the budget.
+	// again makes one more attempt, as d and nx say, within the budgets.
 	again := func(d Decision, nx nextAttempt, route, tries int) plan {
 		if p.used >= p.budget {
 			return stop(Decision{Next: DecideStop, Why: "budget_exhausted"}, StateFailed, string(c.Class), "budget_exhausted")
+		}
+		if pl, fits := p.spendFor(&nx, route, string(c.Class)); !fits {
+			return pl
 		}
 		return plan{d: d, attempt: nx, route: route, tries: tries, waits: p.waits}
 	}
@@ -110,7 +119,7 @@ func decide(c evidence.Classification, ev evidence.Evidence, p position) plan {
 		} else {
 			pl = stop(Decision{Next: DecideStop, Why: c.Reason + ": no route to fall back to"}, StateFailed, string(c.Class), c.Reason+": no route to fall back to")
 		}
-		pl.notes = notes
+		pl.notes = append(notes, pl.notes...)
 		return pl
 	}
 
@@ -168,7 +177,7 @@ func decide(c evidence.Classification, ev evidence.Evidence, p position) plan {
 	default:
 		pl = stop(Decision{Next: DecideStop, Why: "retry_after_beyond_deadline"}, StateFailed, string(c.Class), "retry_after_beyond_deadline")
 	}
-	pl.waits, pl.notes = waits, notes
+	pl.waits, pl.notes = waits, append(notes, pl.notes...)
 	return pl
 }
 
@@ -183,10 +192,34 @@ func decideVerdict(v attempt.Verdict, c evidence.Classification, p position) pla
 		if p.used >= p.budget {
 			return plan{end: StateFailed, outcome: string(c.Class), reason: "budget_exhausted"}
 		}
-		return plan{attempt: nextAttempt{why: "retry after verdict " + string(v), avoid: p.avoid}, route: p.route, tries: p.tries, waits: p.waits}
+		nx := nextAttempt{why: "retry after verdict " + string(v), avoid: p.avoid}
+		if pl, fits := p.spendFor(&nx, p.route, string(c.Class)); !fits {
+			pl.d = Decision{}
+			return pl
+		}
+		return plan{attempt: nx, route: p.route, tries: p.tries, waits: p.waits}
 	default: // abandon
 		return plan{end: StateIndeterminate, outcome: string(evidence.Ambiguous), reason: "abandoned"}
 	}
+}
+
+// spendFor sizes the next attempt, on route, against the action's
+// budget: it gives nx its grant (the output bound it is sent with and the
+// worst case to reserve), or, when the worst case does not fit, the plan
+// that ends the action spend_exhausted without sending it. outcome is the
+// class of the attempt that ended.
+func (p position) spendFor(nx *nextAttempt, route int, outcome string) (plan, bool) {
+	if p.ledger == nil {
+		return plan{}, true
+	}
+	g, ok, why := grantFor(*p.ledger, p.sizing, p.routes[route])
+	if !ok {
+		pl := stop(Decision{Next: DecideStop, Why: why}, StateSpendExhausted, outcome, why)
+		pl.notes = []string{notSentNote(p.routes[route].Name, g, *p.ledger)}
+		return pl, false
+	}
+	nx.grant = &g
+	return plan{}, true
 }
 
 func stop(d Decision, s State, outcome, reason string) plan {

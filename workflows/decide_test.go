@@ -32,6 +32,13 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 	onLast := func(p *position) { p.route = len(routes) - 1 }
 	triedOnce := func(p *position) { p.tries = 1 }
 	spent := func(p *position) { p.used = p.budget }
+	// broke has a token budget no attempt fits; rich one every attempt
+	// fits; holding has a reservation still held (an ambiguous attempt's).
+	broke := func(p *position) { p.ledger, p.sizing = &Ledger{Limit: Budget{Tokens: 100}}, newSizing(hello) }
+	rich := func(p *position) { p.ledger, p.sizing = &Ledger{Limit: Budget{Tokens: 1_000_000}}, newSizing(hello) }
+	holding := func(p *position) {
+		p.ledger, p.sizing = &Ledger{Limit: Budget{Tokens: 4100}, Holds: []Hold{{ID: "run-1", Spend: Spend{Tokens: 4000}}}}, newSizing(hello)
+	}
 	ev := func(f func(*evidence.Evidence)) evidence.Evidence {
 		e := evidence.Evidence{ConnRef: "p-c1", RequestSent: true, StreamID: 3}
 		f(&e)
@@ -69,6 +76,8 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 		wait   bool // a backoff before the next attempt
 		avoids string
 		notes  int
+		// granted: the next attempt was sized against the budget.
+		granted bool
 	}
 	for _, tt := range []struct {
 		rule string
@@ -104,6 +113,17 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 		{"budget spent: no retry", dialFailed, at(spent), want{next: DecideStop, why: "budget_exhausted", end: StateFailed}},
 		{"budget spent: no transport retry", goAwayAbove, at(spent), want{next: DecideStop, why: "budget_exhausted", end: StateFailed}},
 		{"budget spent: no fallback", empty, at(spent), want{next: DecideStop, why: "budget_exhausted", end: StateFailed}},
+		// 4.3: the spend budget, after the attempt budget.
+		{"spend: a retry whose worst case does not fit is not sent", upstream, at(broke), want{next: DecideStop, why: WhyTokenBudget, end: StateSpendExhausted, notes: 1}},
+		{"spend: nor a transport retry", goAwayAbove, at(broke), want{next: DecideStop, why: WhyTokenBudget, end: StateSpendExhausted, notes: 1}},
+		{"spend: nor a fallback", empty, at(broke), want{next: DecideStop, why: WhyTokenBudget, end: StateSpendExhausted, notes: 1}},
+		{"spend: nor a 421 retry", first421, at(broke), want{next: DecideStop, why: WhyTokenBudget, end: StateSpendExhausted, notes: 1}},
+		{"spend: a retry that fits is sized", upstream, at(rich), want{next: DecideRetry, route: "a", wait: true, granted: true}},
+		{"spend: a fallback that fits is sized", empty, at(rich), want{next: DecideFallback, route: "b", granted: true}},
+		{"spend: an ambiguous attempt awaits its verdict whatever is left", connLost, at(broke), want{next: DecideAwait}},
+		{"spend: a replay is sized with the ambiguous attempt's reservation held", connLost, at(holding, func(p *position) { p.mayReplay = true }), want{next: DecideStop, why: WhyTokenBudget, end: StateSpendExhausted, notes: 1}},
+		{"spend: the attempt budget is asked first", dialFailed, at(spent, broke), want{next: DecideStop, why: "budget_exhausted", end: StateFailed}},
+		{"spend: a response that committed stands", completed, at(broke), want{next: DecideFinish, end: StateCompleted}},
 		// 4.5: the scope.
 		{"scope ended: canceled, whatever the class", dialFailed, at(func(p *position) { p.origin = OriginUserStop }), want{next: DecideStop, why: "scope_ended_user_stop", end: StateCanceled}},
 		{"scope ended as the response committed: the response stands", completed, at(func(p *position) { p.origin = OriginUserStop }), want{next: DecideFinish, end: StateCompleted}},
@@ -134,6 +154,9 @@ func TestDecideWalksEveryRuleOfTheContract(t *testing.T) {
 			if len(pl.notes) != w.notes {
 				t.Fatalf("notes %v, want %d", pl.notes, w.notes)
 			}
+			if (pl.attempt.grant != nil) != w.granted {
+				t.Fatalf("next attempt's grant %+v, want one: %v", pl.attempt.grant, w.granted)
+			}
 			if pl.misdirected != (c.Class == evidence.Misdirected) {
 				t.Fatalf("misdirected %v for %s", pl.misdirected, c.Class)
 			}
@@ -159,9 +182,15 @@ func TestDecideVerdictAppliesEachVerdict(t *testing.T) {
 		{attempt.VerdictAllowReplay, 1, "", ""},
 		{attempt.VerdictAbandon, 1, StateIndeterminate, "abandoned"},
 		{attempt.VerdictNotExecuted, 4, StateFailed, "budget_exhausted"},
+		{attempt.VerdictNotExecuted, -1, StateSpendExhausted, WhyTokenBudget},
+		{attempt.VerdictAllowReplay, -1, StateSpendExhausted, WhyTokenBudget},
 	} {
 		q := p
 		q.used = tt.used
+		if tt.used < 0 {
+			// -1: within max_attempts, but no attempt fits the tokens.
+			q.used, q.ledger, q.sizing = 1, &Ledger{Limit: Budget{Tokens: 100}}, newSizing(hello)
+		}
 		pl := decideVerdict(tt.verdict, c, q)
 		if pl.end != tt.end || pl.reason != tt.reason {
 			t.Fatalf("%s at %d used: end %q reason %q, want %q %q", tt.verdict, tt.used, pl.end, pl.reason, tt.end, tt.reason)

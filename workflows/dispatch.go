@@ -44,14 +44,17 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	timeout := w.attemptTimeout(route, remaining)
 	input := attempt.Input{
 		ActionRef: w.status.ActionRef, Attempt: n,
-		AttemptID:      w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n),
+		AttemptID:      w.attemptID(n),
 		IdempotencyKey: w.in.IdempotencyKey, Route: route.Name, Request: w.in.Request,
 		Avoid: nx.avoid, FreshConnection: nx.fresh, AfterMisdirected: w.misdirected,
-		Timeout: timeout,
+		Timeout: timeout, Caller: w.in.Caller,
 	}
 	queue := min(w.in.QueueTimeout, remaining)
 	now := workflow.Now(w.ctx)
 	rec := AttemptRecord{N: n, Route: route.Name, Why: nx.why, Scheduled: now, Deadline: now.Add(queue + timeout + attemptGrace)}
+	// The worst case is reserved before the attempt is sent: the budget
+	// can never be overshot by what it could not see.
+	input.Request = w.reserve(&rec, nx.grant)
 	rec.Summary = summary(n, nx, route)
 	actx, cancel := workflow.WithCancel(workflow.WithActivityOptions(w.actx, workflow.ActivityOptions{
 		ScheduleToStartTimeout: queue,
@@ -94,6 +97,13 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	rec.HealthMoved = out.Classification.ProviderHealth
 	rec.Duration = workflow.Now(w.ctx).Sub(rec.Scheduled)
 	w.status.Attempts[len(w.status.Attempts)-1] = rec
+	usage := out.Usage
+	if usage == nil && out.Response != nil {
+		// An outcome from before Outcome.Usage carries it in its response.
+		usage = &out.Response.Usage
+	}
+	w.recordUsage(n, usage)
+	rec = w.status.Attempts[len(w.status.Attempts)-1]
 	if replays := out.Evidence.TransportReplays; replays > 0 {
 		// A lower layer sent the request again: each stream counts
 		// against the one budget.
@@ -109,6 +119,12 @@ func (w *action) attempt(route attempt.RouteInfo, nx nextAttempt) AttemptRecord 
 	}
 	w.log.Info("attempt finished", "attempt", n, "route", route.Name, "classification", string(rec.Classification.Class), "reason", rec.Classification.Reason)
 	return rec
+}
+
+// attemptID is attempt n's id, <run id>-<n>: its X-Durallm-Attempt
+// header, and the id its budget reservation is held under.
+func (w *action) attemptID(n int) string {
+	return w.info.WorkflowExecution.RunID + "-" + strconv.Itoa(n)
 }
 
 // deadlineTimerMargin is how long before the deadline the attempt's own

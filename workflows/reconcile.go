@@ -73,17 +73,26 @@ func (w *action) afterVerdict(cur *cursor, rec AttemptRecord, avoid []string) (A
 	v, from, end := w.reconcile(rec)
 	switch end {
 	case scopeEndedWhileWaiting:
+		// No verdict: the attempt keeps its worst case.
+		w.settleVerdict(rec.N, attempt.VerdictNone, nil)
 		return w.endCanceled(), true
 	case waitTimedOut:
+		w.settleVerdict(rec.N, attempt.VerdictNone, nil)
 		w.countVerdict("timeout", from)
 		return w.end(StateIndeterminate, string(evidence.Ambiguous), "reconcile_timeout"), true
 	}
+	// The verdict settles the reservation the attempt held, before the
+	// next attempt is sized against the budget.
+	w.settleVerdict(rec.N, v.Verdict, v.Response)
 	w.countVerdict(v.Verdict, from)
 	last := &w.status.Attempts[len(w.status.Attempts)-1] // the attempt reconciled
 	last.Verdict, last.VerdictBy = v.Verdict, from
 	p := w.position(cur, rec)
 	p.avoid = avoid
 	pl := decideVerdict(v.Verdict, rec.Classification, p)
+	for _, n := range pl.notes {
+		w.note(n)
+	}
 	if pl.end != "" {
 		if pl.end == StateReconciled {
 			w.response, w.resRef = v.Response, v.ResultRef
@@ -104,6 +113,8 @@ func (w *action) recoverLostPartial(rec AttemptRecord) (ActionResult, bool) {
 	if !ok || v.Verdict != attempt.VerdictCompleted {
 		return ActionResult{}, false
 	}
+	// The whole response has the usage the partial lacked.
+	w.settleVerdict(rec.N, v.Verdict, v.Response)
 	w.record(Decision{Next: DecideFinish, Why: rec.Classification.Reason + ": the response from " + v.By})
 	last := &w.status.Attempts[len(w.status.Attempts)-1]
 	last.Verdict, last.VerdictBy = v.Verdict, v.By
@@ -129,17 +140,17 @@ const (
 // verdict sent by a signal or Update (whatever its By says, which the
 // notes keep).
 func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, end waitEnd) {
-	w.status.AwaitingAttempt = rec.N
+	w.status.AwaitingAttempt, w.status.AwaitingSince = rec.N, workflow.Now(w.ctx)
 	w.verdict = nil
 	w.setState(StateAwaitingReconciliation, string(evidence.Ambiguous), rec.Route)
 	if w.plan.Reconciler {
 		v, ok, stopped := w.runReconciler(rec)
 		switch {
 		case stopped:
-			w.status.AwaitingAttempt = 0
+			w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
 			return ReconcileRequest{}, "", scopeEndedWhileWaiting
 		case ok:
-			w.status.AwaitingAttempt = 0
+			w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
 			return v, v.By, verdictArrived
 		}
 	}
@@ -152,7 +163,7 @@ func (w *action) reconcile(rec AttemptRecord) (v ReconcileRequest, from string, 
 	w.count("durallm.left_to_person", "journal_state", js)
 	w.details()
 	got, err := workflow.AwaitWithTimeout(w.ctx, w.in.ReconcileTimeout, func() bool { return w.verdict != nil || w.cancelReq != nil })
-	w.status.AwaitingAttempt = 0
+	w.status.AwaitingAttempt, w.status.AwaitingSince = 0, time.Time{}
 	switch {
 	case w.verdict != nil:
 		v := *w.verdict

@@ -24,8 +24,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// dispatching); happy_path.json has only the dispatching one.
 	// happy_path_deadline_timer.json is the happy path as recorded before
 	// attempt.DeadlineTimerNearDeadline, with a deadline timer around the
-	// attempt; the others were re-recorded after it.
-	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "happy_path_deadline_timer.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false}
+	// attempt; the others were re-recorded after it. spend_exhausted.json
+	// is an action with a token budget: two 500s, and a third attempt that
+	// did not fit was never sent.
+	want := map[string]bool{"happy_path.json": false, "happy_path_upsert_queued.json": false, "happy_path_deadline_timer.json": false, "goaway_retry.json": false, "reconciliation.json": false, "cancellation.json": false, "spend_exhausted.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

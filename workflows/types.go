@@ -65,6 +65,17 @@ type ActionInput struct {
 	// verdict (package step sets it for step.ReturnIfAwaiting). Default
 	// false: no signal.
 	NotifyParent bool `json:"notify_parent,omitempty"`
+	// Budget bounds what the action's attempts may spend, in tokens
+	// and/or cost: each attempt's worst case is reserved before it is
+	// sent, and an attempt whose worst case does not fit is not sent (the
+	// action ends spend_exhausted). Nil means none: only MaxAttempts
+	// bounds the action.
+	Budget *Budget `json:"budget,omitempty"`
+	// Caller names who the action is for (the gateway sets its caller's
+	// id): a label on the durallm.tokens and durallm.cost metrics, so it
+	// must come from a small set of names, never from content. At most
+	// 128 bytes of UTF-8 without control characters. Empty means none.
+	Caller string `json:"caller,omitempty"`
 }
 
 // ReplayPolicy says what may happen to an ambiguous attempt without a
@@ -84,7 +95,7 @@ const (
 // (docs/contract.md section 4).
 type State string
 
-// The states. The last seven are terminal.
+// The states. The last eight are terminal.
 const (
 	StateQueued                 State = "queued"
 	StateDispatching            State = "dispatching"
@@ -98,12 +109,16 @@ const (
 	StateRejected         State = "rejected"
 	StateCanceled         State = "canceled"
 	StateIndeterminate    State = "indeterminate"
+	// StateSpendExhausted: the next attempt's worst case did not fit the
+	// action's Budget, so it was not sent. Neither a provider failure nor
+	// a rejection: the action's own limit ended it.
+	StateSpendExhausted State = "spend_exhausted"
 )
 
 // Terminal reports whether s ends the action.
 func (s State) Terminal() bool {
 	switch s {
-	case StateCompleted, StateCompletedPartial, StateReconciled, StateFailed, StateRejected, StateCanceled, StateIndeterminate:
+	case StateCompleted, StateCompletedPartial, StateReconciled, StateFailed, StateRejected, StateCanceled, StateIndeterminate, StateSpendExhausted:
 		return true
 	}
 	return false
@@ -127,6 +142,9 @@ type AwaitingNotice struct {
 	Awaiting bool `json:"awaiting"`
 	// Attempt is the attempt a verdict must name, while awaiting.
 	Attempt int `json:"attempt,omitempty"`
+	// Since is when the action began to await the verdict (the action's
+	// workflow time), while awaiting.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // CancelOrigin says who or what ended an action's scope.
@@ -182,7 +200,8 @@ type Decision struct {
 	// Next is one of the Decide* values.
 	Next string `json:"next"`
 	// Why names what decided it: the classification's reason, or a rule
-	// of the workflow's ("budget_exhausted", "retry_after_beyond_deadline").
+	// of the workflow's ("budget_exhausted", "retry_after_beyond_deadline",
+	// "token_budget_exhausted", "cost_budget_exhausted").
 	Why string `json:"why,omitempty"`
 	// Route is the route of the next attempt, for a retry, fallback or
 	// replay.
@@ -270,6 +289,14 @@ type AttemptRecord struct {
 	// provider record (attempt.ReconcileOutput.ProviderRecord: found,
 	// not_found, unusable, unreadable); empty when it did not look.
 	ProviderRecord string `json:"provider_record,omitempty"`
+	// Usage is the token usage the provider reported for this attempt
+	// (or the usage of a completed verdict's response); nil when none.
+	Usage *providers.Usage `json:"usage,omitempty"`
+	// Cost is Usage at the route's prices; zero when the route has none.
+	Cost float64 `json:"cost,omitempty"`
+	// Reservation is what the action's budget reserved for the attempt
+	// and charged it; nil without a budget.
+	Reservation *Reservation `json:"reservation,omitempty"`
 }
 
 // Note is something the workflow recorded that is not an attempt: a route
@@ -291,10 +318,28 @@ type Status struct {
 	Notes     []Note          `json:"notes,omitempty"`
 	// AwaitingAttempt is the attempt a reconcile must name, when awaiting.
 	AwaitingAttempt int `json:"awaiting_attempt,omitempty"`
+	// AwaitingSince is when the action began to await that verdict
+	// (workflow time), when awaiting.
+	AwaitingSince time.Time `json:"awaiting_since,omitzero"`
 	// Budget is MaxAttempts; Used is attempts started.
 	Budget int `json:"budget"`
 	Used   int `json:"used"`
+	// Usage is the sum of the usage the attempts reported, and Cost its
+	// cost at the routes' prices: what the action used, as the providers
+	// count it.
+	Usage providers.Usage `json:"usage"`
+	Cost  float64         `json:"cost,omitempty"`
+	// Ledger is the action's Budget and what its attempts were charged
+	// and still hold against it; nil without a budget.
+	Ledger *Ledger `json:"ledger,omitempty"`
 }
+
+// InlineInHistory keeps a Status, and an ActionResult, in history under
+// a data converter that stores large payloads by reference
+// (claimcheck.Inline): apps in any language, and parent workflows whose
+// workers store nothing by reference, read them. Both are bounded: a
+// response over 256 KiB is stored by the worker (ResultRef).
+func (Status) InlineInHistory() {}
 
 // ActionResult is the terminal result: the final state, the timeline, and
 // the response when there is one.

@@ -63,7 +63,19 @@ func (w *action) details() {
 	if w.status.Reason != "" {
 		fmt.Fprintf(&b, " (%s)", w.status.Reason)
 	}
-	fmt.Fprintf(&b, " · %d of %d attempts\n\n", w.status.Used, w.status.Budget)
+	fmt.Fprintf(&b, " · %d of %d attempts", w.status.Used, w.status.Budget)
+	if l := w.status.Ledger; l != nil {
+		c := l.Committed()
+		if l.Limit.Tokens > 0 {
+			fmt.Fprintf(&b, " · %d of %d tokens", c.Tokens, l.Limit.Tokens)
+		}
+		if l.Limit.Cost > 0 {
+			fmt.Fprintf(&b, " · cost %.6g of %.6g", c.Cost, l.Limit.Cost)
+		}
+	} else if w.status.Usage.Reported() {
+		fmt.Fprintf(&b, " · %d tokens", w.status.Usage.Tokens())
+	}
+	b.WriteString("\n\n")
 	if len(w.status.Attempts) > 0 {
 		b.WriteString("| # | route | why | class | reason | conn | stream | status | journal | verdict |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range w.status.Attempts {
@@ -88,6 +100,9 @@ func summary(n int, nx nextAttempt, r attempt.RouteInfo) string {
 	parts := []string{"attempt " + strconv.Itoa(n), nx.why, r.Kind + "/" + r.Model}
 	if nx.detail != "" {
 		parts = append(parts, nx.detail)
+	}
+	if g := nx.grant; g != nil && g.change != "" {
+		parts = append(parts, "max_tokens "+strconv.Itoa(g.maxTokens)+" ("+g.change+" by the budget)")
 	}
 	return strings.Join(parts, " · ")
 }

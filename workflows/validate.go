@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -132,6 +136,7 @@ func (in ActionInput) Validate() error {
 	if in.Needs.ContextTokens < 0 {
 		bad("needs.context_tokens", "negative: %d", in.Needs.ContextTokens)
 	}
+	in.validateSpending(bad)
 	switch {
 	case len(in.IdempotencyKey) > maxIdempotencyKey:
 		bad("idempotency_key", "%d bytes, at most %d", len(in.IdempotencyKey), maxIdempotencyKey)
@@ -144,4 +149,41 @@ func (in ActionInput) Validate() error {
 		return nil
 	}
 	return &InputError{Problems: errs}
+}
+
+// maxCaller bounds the caller's name, a metric label.
+const maxCaller = 128
+
+// validateSpending checks the budget (a limit set, none negative, not a
+// number or absurd; a request whose prompt can be bounded) and the
+// caller.
+func (in ActionInput) validateSpending(bad func(field, format string, args ...any)) {
+	if b := in.Budget; b != nil {
+		switch {
+		case b.Tokens < 0:
+			bad("budget.tokens", "negative")
+		case b.Tokens > MaxBudgetTokens:
+			bad("budget.tokens", "above %d", int64(MaxBudgetTokens))
+		}
+		switch {
+		case math.IsNaN(b.Cost) || math.IsInf(b.Cost, 0):
+			bad("budget.cost", "not a finite number")
+		case b.Cost < 0:
+			bad("budget.cost", "negative")
+		case b.Cost > MaxBudgetCost:
+			bad("budget.cost", "above %d", MaxBudgetCost)
+		}
+		if b.Tokens == 0 && b.Cost == 0 {
+			bad("budget", "neither tokens nor cost is set: a zero limit would send nothing (leave the budget out for none)")
+		}
+		if _, ok := in.Request.PromptTokenBound(0); !ok {
+			bad("budget", "the request has a file content part, whose tokens nothing bounds, so no attempt's worst case can be reserved")
+		}
+	}
+	switch {
+	case len(in.Caller) > maxCaller:
+		bad("caller", "%d bytes, at most %d", len(in.Caller), maxCaller)
+	case !utf8.ValidString(in.Caller) || strings.ContainsFunc(in.Caller, unicode.IsControl):
+		bad("caller", "not UTF-8 text without control characters")
+	}
 }

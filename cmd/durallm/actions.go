@@ -217,6 +217,8 @@ func exitCode(s workflows.State) int {
 		return exitIndeterminate
 	case workflows.StateAwaitingReconciliation:
 		return exitAwaiting
+	case workflows.StateSpendExhausted:
+		return exitSpendExhausted
 	}
 	return exitOK
 }

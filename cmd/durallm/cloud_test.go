@@ -153,7 +153,7 @@ func dialForTest(t *testing.T) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cf := connFlags{stderr: io.Discard}
-	tc, err := cf.dialWith(ctx, nil)
+	tc, err := cf.dialWith(ctx, nil, nil)
 	if err == nil {
 		tc.Close()
 	}
@@ -176,7 +176,7 @@ func TestTemporalCloudAPIKeyTravelsOverTLSOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	if _, err := dialUntilReachable(ctx, &connFlags{stderr: io.Discard}, nil, slog.New(slog.DiscardHandler)); err == nil || ctx.Err() != nil {
+	if _, err := dialUntilReachable(ctx, &connFlags{stderr: io.Discard}, nil, nil, slog.New(slog.DiscardHandler)); err == nil || ctx.Err() != nil {
 		t.Fatalf("dialUntilReachable = %v after %s; want the refusal, at once", err, time.Since(start))
 	}
 }

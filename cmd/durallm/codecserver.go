@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/durallm/durallm/claimcheck"
 	"github.com/durallm/durallm/codec"
 )
 
@@ -37,8 +38,10 @@ func loadKeyring(spec string, stderr io.Writer) (*codec.Keyring, error) {
 }
 
 func runCodecServer(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("codec-server", "--encryption-key SPEC [flags]", stderr)
+	fs := newFlags("codec-server", "[--encryption-key SPEC] [flags]", stderr)
 	key := fs.String("encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp)
+	resultDir := fs.String("result-dir", envOr("DURALLM_RESULT_DIR", "durallm-results"), "the workers' result store, where payloads kept by reference are read from")
+	dsn := fs.String("journal-dsn", os.Getenv("DURALLM_JOURNAL_DSN"), "a postgres:// URL: the result store is in PostgreSQL, not in --result-dir (default $DURALLM_JOURNAL_DSN)")
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address")
 	var origins, namespaces listFlag
 	fs.Var(&origins, "allow-origin", "a Temporal UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)")
@@ -48,14 +51,13 @@ func runCodecServer(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	k, err := loadKeyring(*key, stderr)
-	if err != nil || k == nil {
-		if err == nil {
-			err = errors.New("--encryption-key (or DURALLM_ENCRYPTION_KEY) is required")
-		}
+	if err != nil {
 		fmt.Fprintf(stderr, "durallm codec-server: %v\n", err)
 		return exitUsage
 	}
-	opts := codec.HandlerOptions{AllowedOrigins: origins, AllowedNamespaces: namespaces}
+	cf := connFlags{resultDir: *resultDir, journalDSN: *dsn, keys: k, keysLoaded: true}
+	opts := codec.HandlerOptions{AllowedOrigins: origins, AllowedNamespaces: namespaces,
+		References: claimcheck.NewCodec(cf.results(), claimcheck.Options{})}
 	if *tokenEnv != "" {
 		if opts.AuthToken = os.Getenv(*tokenEnv); opts.AuthToken == "" {
 			fmt.Fprintf(stderr, "durallm codec-server: %s is empty\n", *tokenEnv)
@@ -70,7 +72,14 @@ func runCodecServer(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv := &http.Server{Handler: codec.Handler(k, opts), ReadHeaderTimeout: 5 * time.Second}
-	fmt.Fprintf(stdout, "codec server on http://%s (keys %v, active %s); point the UI's codec endpoint or 'temporal --codec-endpoint' here\n", ln.Addr(), k.KeyIDs(), k.ActiveKeyID())
+	what := "payloads by reference from " + *resultDir
+	if *dsn != "" {
+		what = "payloads by reference from PostgreSQL"
+	}
+	if k != nil {
+		what += fmt.Sprintf(", decrypted (keys %v, active %s)", k.KeyIDs(), k.ActiveKeyID())
+	}
+	fmt.Fprintf(stdout, "codec server on http://%s (%s); point the UI's codec endpoint or 'temporal --codec-endpoint' here\n", ln.Addr(), what)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

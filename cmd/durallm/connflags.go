@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/durallm/durallm"
@@ -41,6 +42,8 @@ type connFlags struct {
 
 	keys       *codec.Keyring // once loaded, from --encryption-key
 	keysLoaded bool
+	rs         resultstore.Store       // once made, by results
+	dc         converter.DataConverter // once made, by converter
 }
 
 // keyring is --encryption-key's keyring (nil when unset), loaded once:
@@ -128,15 +131,37 @@ func envOr(name, def string) string {
 	return def
 }
 
-// client wraps a Temporal client as durallm's, resolving stored responses
-// from --journal-dsn's database when set, else from --result-dir.
+// results is the result store a client of these flags reads and writes:
+// --journal-dsn's database when set (connected on first use), else
+// --result-dir. The keyring must be loaded first (keyring).
+func (c *connFlags) results() resultstore.Store {
+	if c.rs == nil {
+		c.rs = resultstore.Dir{Path: c.resultDir, Keys: c.keys}
+		if c.journalDSN != "" {
+			c.rs = &pgResults{dsn: c.journalDSN, keys: c.keys}
+		}
+	}
+	return c.rs
+}
+
+// converter is the data converter a client of these flags is dialed
+// with (payloadConverter over results).
+func (c *connFlags) converter() converter.DataConverter {
+	if c.dc == nil {
+		stderr := c.stderr
+		if stderr == nil {
+			stderr = os.Stderr
+		}
+		c.dc = payloadConverter(c.keys, c.results(), stderr)
+	}
+	return c.dc
+}
+
+// client wraps a Temporal client dialed by these flags as durallm's,
+// resolving stored responses and payloads from results.
 func (c *connFlags) client(tc client.Client) *durallm.Client {
 	// dial loaded the keyring already.
-	var rs resultstore.Store = resultstore.Dir{Path: c.resultDir, Keys: c.keys}
-	if c.journalDSN != "" {
-		rs = &pgResults{dsn: c.journalDSN, keys: c.keys}
-	}
-	return durallm.NewClient(tc, c.taskQueue).WithResults(rs)
+	return durallm.NewClient(tc, c.taskQueue).WithResults(c.results()).WithDataConverter(c.converter())
 }
 
 // pgResults connects to the PostgreSQL result store on first use: only an
@@ -166,6 +191,42 @@ func (p *pgResults) Put(ctx context.Context, data []byte) (string, error) {
 	return s.Put(ctx, data)
 }
 
+func (p *pgResults) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
+	s, err := p.store(ctx)
+	if err != nil {
+		return "", err
+	}
+	return s.PutFor(ctx, actionRef, data)
+}
+
+func (p *pgResults) PutForAll(ctx context.Context, actionRefs []string, data []byte) (string, error) {
+	s, err := p.store(ctx)
+	if err != nil {
+		return "", err
+	}
+	return s.PutForAll(ctx, actionRefs, data)
+}
+
+// Older and Release are the sweeper's: a client never sweeps.
+func (p *pgResults) Older(ctx context.Context, t time.Time, each func(resultstore.Claim) error) error {
+	s, err := p.store(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Older(ctx, t, each)
+}
+
+func (p *pgResults) Release(ctx context.Context, claims []resultstore.Claim) (int, error) {
+	s, err := p.store(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.Release(ctx, claims)
+}
+
+// Limit is the store's: a pgstore.Store's default.
+func (p *pgResults) Limit() int64 { return (&pgstore.Store{}).Limit() }
+
 func (p *pgResults) Get(ctx context.Context, ref string) ([]byte, error) {
 	if _, err := resultstore.Digest(pgstore.Scheme, ref); err != nil {
 		return nil, err // not this store's: no connection needed to say so
@@ -177,11 +238,12 @@ func (p *pgResults) Get(ctx context.Context, ref string) ([]byte, error) {
 	return s.Get(ctx, ref)
 }
 
-func (c *connFlags) dial() (client.Client, error) { return c.dialWith(context.Background(), nil) }
+func (c *connFlags) dial() (client.Client, error) { return c.dialWith(context.Background(), nil, nil) }
 
 // dialWith dials with the SDK's metrics and, when configured, tracing
-// going to tel (nil: neither).
-func (c *connFlags) dialWith(ctx context.Context, tel *telemetry.Telemetry) (client.Client, error) {
+// going to tel (nil: neither), and data converter dc (nil: the flags'
+// own, converter).
+func (c *connFlags) dialWith(ctx context.Context, tel *telemetry.Telemetry, dc converter.DataConverter) (client.Client, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		return nil, fmt.Errorf("load Temporal client settings from the environment: %w", err)
@@ -201,11 +263,13 @@ func (c *connFlags) dialWith(ctx context.Context, tel *telemetry.Telemetry) (cli
 		// profile's disable_host_verification) gets here.
 		fmt.Fprintln(stderr, "durallm: warning: TLS verification of the Temporal server is OFF (TEMPORAL_TLS_DISABLE_HOST_VERIFICATION); its identity is not checked")
 	}
-	k, err := c.keyring()
-	if err != nil {
+	if _, err := c.keyring(); err != nil {
 		return nil, err
 	}
-	if err := finishClient(&opts, stderr, tel, k); err != nil {
+	if dc == nil {
+		dc = c.converter()
+	}
+	if err := finishClient(&opts, stderr, tel, dc); err != nil {
 		return nil, err
 	}
 	tc, err := client.DialContext(ctx, opts)
@@ -235,10 +299,10 @@ const (
 // exiting. Only an unreachable server is waited for: any other error
 // (bad TLS or API-key settings, a refused credential) needs a person and
 // ends the worker at once.
-func dialUntilReachable(ctx context.Context, cf *connFlags, tel *telemetry.Telemetry, log *slog.Logger) (client.Client, error) {
+func dialUntilReachable(ctx context.Context, cf *connFlags, tel *telemetry.Telemetry, dc converter.DataConverter, log *slog.Logger) (client.Client, error) {
 	wait := firstRetry
 	for try := 1; ; try++ {
-		tc, err := cf.dialWith(ctx, tel)
+		tc, err := cf.dialWith(ctx, tel, dc)
 		var unavailable *serviceerror.Unavailable
 		switch {
 		case err == nil:

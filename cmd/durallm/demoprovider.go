@@ -27,14 +27,26 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 	model := fs.String("model", "demo-model", "model name echoed in answers")
 	goawayEvery := fs.Int("goaway-every", 0, "send a GOAWAY above the boundary on every Nth request (0: never), to watch recovery")
 	misdirectedEvery := fs.Int("misdirected-every", 0, "answer 421 to every Nth request (0: never)")
+	rpm := fs.Int("rpm", 0, "requests per minute the provider executes; past it, 429 with Retry-After and x-ratelimit-* headers (0: no limit)")
+	tpm := fs.Int("tpm", 0, "tokens per minute (a request's prompt estimate plus its max_tokens) the provider admits; past it, 429 (0: no limit)")
+	maxConcurrent := fs.Int("max-concurrent", 0, "requests in progress at once; past it, 429 (0: no limit)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	if *goawayEvery < 0 || *misdirectedEvery < 0 {
-		fmt.Fprintln(stderr, "durallm demo-provider: --goaway-every and --misdirected-every must not be negative")
+	if *goawayEvery < 0 || *misdirectedEvery < 0 || *rpm < 0 || *tpm < 0 || *maxConcurrent < 0 {
+		fmt.Fprintln(stderr, "durallm demo-provider: --goaway-every, --misdirected-every, --rpm, --tpm and --max-concurrent must not be negative")
 		return exitUsage
 	}
-	p, err := providertest.NewProvider(providertest.WithListenAddrs(*tlsAddr, *h2cAddr), providertest.WithHTTP1ListenAddrs(*h1Addr, *h1TLSAddr), providertest.WithModel(*model))
+	opts := []providertest.Option{providertest.WithListenAddrs(*tlsAddr, *h2cAddr), providertest.WithHTTP1ListenAddrs(*h1Addr, *h1TLSAddr), providertest.WithModel(*model)}
+	for _, l := range []struct {
+		n   int
+		opt func(int) providertest.Option
+	}{{*rpm, providertest.WithRequestsPerMinute}, {*tpm, providertest.WithTokensPerMinute}, {*maxConcurrent, providertest.WithMaxConcurrentRequests}} {
+		if l.n > 0 {
+			opts = append(opts, l.opt(l.n))
+		}
+	}
+	p, err := providertest.NewProvider(opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "durallm demo-provider: %v\n", err)
 		return exitError
@@ -57,6 +69,6 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
-	fmt.Fprintf(stdout, "demo provider: %d requests, %d executed\n", len(p.Received()), len(p.Processed()))
+	fmt.Fprintf(stdout, "demo provider: %d requests, %d executed, %d refused by its rate limits\n", len(p.Received()), len(p.Processed()), p.RateLimited().Total())
 	return exitOK
 }

@@ -21,13 +21,16 @@ import (
 	"github.com/durallm/durallm/providers/routes"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/durallm/durallm"
+	"github.com/durallm/durallm/claimcheck"
 	"github.com/durallm/durallm/codec"
 	demonstration "github.com/durallm/durallm/internal/demo"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/telemetry"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
@@ -122,7 +125,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	}
 	code := exitOK
 	if d.demo != nil && !d.f.noDemo {
-		c := durallm.NewClient(d.st.tc, d.f.taskQueue).WithResults(d.st.results).WithEagerStart()
+		c := durallm.NewClient(d.st.tc, d.f.taskQueue).WithResults(d.st.results).WithDataConverter(d.st.dc).WithEagerStart()
 		if err := demonstration.Run(ctx, stdout, c, d.demo, demonstration.Options{Routes: []string{"demo-primary", "demo-fallback"}, Frontend: d.srv.FrontendHostPort(), WorkflowURL: d.srv.WorkflowURL}); err != nil {
 			fmt.Fprintf(stderr, "durallm dev: demonstration: %v\n", err)
 			code = exitError
@@ -138,7 +141,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 }
 
 // startServer starts the embedded Temporal server and its UI, with a
-// codec server for the UI when payloads are encrypted.
+// codec server for the UI: it resolves the payloads kept by reference in
+// the data directory's result store, and decrypts them when payloads are
+// encrypted.
 func (d *devProcess) startServer(ctx context.Context) error {
 	level := slog.LevelError
 	if d.f.verbose {
@@ -149,18 +154,15 @@ func (d *devProcess) startServer(ctx context.Context) error {
 	if d.keys, err = loadKeyring(d.f.encKey, d.stderr); err != nil {
 		return failed{exitUsage, err}
 	}
-	var codecEndpoint string
 	var codecHandler lateHandler
-	if d.keys != nil {
-		ln, err := net.Listen("tcp", net.JoinHostPort(d.f.host, "0"))
-		if err != nil {
-			return fmt.Errorf("codec server: %w", err)
-		}
-		cs := &http.Server{Handler: &codecHandler, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = cs.Serve(ln) }()
-		d.closers = append(d.closers, func() { cs.Close() })
-		codecEndpoint = "http://" + ln.Addr().String()
+	ln, err := net.Listen("tcp", net.JoinHostPort(d.f.host, "0"))
+	if err != nil {
+		return fmt.Errorf("codec server: %w", err)
 	}
+	cs := &http.Server{Handler: &codecHandler, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = cs.Serve(ln) }()
+	d.closers = append(d.closers, func() { cs.Close() })
+	codecEndpoint := "http://" + ln.Addr().String()
 	abs, _ := filepath.Abs(d.f.dataDir)
 	d.say("durallm dev: starting the embedded Temporal server (data in %s)", abs)
 	started := time.Now()
@@ -178,17 +180,24 @@ func (d *devProcess) startServer(ctx context.Context) error {
 		}
 	})
 	d.say("  · server ready at %s in %s", d.srv.FrontendHostPort(), time.Since(started).Round(100*time.Millisecond))
+	var origins []string
+	if d.srv.UIURL() != "" {
+		origins = []string{d.srv.UIURL()}
+	}
+	refs := claimcheck.NewCodec(resultstore.Dir{Path: d.resultDir(), Keys: d.keys}, claimcheck.Options{})
+	h := codec.Handler(d.keys, codec.HandlerOptions{AllowedOrigins: origins, References: refs})
+	codecHandler.h.Store(&h)
 	if d.keys != nil {
-		var origins []string
-		if d.srv.UIURL() != "" {
-			origins = []string{d.srv.UIURL()}
-		}
-		h := codec.Handler(d.keys, codec.HandlerOptions{AllowedOrigins: origins})
-		codecHandler.h.Store(&h)
-		d.say("  · payloads encrypted (AES-256-GCM, key %s); the UI decodes through %s", d.keys.ActiveKeyID(), codecEndpoint)
+		d.say("  · payloads encrypted (AES-256-GCM, key %s); the UI decodes them through %s", d.keys.ActiveKeyID(), codecEndpoint)
+	} else {
+		d.say("  · payloads over 2 KiB kept by reference in %s; the UI reads them through %s", d.resultDir(), codecEndpoint)
 	}
 	return nil
 }
+
+// resultDir is the data directory's result store: responses and payloads
+// kept by reference.
+func (d *devProcess) resultDir() string { return filepath.Join(d.f.dataDir, "results") }
 
 // startWorker opens the worker stack on the embedded server (journal and
 // results in the data directory), the routes or the demo provider, and
@@ -197,11 +206,11 @@ func (d *devProcess) startWorker(ctx context.Context) error {
 	var err error
 	if d.st, err = openStack(ctx, stackSetup{
 		Logger: d.logger, Stderr: d.stderr, Keys: d.keys,
-		JournalDir: filepath.Join(d.f.dataDir, "journal"), ResultDir: filepath.Join(d.f.dataDir, "results"),
+		JournalDir: filepath.Join(d.f.dataDir, "journal"), ResultDir: d.resultDir(),
 		Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes},
-		Dial: func(_ context.Context, tel *telemetry.Telemetry) (client.Client, error) {
+		Dial: func(_ context.Context, tel *telemetry.Telemetry, dc converter.DataConverter) (client.Client, error) {
 			copts := d.srv.ClientOptions() // no gzip on loopback
-			if err := finishClient(&copts, d.stderr, tel, d.keys); err != nil {
+			if err := finishClient(&copts, d.stderr, tel, dc); err != nil {
 				return nil, err
 			}
 			tc, err := client.Dial(copts)
@@ -261,10 +270,7 @@ func (d *devProcess) startGateway(context.Context) error {
 	if d.f.gatewayAddr == "" {
 		return nil
 	}
-	c := durallm.NewClient(d.st.tc, d.f.taskQueue).WithResults(d.st.results).WithEagerStart()
-	if d.keys != nil {
-		c.WithDataConverter(codec.DataConverter(d.keys))
-	}
+	c := durallm.NewClient(d.st.tc, d.f.taskQueue).WithResults(d.st.results).WithDataConverter(d.st.dc).WithEagerStart()
 	gw, models, tokenFile, err := devGateway(d.f.gatewayAddr, d.f.dataDir, c, d.w.Streams(), d.routes.Names(), d.demo != nil, d.logger, d.st.tel.Meter())
 	if err != nil {
 		return err

@@ -22,10 +22,10 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
-	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/gateway"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers/routes"
@@ -59,6 +59,8 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	pollers := fs.Int("pollers", 0, "the in-process worker's workflow and activity task pollers each (0: the SDK's default, 2)")
 	allowH2C := fs.Bool("allow-h2c", false, "http:// routes with http_version auto speak cleartext HTTP/2 (h2c) instead of HTTP/1.1")
 	verbose := fs.Bool("v", false, "log one line per request (never content, tokens or keys)")
+	maxBody := byteSize(gateway.DefaultMaxBody)
+	fs.Var(&maxBody, "max-request-bytes", "the largest request body (KiB, MiB, GiB suffixes): a larger one is a 413 request_too_large, refused before it is read whole; a request the result store cannot keep (32 MiB by default) is the same 413")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -86,11 +88,11 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(gatewayContext(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	st, err := openStack(ctx, stackSetup{
-		Logger: logger, Stderr: stderr, Keys: keys, NoStores: !*runWorker,
+		Logger: logger, Stderr: stderr, Keys: keys, NoStores: !*runWorker, Results: cf.results(),
 		DSN: cf.journalDSN, JournalDir: *journalDir, ResultDir: cf.resultDir,
 		Bound: &journal.Bound{MaxBytes: defaultJournalMaxBytes},
-		Dial: func(ctx context.Context, tel *telemetry.Telemetry) (client.Client, error) {
-			return dialUntilReachable(ctx, &cf, tel, logger)
+		Dial: func(ctx context.Context, tel *telemetry.Telemetry, dc converter.DataConverter) (client.Client, error) {
+			return dialUntilReachable(ctx, &cf, tel, dc, logger)
 		},
 	})
 	if err != nil {
@@ -98,10 +100,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	}
 	defer st.Close()
 	tel, tc := st.tel, st.tc
-	c := cf.client(tc)
-	if keys != nil {
-		c.WithDataConverter(codec.DataConverter(keys))
-	}
+	c := cf.client(tc).WithResults(st.results).WithDataConverter(st.dc)
 	// Attempts that run on workers in other processes stream from there.
 	remote := &gateway.RemoteStreams{Token: os.Getenv("DURALLM_STREAM_TOKEN")}
 	var hub *activities.Streams
@@ -131,7 +130,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		}
 		defer srv.Close()
 	}
-	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: in.secret, Streams: hub, Remote: remote, Logger: logger, Meter: tel.Meter()})
+	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: in.secret, Streams: hub, Remote: remote, Logger: logger, Meter: tel.Meter(), MaxBody: int64(maxBody)})
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
@@ -302,6 +301,9 @@ type gatewaySetup struct {
 	Remote  *gateway.RemoteStreams
 	Logger  *slog.Logger
 	Meter   metric.Meter
+	// MaxBody bounds a request body (gateway.Options.MaxBody); zero means
+	// the gateway's default.
+	MaxBody int64
 }
 
 // runningGateway is a gateway serving on its address.
@@ -312,7 +314,7 @@ type runningGateway struct {
 
 // startGateway listens on s.Addr and serves the gateway until Close.
 func startGateway(s gatewaySetup) (*runningGateway, error) {
-	g, err := gateway.New(gateway.Options{Client: s.Client, Models: s.Models, Secret: s.Secret, Tokens: s.Tokens, Streams: s.Streams, Remote: s.Remote, Logger: s.Logger, Meter: s.Meter})
+	g, err := gateway.New(gateway.Options{Client: s.Client, Models: s.Models, Secret: s.Secret, Tokens: s.Tokens, Streams: s.Streams, Remote: s.Remote, Logger: s.Logger, Meter: s.Meter, MaxBody: s.MaxBody})
 	if err != nil {
 		return nil, err
 	}

@@ -28,14 +28,15 @@ import (
 // Exit codes. They let scripts tell a completed action from a failed,
 // canceled or indeterminate one without parsing output.
 const (
-	exitOK            = 0 // completed, completed_partial or reconciled; or the command succeeded
-	exitError         = 1 // the command could not do its work (connection, server, I/O)
-	exitUsage         = 2 // bad flags or input; nothing was started
-	exitFailed        = 3 // the action ended failed
-	exitRejected      = 4 // the action ended rejected
-	exitCanceled      = 5 // the action ended canceled
-	exitIndeterminate = 6 // the action ended indeterminate
-	exitAwaiting      = 7 // run --wait gave up while the action awaits reconciliation
+	exitOK             = 0 // completed, completed_partial or reconciled; or the command succeeded
+	exitError          = 1 // the command could not do its work (connection, server, I/O)
+	exitUsage          = 2 // bad flags or input; nothing was started
+	exitFailed         = 3 // the action ended failed
+	exitRejected       = 4 // the action ended rejected
+	exitCanceled       = 5 // the action ended canceled
+	exitIndeterminate  = 6 // the action ended indeterminate
+	exitAwaiting       = 7 // run --wait gave up while the action awaits reconciliation
+	exitSpendExhausted = 8 // the action ended spend_exhausted: its budget was spent
 )
 
 type command struct {
@@ -53,7 +54,7 @@ var commands = map[string]command{
 	"reconcile":    {"deliver a verdict on an action awaiting reconciliation", runReconcile},
 	"list":         {"list actions in a state", runList},
 	"load":         {"drive happy actions at a concurrency and report actions/s and latency percentiles", runLoad},
-	"codec-server": {"serve the payload codec for the Temporal UI and CLI (encrypted payloads)", runCodecServer},
+	"codec-server": {"serve the payload codec for the Temporal UI and CLI (payloads by reference, encrypted payloads)", runCodecServer},
 }
 
 // The development tools (dev, chaos, demo-provider, check-path) link the
@@ -101,7 +102,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'durallm <command> --help' for a command's flags. Exit codes:")
-	fmt.Fprintln(w, "  0 completed (or partial, or reconciled) · 1 error · 2 usage · 3 failed · 4 rejected · 5 canceled · 6 indeterminate · 7 still awaiting reconciliation")
+	fmt.Fprintln(w, "  0 completed (or partial, or reconciled) · 1 error · 2 usage · 3 failed · 4 rejected · 5 canceled · 6 indeterminate · 7 still awaiting reconciliation · 8 spend_exhausted")
 }
 
 // newFlags makes a FlagSet whose --help prints the command's usage.

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
+	"github.com/durallm/durallm/claimcheck"
 	"github.com/durallm/durallm/codec"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/resultstore"
@@ -34,13 +36,15 @@ type stackSetup struct {
 	// The journal and the result store (openStores): in the PostgreSQL
 	// database DSN names, else in the directories (an empty JournalDir
 	// keeps no journal), the journal bounded by Bound. NoStores opens
-	// neither, for a process that runs no worker.
+	// neither, for a process that runs no worker: its payloads go through
+	// Results (connFlags.results).
 	DSN, JournalDir, ResultDir string
 	Bound                      *journal.Bound
 	NoStores                   bool
-	// Dial dials Temporal; finishClient gives its options what every
-	// durallm client has.
-	Dial func(ctx context.Context, tel *telemetry.Telemetry) (client.Client, error)
+	Results                    resultstore.Store
+	// Dial dials Temporal with dc; finishClient gives its options what
+	// every durallm client has.
+	Dial func(ctx context.Context, tel *telemetry.Telemetry, dc converter.DataConverter) (client.Client, error)
 }
 
 // workerStack is a worker process's parts, released by Close in reverse.
@@ -50,6 +54,9 @@ type workerStack struct {
 	tc      client.Client
 	journal journal.Journal
 	results resultstore.Store
+	// dc is the data converter the client was dialed with
+	// (payloadConverter), for durallm.Client.WithDataConverter.
+	dc      converter.DataConverter
 	closers []func()
 }
 
@@ -62,6 +69,7 @@ func openStack(ctx context.Context, s stackSetup) (_ *workerStack, err error) {
 			st.Close()
 		}
 	}()
+	st.results = s.Results
 	if !s.NoStores {
 		j, r, closeStores, err := openStores(s.DSN, s.JournalDir, s.ResultDir, s.Keys, s.Bound)
 		if err != nil {
@@ -70,11 +78,12 @@ func openStack(ctx context.Context, s stackSetup) (_ *workerStack, err error) {
 		st.journal, st.results = j, r
 		st.closers = append(st.closers, closeStores)
 	}
+	st.dc = payloadConverter(s.Keys, st.results, s.Stderr)
 	if st.tel, err = telemetry.NewWithOptions(telemetry.Options{Logger: s.Logger, OTLP: telemetry.OTLPConfigured()}); err != nil {
 		return nil, err
 	}
 	st.closers = append(st.closers, func() { _ = st.tel.Shutdown(context.Background()) })
-	if st.tc, err = s.Dial(ctx, st.tel); err != nil {
+	if st.tc, err = s.Dial(ctx, st.tel, st.dc); err != nil {
 		return nil, err
 	}
 	st.closers = append(st.closers, st.tc.Close)
@@ -130,16 +139,23 @@ func openStores(dsn, journalDir, resultDir string, keys *codec.Keyring, bound *j
 
 // finishClient gives Temporal client options what every durallm client
 // has: the SDK's logger writing to stderr (quietLogger), no gzip on
-// loopback, the SDK's metrics and traces to tel, and the payload codec
-// when keys are set.
-func finishClient(opts *client.Options, stderr io.Writer, tel *telemetry.Telemetry, keys *codec.Keyring) error {
+// loopback, the SDK's metrics and traces to tel, and dc, the data
+// converter (payloadConverter).
+func finishClient(opts *client.Options, stderr io.Writer, tel *telemetry.Telemetry, dc converter.DataConverter) error {
 	opts.Logger = quietLogger(stderr)
 	uncompressedOnLoopback(opts)
 	if err := instrument(opts, tel); err != nil {
 		return fmt.Errorf("telemetry for the Temporal client: %w", err)
 	}
-	if keys != nil {
-		opts.DataConverter = codec.DataConverter(keys)
-	}
+	opts.DataConverter = dc
 	return nil
+}
+
+// payloadConverter is the data converter of every client the binary
+// dials: payloads over 2 KiB kept in the result store by reference
+// (claimcheck), every payload encrypted when keys are set. Its warnings
+// (a payload kept inline because the store failed) go to stderr.
+func payloadConverter(keys *codec.Keyring, results resultstore.Store, stderr io.Writer) converter.DataConverter {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return claimcheck.DataConverter(results, claimcheck.Options{Keys: keys, Logger: log})
 }

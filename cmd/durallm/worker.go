@@ -17,6 +17,7 @@ import (
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/resultstore"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/telemetry"
@@ -79,8 +80,8 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		Logger: logger, Stderr: stderr, Keys: keys,
 		DSN: cf.journalDSN, JournalDir: *journalDir, ResultDir: cf.resultDir,
 		Bound: &journal.Bound{MaxBytes: int64(maxBytes), MaxEntries: *maxEntries},
-		Dial: func(ctx context.Context, tel *telemetry.Telemetry) (client.Client, error) {
-			return dialUntilReachable(ctx, &cf, tel, logger)
+		Dial: func(ctx context.Context, tel *telemetry.Telemetry, dc converter.DataConverter) (client.Client, error) {
+			return dialUntilReachable(ctx, &cf, tel, dc, logger)
 		},
 	})
 	if err != nil {

@@ -77,6 +77,10 @@ const (
 	UpstreamAuth Kind = "upstream_auth"
 	// Failed: no provider could answer (Code is the reason).
 	Failed Kind = "failed"
+	// SpendExhausted: the action's own budget is spent; its next
+	// attempt was not sent. Not a provider's failure, and not to be sent
+	// again as it is.
+	SpendExhausted Kind = "spend_exhausted"
 	// AwaitingVerdict: an attempt may have run at the provider and its
 	// answer was lost; the action waits for a verdict.
 	AwaitingVerdict Kind = "awaiting_verdict"

@@ -61,6 +61,7 @@
 //	content_filtered             400     invalid_request_error  content_filter
 //	upstream_auth                502     api_error              the provider's status
 //	failed                       502     api_error              the reason (Retry-After when throttled)
+//	spend_exhausted              402     billing_error          the reason (the action's own budget)
 //	awaiting_verdict             403     conflict_error         durallm_awaiting_reconciliation
 //	maybe_started                403     conflict_error         durallm_maybe_started
 //	indeterminate                403     conflict_error         the reason

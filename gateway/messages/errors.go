@@ -19,12 +19,13 @@ const (
 	typeAPI            = "api_error"
 	typeOverloaded     = "overloaded_error"
 	typeConflict       = "conflict_error"
+	typeBilling        = "billing_error"
 )
 
 // anthropicTypes are the error types Anthropic's API and SDKs know
 // (anthropic-sdk-go: shared.ErrorType).
 var anthropicTypes = map[string]bool{
-	typeInvalidRequest: true, typeAuthentication: true, "billing_error": true, typePermission: true,
+	typeInvalidRequest: true, typeAuthentication: true, typeBilling: true, typePermission: true,
 	typeNotFound: true, typeTooLarge: true, typeRateLimit: true, "timeout_error": true,
 	typeAPI: true, typeOverloaded: true, typeConflict: true,
 }
@@ -38,6 +39,7 @@ const (
 	CodeCanceled               = "durallm_canceled"
 	CodeInProgress             = "durallm_in_progress"
 	CodeFailed                 = "durallm_failed"
+	CodeSpendExhausted         = "spend_exhausted"
 	CodeUpstreamAuth           = "durallm_upstream_auth"
 	CodeStreamIncomplete       = "durallm_stream_incomplete"
 	CodeContentFilter          = "content_filter"
@@ -77,10 +79,14 @@ var shapes = answer.Shapes{
 	answer.MaybeStarted:              {Status: http.StatusForbidden, Type: typeConflict, Code: CodeMaybeStarted},
 	answer.UpstreamAuth:              {Status: http.StatusBadGateway, Type: typeAPI, Code: CodeUpstreamAuth},
 	answer.Failed:                    {Status: http.StatusBadGateway, Type: typeAPI, Code: CodeFailed},
-	answer.AwaitingVerdict:           {Status: http.StatusForbidden, Type: typeConflict, Code: CodeAwaitingReconciliation},
-	answer.Indeterminate:             {Status: http.StatusForbidden, Type: typeConflict, Code: CodeIndeterminate},
-	answer.Canceled:                  {Status: http.StatusForbidden, Type: typeConflict, Code: CodeCanceled},
-	answer.InProgress:                {Status: http.StatusForbidden, Type: typeConflict, Code: CodeInProgress},
+	// The action's own budget: Anthropic's billing_error, which none of
+	// the clients resends (a resend would be a new action with a new
+	// budget).
+	answer.SpendExhausted:  {Status: http.StatusPaymentRequired, Type: typeBilling, Code: CodeSpendExhausted},
+	answer.AwaitingVerdict: {Status: http.StatusForbidden, Type: typeConflict, Code: CodeAwaitingReconciliation},
+	answer.Indeterminate:   {Status: http.StatusForbidden, Type: typeConflict, Code: CodeIndeterminate},
+	answer.Canceled:        {Status: http.StatusForbidden, Type: typeConflict, Code: CodeCanceled},
+	answer.InProgress:      {Status: http.StatusForbidden, Type: typeConflict, Code: CodeInProgress},
 	// Only ever in-band, after the stream's 200, where its type is
 	// api_error; a status would be one that nobody resends.
 	answer.StreamIncomplete: {Status: http.StatusForbidden, Type: typeAPI, Code: CodeStreamIncomplete},

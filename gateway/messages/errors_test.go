@@ -44,6 +44,7 @@ func TestRender(t *testing.T) {
 		{answer.Problem{Kind: answer.ContentFiltered, Message: "filtered"}, 400, "invalid_request_error", CodeContentFilter, false},
 		{answer.Problem{Kind: answer.UpstreamAuth, Code: "401", Message: "the route's key"}, 502, "api_error", "401", false},
 		{answer.Problem{Kind: answer.Failed, Code: "budget_exhausted", RetryAfter: 3 * time.Second, Message: "failed"}, 502, "api_error", "budget_exhausted", false},
+		{answer.Problem{Kind: answer.SpendExhausted, Code: "token_budget_exhausted", Message: "spent"}, 402, "billing_error", "token_budget_exhausted", false},
 		{answer.Problem{Kind: answer.AwaitingVerdict, Message: "awaiting"}, 403, "conflict_error", CodeAwaitingReconciliation, false},
 		{answer.Problem{Kind: answer.MaybeStarted, Message: "maybe"}, 403, "conflict_error", CodeMaybeStarted, false},
 		{answer.Problem{Kind: answer.Indeterminate, Code: "reconcile_timeout", Message: "indeterminate"}, 403, "conflict_error", "reconcile_timeout", false},

@@ -28,6 +28,9 @@ const (
 	TypeInProgress       = "durallm_in_progress"
 	TypeStreamIncomplete = "durallm_stream_incomplete"
 	TypeServer           = "durallm_gateway_error"
+	// TypeInsufficientQuota is OpenAI's type (and code) for a spent
+	// quota: the action's own budget.
+	TypeInsufficientQuota = "insufficient_quota"
 )
 
 // The codes the gateway itself sends when the problem names none.
@@ -110,6 +113,7 @@ var shapes = answer.Shapes{
 	answer.MaybeStarted:              {Status: http.StatusForbidden, Type: TypeMaybeStarted, Code: CodeTemporalUnreachable},
 	answer.UpstreamAuth:              {Status: http.StatusBadGateway, Type: TypeUpstreamAuth, Code: ""},
 	answer.Failed:                    {Status: http.StatusBadGateway, Type: TypeFailed, Code: ""},
+	answer.SpendExhausted:            {Status: http.StatusTooManyRequests, Type: TypeInsufficientQuota, Code: TypeInsufficientQuota},
 	answer.AwaitingVerdict:           {Status: http.StatusForbidden, Type: TypeAwaiting, Code: CodeAwaitingReconcilation},
 	answer.Indeterminate:             {Status: http.StatusForbidden, Type: TypeIndeterminate, Code: ""},
 	answer.Canceled:                  {Status: http.StatusForbidden, Type: TypeCanceled, Code: ""},

@@ -29,6 +29,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/resultstore"
 	"github.com/durallm/durallm/testsuite/providertest"
 	"github.com/durallm/durallm/worker"
 	"github.com/durallm/durallm/workflows"
@@ -70,8 +71,17 @@ func newBenchStack(b *testing.B, baseline func(sdkworker.Registry)) *benchStack 
 	b.Cleanup(func() { p.Close() })
 	base := ts.NewWorker("baseline", baseline)
 	b.Cleanup(base.Stop)
+	w := startBenchWorker(b, tc, p, "durallm-bench", nil)
+	return &benchStack{tc: tc, p: p, w: w, c: durallm.NewClient(tc, "durallm-bench")}
+}
+
+// startBenchWorker starts a durallm worker on tc polling queue, with one
+// route ("bench") to p and results (nil: none) as its result store; it
+// stops with the benchmark.
+func startBenchWorker(b *testing.B, tc client.Client, p *providertest.Provider, queue string, results resultstore.Store) *worker.Worker {
+	b.Helper()
 	w, err := worker.New(tc, worker.Options{
-		TaskQueue: "durallm-bench", TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler),
+		TaskQueue: queue, TLS: p.ClientTLSConfig(), Logger: slog.New(slog.DiscardHandler), Results: results,
 		Config: routes.Config{Routes: []routes.Route{{Name: "bench", Kind: routes.KindOpenAI, BaseURL: p.URL() + "/v1", Model: "m"}}},
 	})
 	if err != nil {
@@ -81,7 +91,7 @@ func newBenchStack(b *testing.B, baseline func(sdkworker.Registry)) *benchStack 
 		b.Fatal(err)
 	}
 	b.Cleanup(w.Stop)
-	return &benchStack{tc: tc, p: p, w: w, c: durallm.NewClient(tc, "durallm-bench")}
+	return w
 }
 
 // start starts a one-message action on the bench route.

@@ -7,7 +7,7 @@
 // benchmarks are in recovery/, the journal's in activities/.
 //
 //	go test ./internal/e2e                                  # the tests
-//	go test ./internal/e2e -run TestE2E -update-histories   # re-record workflows/testdata
+//	go test ./internal/e2e -run TestE2E -update-histories   # re-record the histories under testdata/ (workflows, internal/e2e, examples/agent)
 //	go test ./internal/e2e -run TestE2ERealActionShapesOnAServer -update-shapes   # re-record testsuite/actiontest/testdata
 //	go test -run '^$' -bench . ./internal/e2e               # the benchmarks (docs/performance.md)
 package e2e

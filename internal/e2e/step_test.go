@@ -52,6 +52,7 @@ func registerParents(w sdkworker.Registry) {
 	w.RegisterWorkflow(agent.Agent)
 	w.RegisterActivity(&agent.Activities{})
 	w.RegisterWorkflow(patientParent)
+	registerIdentityParents(w)
 }
 
 func (s *stack) agentInput(stream bool) agent.Input {
@@ -260,4 +261,5 @@ func TestE2EStepEarlyReturnThenAVerdictByUpdate(t *testing.T) {
 	if err != nil || res.State != workflows.StateCompleted || res.Response.Text != "after the verdict" || res.Used != 2 {
 		t.Fatalf("action: %s %+v %v", res.State, res.Response, err)
 	}
+	s.saveHistoryAt("patient", filepath.Join("testdata", "step_early_return.json"))
 }

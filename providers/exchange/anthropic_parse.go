@@ -77,9 +77,11 @@ func (u *anthropicUsage) merge(raw json.RawMessage) bool {
 // usage counts cache reads and writes as prompt tokens: Anthropic's
 // input_tokens excludes them, OpenAI's prompt_tokens includes cached
 // tokens, and one Usage should mean the same whichever route answered.
+// Reads and writes are kept apart too, as Anthropic prices them apart.
 func (u anthropicUsage) usage() providers.Usage {
 	p := u.input + u.cacheWrite + u.cacheRead
-	return providers.Usage{PromptTokens: p, CompletionTokens: u.output, TotalTokens: p + u.output}
+	return providers.Usage{PromptTokens: p, CompletionTokens: u.output, TotalTokens: p + u.output,
+		CachedTokens: u.cacheRead, CacheWriteTokens: u.cacheWrite}
 }
 
 // toolArgs renders a tool_use input as OpenAI's arguments text: compact

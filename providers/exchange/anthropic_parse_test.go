@@ -45,7 +45,7 @@ func TestParseAnthropicMessageDriftedShapes(t *testing.T) {
 			body:       `{"content":"plain","stop_reason":"max_tokens","usage":{"input_tokens":"7","output_tokens":2.0,"cache_creation_input_tokens":"5","cache_read_input_tokens":null}}`,
 			wantText:   "plain",
 			wantFinish: "length",
-			wantUsage:  providers.Usage{PromptTokens: 12, CompletionTokens: 2, TotalTokens: 14},
+			wantUsage:  providers.Usage{PromptTokens: 12, CompletionTokens: 2, TotalTokens: 14, CacheWriteTokens: 5},
 		},
 		{
 			name:       "blocks without a type, and bare strings",
@@ -153,7 +153,7 @@ func TestAnthropicStreamEvents(t *testing.T) {
 	if string(r.ToolCalls) != want || r.Text != "prefix" || r.FinishReason != "tool_calls" || r.ID != "msg_1" || r.Model != "claude-x" {
 		t.Fatalf("response %+v\ntool calls %s", r, r.ToolCalls)
 	}
-	if r.Usage != (providers.Usage{PromptTokens: 31, CompletionTokens: 40, TotalTokens: 71}) {
+	if r.Usage != (providers.Usage{PromptTokens: 31, CompletionTokens: 40, TotalTokens: 71, CachedTokens: 5}) {
 		t.Fatalf("usage %+v: message_delta's counts replace message_start's", r.Usage)
 	}
 }

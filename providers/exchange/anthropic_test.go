@@ -331,8 +331,8 @@ func TestAnthropicNonStreaming(t *testing.T) {
 		r.ID != "msg_01XFDUDYJgAACzvnptvVoYEL" || r.Model != "claude-sonnet-4-5-20250929" || r.Partial {
 		t.Fatalf("response %+v\ntool calls %s", r, r.ToolCalls)
 	}
-	if r.Usage != (providers.Usage{PromptTokens: 484, CompletionTokens: 77, TotalTokens: 561}) {
-		t.Fatalf("usage %+v (cache reads count as prompt tokens)", r.Usage)
+	if r.Usage != (providers.Usage{PromptTokens: 484, CompletionTokens: 77, TotalTokens: 561, CachedTokens: 100}) {
+		t.Fatalf("usage %+v (cache reads count as prompt tokens, and as cached ones)", r.Usage)
 	}
 	if !strings.Contains(string(r.Raw), `"container":null`) {
 		t.Fatal("an unknown member did not survive in Raw")

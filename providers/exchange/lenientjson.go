@@ -80,6 +80,15 @@ type wireUsage struct {
 	TotalTokens      json.RawMessage `json:"total_tokens"`
 	InputTokens      json.RawMessage `json:"input_tokens"`
 	OutputTokens     json.RawMessage `json:"output_tokens"`
+	// PromptDetails is OpenAI's prompt_tokens_details (input_tokens_details
+	// in the Responses shape), whose cached_tokens are the prompt tokens
+	// its cache served.
+	PromptDetails json.RawMessage `json:"prompt_tokens_details"`
+	InputDetails  json.RawMessage `json:"input_tokens_details"`
+}
+
+type wireTokenDetails struct {
+	CachedTokens json.RawMessage `json:"cached_tokens"`
 }
 
 type wireError struct {
@@ -199,6 +208,15 @@ func parseUsage(raw json.RawMessage) providers.Usage {
 	}
 	if u.TotalTokens, ok = num(w.TotalTokens); !ok {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	for _, raw := range []json.RawMessage{w.PromptDetails, w.InputDetails} {
+		var d wireTokenDetails
+		if obj(raw, &d) {
+			if n, ok := num(d.CachedTokens); ok && n > 0 {
+				u.CachedTokens = n
+				break
+			}
+		}
 	}
 	return u
 }

@@ -50,6 +50,13 @@ func TestParseCompletionDriftedShapes(t *testing.T) {
 			keepRaw:    `"x_groq"`,
 		},
 		{
+			name:       "cached prompt tokens",
+			body:       `{"choices":[{"message":{"content":"c"},"finish_reason":"stop"}],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`,
+			wantText:   "c",
+			wantFinish: "stop",
+			wantUsage:  providers.Usage{PromptTokens: 2006, CompletionTokens: 300, TotalTokens: 2306, CachedTokens: 1920},
+		},
+		{
 			name:     "missing optional members",
 			body:     `{"choices":[{"message":{"content":"bare"}}]}`,
 			wantText: "bare",

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/recovery"
 )
 
@@ -141,11 +142,38 @@ func (r Route) check(bad func(field, problem string)) {
 	if r.Capabilities.ContextTokens < 0 {
 		bad("capabilities.context_tokens", "negative")
 	}
+	if r.Prices != nil {
+		if r.NoUsage {
+			bad("prices", "the route reports no usage (reports_usage: false), so no cost can be counted from its prices; remove one or the other")
+		}
+		if err := r.Prices.Validate(); err != nil {
+			for _, e := range unjoin(err) {
+				if pe := (*providers.PriceError)(nil); errors.As(e, &pe) {
+					bad("prices."+pe.Field, pe.Problem)
+				}
+			}
+		}
+	}
+	if r.ImageTokens < 0 || r.ImageTokens > maxImageTokens {
+		bad("image_tokens", fmt.Sprintf("outside 0..%d", maxImageTokens))
+	}
 	for j, t := range r.Capabilities.DataTags {
 		if strings.TrimSpace(t) == "" {
 			bad(fmt.Sprintf("capabilities.data_tags[%d]", j), "empty")
 		}
 	}
+}
+
+// maxImageTokens bounds image_tokens: a larger bound is a typo, not a
+// model (the largest documented counts are tens of thousands).
+const maxImageTokens = 1_000_000
+
+// unjoin returns the errors errors.Join joined, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // FieldError is one configuration problem. Config.Validate and LoadConfig
@@ -206,7 +234,9 @@ func EnvPrefix(name string) string {
 // timeouts, negative context tokens, empty data tags,
 // honours_idempotency_key without a positive idempotency_window, a
 // provider_record other than stored_completions or on a route that is not
-// openai, and provider_record_settle without a provider_record.
+// openai, provider_record_settle without a provider_record, prices that
+// are negative, not finite or above providers.MaxPrice, prices on a
+// route that reports no usage, and image_tokens outside 0..1000000.
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Routes) == 0 {
@@ -245,23 +275,34 @@ type rawConfig struct {
 }
 
 type rawRoute struct {
-	Name                  string  `yaml:"name"`
-	Kind                  string  `yaml:"kind"`
-	BaseURL               string  `yaml:"base_url"`
-	Model                 string  `yaml:"model"`
-	APIKeyEnv             string  `yaml:"api_key_env"`
-	APIKeyFile            string  `yaml:"api_key_file"`
-	Capabilities          rawCaps `yaml:"capabilities"`
-	AttemptTimeout        string  `yaml:"attempt_timeout"`
-	FirstByteTimeout      string  `yaml:"first_byte_timeout"`
-	IdleTimeout           string  `yaml:"idle_timeout"`
-	HonoursIdempotencyKey string  `yaml:"honours_idempotency_key"`
-	IdempotencyWindow     string  `yaml:"idempotency_window"`
-	InsecureSkipVerify    string  `yaml:"insecure_skip_verify"`
-	Intermediary          string  `yaml:"intermediary"`
-	HTTPVersion           string  `yaml:"http_version"`
-	ProviderRecord        string  `yaml:"provider_record"`
-	ProviderRecordSettle  string  `yaml:"provider_record_settle"`
+	Name                  string     `yaml:"name"`
+	Kind                  string     `yaml:"kind"`
+	BaseURL               string     `yaml:"base_url"`
+	Model                 string     `yaml:"model"`
+	APIKeyEnv             string     `yaml:"api_key_env"`
+	APIKeyFile            string     `yaml:"api_key_file"`
+	Capabilities          rawCaps    `yaml:"capabilities"`
+	AttemptTimeout        string     `yaml:"attempt_timeout"`
+	FirstByteTimeout      string     `yaml:"first_byte_timeout"`
+	IdleTimeout           string     `yaml:"idle_timeout"`
+	HonoursIdempotencyKey string     `yaml:"honours_idempotency_key"`
+	IdempotencyWindow     string     `yaml:"idempotency_window"`
+	InsecureSkipVerify    string     `yaml:"insecure_skip_verify"`
+	Intermediary          string     `yaml:"intermediary"`
+	HTTPVersion           string     `yaml:"http_version"`
+	ProviderRecord        string     `yaml:"provider_record"`
+	ProviderRecordSettle  string     `yaml:"provider_record_settle"`
+	Prices                *rawPrices `yaml:"prices"`
+	ReportsUsage          string     `yaml:"reports_usage"`
+	ImageTokens           string     `yaml:"image_tokens"`
+}
+
+// rawPrices are a route's prices as written, per million tokens.
+type rawPrices struct {
+	Input           string `yaml:"input"`
+	CachedInput     string `yaml:"cached_input"`
+	CacheWriteInput string `yaml:"cache_write_input"`
+	Output          string `yaml:"output"`
 }
 
 type rawCaps struct {
@@ -397,5 +438,49 @@ func (rr rawRoute) route(i int) (Route, []error) {
 		r.Capabilities.ContextTokens = n
 	}
 	r.Capabilities.DataTags = append([]string(nil), c.DataTags...)
+	if s := strings.TrimSpace(rr.ReportsUsage); s != "" {
+		r.NoUsage = !boolean("reports_usage", s)
+	}
+	if s := strings.TrimSpace(rr.ImageTokens); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			bad("image_tokens", "not an integer")
+		}
+		r.ImageTokens = n
+	}
+	if rr.Prices != nil {
+		r.Prices = rr.Prices.prices(bad)
+	}
 	return r, errs
+}
+
+// prices converts the written prices: input and output are required, and
+// a cached_input or cache_write_input left out is the input price (a
+// provider that discounts cached tokens says so in its price list).
+func (rp rawPrices) prices(bad func(field, problem string)) *providers.Prices {
+	num := func(field, s string) (float64, bool) {
+		if s = strings.TrimSpace(s); s == "" {
+			return 0, false
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			bad("prices."+field, "not a number")
+		}
+		return f, true
+	}
+	var p providers.Prices
+	var ok bool
+	if p.Input, ok = num("input", rp.Input); !ok {
+		bad("prices.input", "required with prices (per million tokens)")
+	}
+	if p.Output, ok = num("output", rp.Output); !ok {
+		bad("prices.output", "required with prices (per million tokens)")
+	}
+	if p.CachedInput, ok = num("cached_input", rp.CachedInput); !ok {
+		p.CachedInput = p.Input
+	}
+	if p.CacheWriteInput, ok = num("cache_write_input", rp.CacheWriteInput); !ok {
+		p.CacheWriteInput = p.Input
+	}
+	return &p
 }

@@ -2,13 +2,15 @@ package routes
 
 import (
 	"errors"
-	"github.com/durallm/durallm/providers"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/durallm/durallm/providers"
 )
 
 func writeConfig(t *testing.T, yaml string) string {
@@ -214,6 +216,9 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		{Name: "record-unknown", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", ProviderRecord: "usage_ledger"},
 		{Name: "settle-alone", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", ProviderRecordSettle: time.Minute},
 		{Name: "settle-negative", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", ProviderRecord: ProviderRecordStoredCompletions, ProviderRecordSettle: -1},
+		{Name: "priced-ok", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", Prices: &providers.Prices{Input: 0.15, CachedInput: 0.075, Output: 0.6}},
+		{Name: "priced-no-usage", Kind: "openai", BaseURL: "http://127.0.0.1:8080/v1", Model: "m", NoUsage: true, Prices: &providers.Prices{Input: 1, Output: 1}},
+		{Name: "priced-badly", Kind: "openai", BaseURL: "https://a.example/v1", Model: "m", APIKeyEnv: "K", Prices: &providers.Prices{Input: -1, Output: math.Inf(1), CachedInput: providers.MaxPrice * 2}, ImageTokens: -5},
 	}}
 	err := cfg.Validate()
 	if err == nil {
@@ -238,6 +243,8 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		{"negative", "capabilities.data_tags[1]"}, {"window", "idempotency_window"},
 		{"record-claude", "provider_record"}, {"record-unknown", "provider_record"}, {"settle-alone", "provider_record_settle"},
 		{"settle-negative", "provider_record_settle"},
+		{"priced-no-usage", "prices"}, {"priced-badly", "prices.input"}, {"priced-badly", "prices.output"},
+		{"priced-badly", "prices.cached_input"}, {"priced-badly", "image_tokens"},
 	}
 	for _, k := range want {
 		if !got[k] {
@@ -277,8 +284,17 @@ routes:
     provider_record_settle: a while
     capabilities:
       context_tokens: lots
+    prices: {cached_input: cheap}
+    image_tokens: many
+    reports_usage: sometimes
   - name: ""
     kind: openai
+  - name: local
+    kind: openai
+    base_url: http://127.0.0.1:8080/v1
+    model: llama3
+    reports_usage: false
+    prices: {input: 0.1, output: 0.1}
 `)
 	_, err := LoadConfig(path, noEnv)
 	if err == nil {
@@ -295,12 +311,18 @@ routes:
 		`routes[1]: name: required`,
 		`routes[1]: base_url: required`,
 		`routes[1]: model: required`,
+		`route "bad": prices.input: required`,
+		`route "bad": prices.output: required`,
+		`route "bad": prices.cached_input: not a number`,
+		`route "bad": image_tokens: not an integer`,
+		`route "bad": reports_usage: not true or false`,
+		`route "local": prices: the route reports no usage`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
 	}
-	for _, value := range []string{"soon", "maybe", "lots"} {
+	for _, value := range []string{"soon", "maybe", "lots", "cheap", "many", "sometimes"} {
 		if strings.Contains(err.Error(), value) {
 			t.Errorf("error quotes the value %q", value)
 		}
@@ -446,5 +468,43 @@ func TestDocsProvidersExampleLoads(t *testing.T) {
 	}
 	if kinds["openai-primary"] != KindOpenAI || kinds["anthropic-fallback"] != KindAnthropic || kinds["local"] != KindOpenAI {
 		t.Fatalf("routes %v", kinds)
+	}
+}
+
+func TestLoadConfigReadsPricesAndUsage(t *testing.T) {
+	path := writeConfig(t, `
+routes:
+  - name: openai
+    kind: openai
+    base_url: https://api.openai.com/v1
+    model: gpt-4o-mini
+    api_key_env: OPENAI_API_KEY
+    prices: {input: 0.15, cached_input: 0.075, output: 0.60}
+  - name: claude
+    kind: anthropic
+    base_url: https://api.anthropic.com/v1
+    model: claude-sonnet-4-5
+    api_key_env: ANTHROPIC_API_KEY
+    prices: {input: 3, cached_input: 0.3, cache_write_input: 3.75, output: 15}
+    image_tokens: 1600
+  - name: local
+    kind: openai
+    base_url: http://127.0.0.1:8080/v1
+    model: llama3
+    reports_usage: false
+`)
+	cfg, err := LoadConfig(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.RouteMap()
+	if p := m["openai"].Prices; p == nil || *p != (providers.Prices{Input: 0.15, CachedInput: 0.075, CacheWriteInput: 0.15, Output: 0.6}) {
+		t.Fatalf("openai prices %+v (a cache-write price left out is the input price)", p)
+	}
+	if p := m["claude"].Prices; p == nil || *p != (providers.Prices{Input: 3, CachedInput: 0.3, CacheWriteInput: 3.75, Output: 15}) || m["claude"].ImageTokens != 1600 {
+		t.Fatalf("claude prices %+v, image tokens %d", p, m["claude"].ImageTokens)
+	}
+	if l := m["local"]; l.Prices != nil || !l.NoUsage || m["openai"].NoUsage {
+		t.Fatalf("local %+v", l)
 	}
 }

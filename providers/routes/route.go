@@ -136,6 +136,22 @@ type Route struct {
 	// the request, and its store may lag. Zero means
 	// DefaultProviderRecordSettle (30s) on a route with a ProviderRecord.
 	ProviderRecordSettle time.Duration
+	// Prices are the route's model's prices per million tokens, which
+	// give each attempt's usage its cost (docs/providers.md, "Prices and
+	// usage"). Nil means none: the route's usage is counted in tokens
+	// only, and an action with a cost budget skips the route. Not allowed
+	// with NoUsage.
+	Prices *providers.Prices
+	// NoUsage declares that the provider sends no token usage (the YAML's
+	// reports_usage: false), as some OpenAI-compatible servers do on a
+	// stream: an attempt on the route is charged its worst case, and the
+	// route may have no prices. Default false: the provider reports
+	// usage, as OpenAI's and Anthropic's APIs do.
+	NoUsage bool
+	// ImageTokens is an upper bound on the prompt tokens the route's
+	// model counts for one image, which a budget's worst case counts for
+	// each image part. Zero means providers.DefaultImageTokens (8192).
+	ImageTokens int
 }
 
 // WithDefaults returns r with each zero timeout (and the settle window of

@@ -34,6 +34,9 @@ type Store struct {
 	// Keys, when set (before first use), encrypts what is stored with the
 	// payload keyring (resultstore.Seal); clients need the same keyring.
 	Keys *codec.Keyring
+	// MaxBytes is the largest blob Put keeps (resultstore.ErrTooLarge
+	// above it). Zero means resultstore.DefaultMaxBytes.
+	MaxBytes int64
 
 	pool *pgxpool.Pool
 }
@@ -66,6 +69,9 @@ func (s *Store) Close() { s.pool.Close() }
 // Put stores data once: a second Put of the same data, from any worker,
 // writes nothing and returns the same reference.
 func (s *Store) Put(ctx context.Context, data []byte) (string, error) {
+	if err := resultstore.CheckSize(int64(len(data)), s.Limit()); err != nil {
+		return "", err
+	}
 	ref := resultstore.Ref(Scheme, data)
 	stored, err := resultstore.Seal(s.Keys, ref, data)
 	if err != nil {
@@ -109,6 +115,9 @@ const claimLock = 0x64726c72 // "drlr"
 // the result's lock, its claim and the data, so that a Release never
 // deletes data a PutFor has returned.
 func (s *Store) PutFor(ctx context.Context, actionRef string, data []byte) (string, error) {
+	if err := resultstore.CheckSize(int64(len(data)), s.Limit()); err != nil {
+		return "", err
+	}
 	ref := resultstore.Ref(Scheme, data)
 	stored, err := resultstore.Seal(s.Keys, ref, data)
 	if err != nil {

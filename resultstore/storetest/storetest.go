@@ -33,6 +33,33 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 	t.Run("Errors", func(t *testing.T) { refErrors(t, open(t)) })
 	t.Run("DamageIsAnError", func(t *testing.T) { damage(t, open(t)) })
 	t.Run("ConcurrentPutsOfTheSameData", func(t *testing.T) { concurrentPuts(t, open(t)) })
+	t.Run("OverTheLimitIsErrTooLargeAndStoresNothing", func(t *testing.T) { overTheLimit(t, open(t)) })
+}
+
+// Data over the store's limit is refused by every way of storing it, and
+// nothing is stored; data at the limit is kept.
+func overTheLimit(t *testing.T, b Backend) {
+	ctx := context.Background()
+	limit := resultstore.LimitOf(b.Store)
+	data := bytes.Repeat([]byte("x"), int(limit)+1)
+	puts := map[string]func() (string, error){"Put": func() (string, error) { return b.Store.Put(ctx, data) }}
+	if e, ok := b.Store.(resultstore.Expirable); ok {
+		puts["PutFor"] = func() (string, error) { return e.PutFor(ctx, "an-action", data) }
+	}
+	if e, ok := b.Store.(resultstore.ClaimsAll); ok {
+		puts["PutForAll"] = func() (string, error) { return e.PutForAll(ctx, []string{"a", "b"}, data) }
+	}
+	for name, put := range puts {
+		if ref, err := put(); !errors.Is(err, resultstore.ErrTooLarge) || ref != "" {
+			t.Errorf("%s of %d bytes: %q %v, want ErrTooLarge", name, len(data), ref, err)
+		}
+	}
+	if _, err := b.Store.Get(ctx, resultstore.Ref(b.Scheme, data)); !errors.Is(err, resultstore.ErrNotFound) {
+		t.Errorf("data over the limit was stored: %v", err)
+	}
+	if _, err := b.Store.Put(ctx, data[:limit]); err != nil {
+		t.Errorf("data at the limit: %v", err)
+	}
 }
 
 func roundTrip(t *testing.T, b Backend) {
@@ -192,6 +219,43 @@ func RunExpiry(t *testing.T, open func(t *testing.T) Backend) {
 	t.Run("ExpiredResultsAreSweptAndOpenActionsKept", func(t *testing.T) { expiredSwept(t, open(t)) })
 	t.Run("ASharedResultStaysWhileAnyActionNeedsIt", func(t *testing.T) { sharedResult(t, open(t)) })
 	t.Run("NoSweepLosesAResultAPutForReturned", func(t *testing.T) { sweepRacesPutFor(t, open(t)) })
+	t.Run("PutForAllKeepsTheDataWhileAnyOfItsActionsNeedsIt", func(t *testing.T) { putForAll(t, open(t)) })
+}
+
+// PutForAll claims the data for each action, as that many PutFor would:
+// one action closing leaves it, the last one closing expires it.
+func putForAll(t *testing.T, b Backend) {
+	ctx := context.Background()
+	s, ok := b.Store.(resultstore.ClaimsAll)
+	if !ok {
+		t.Fatalf("%T is not resultstore.ClaimsAll", b.Store)
+	}
+	data := []byte("a child's input, written by its parent")
+	for range 2 { // the second time the data is already held
+		if ref, err := s.PutForAll(ctx, []string{"parent", "child"}, data); err != nil || ref != resultstore.Ref(b.Scheme, data) {
+			t.Fatalf("put for all: %q %v", ref, err)
+		}
+	}
+	if ref, err := s.PutForAll(ctx, nil, []byte("no action")); err != nil || ref != resultstore.Ref(b.Scheme, []byte("no action")) {
+		t.Fatalf("put for none: %q %v", ref, err)
+	}
+	ref := resultstore.Ref(b.Scheme, data)
+	later := time.Now().Add(8 * 24 * time.Hour)
+	acts := actions{"child": time.Now()}
+	sw := &resultstore.Sweeper{Store: s, Actions: acts}
+	if r, err := sw.Sweep(ctx, later); err != nil || r.Deleted != 0 || r.Kept != 1 {
+		t.Fatalf("the child closed, the parent runs: %+v %v", r, err)
+	}
+	if got, err := s.Get(ctx, ref); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the running parent's data: %q %v", got, err)
+	}
+	acts["parent"] = time.Now()
+	if r, err := sw.Sweep(ctx, later); err != nil || r.Deleted != 1 {
+		t.Fatalf("both closed: %+v %v", r, err)
+	}
+	if _, err := s.Get(ctx, ref); !errors.Is(err, resultstore.ErrNotFound) {
+		t.Fatalf("after both closed: %v", err)
+	}
 }
 
 func expirable(t *testing.T, b Backend) resultstore.Expirable {

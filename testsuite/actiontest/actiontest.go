@@ -713,6 +713,11 @@ func (a *Actions) run(_ context.Context, at Attempt, in attempt.Input) (attempt.
 	}
 	ev.Elapsed = max(ev.Elapsed, at.taking, time.Millisecond)
 	out := attempt.Outcome{Evidence: ev, Classification: evidence.Classify(ev)}
+	if resp != nil && resp.Usage.Reported() {
+		// As the real activity does, whatever becomes of the response.
+		u := resp.Usage
+		out.Usage = &u
+	}
 	switch out.Classification.Class {
 	case evidence.Completed, evidence.CommittedPartial:
 		out.Response = resp

@@ -131,6 +131,25 @@ type Behavior struct {
 	keepOpen     bool      // AnswerThenKeepOpen: the stream's body never ends
 	tool         *ToolCall // AnswerToolCall
 	unstored     bool      // Unstored: no stored completion
+	usage        *Usage    // WithUsage: the usage an answer reports
+}
+
+// Usage is the token usage an answer reports ([Behavior.WithUsage]), in
+// OpenAI's shape: CachedTokens, part of PromptTokens, go out as
+// prompt_tokens_details.cached_tokens; total_tokens is the sum of the
+// prompt and completion tokens.
+type Usage struct {
+	PromptTokens, CachedTokens, CompletionTokens int
+}
+
+// WithUsage makes an answering behaviour ([Answer], [AnswerToolCall],
+// [AnswerOrCallTool]) report u as its usage, in a JSON body or a
+// stream's final chunk, instead of the provider's estimate (a quarter of
+// the request body's bytes, one token per word of the answer). Other
+// behaviours report no usage either way.
+func (b Behavior) WithUsage(u Usage) Behavior {
+	b.usage = &u
+	return b
 }
 
 // String returns the Behavior's name as recorded in [Record.Behavior], for

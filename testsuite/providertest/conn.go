@@ -530,14 +530,14 @@ func (c *conn) completeBody(st *stream) {
 	req.Body = bytes.Clone(st.body.Bytes())
 	st.body = bytes.Buffer{}
 	parseBody(&req)
-	b := c.p.next(req)
+	b, done := c.p.take(&req)
 	c.p.updateRecord(st.rec, func(r *Record) {
 		r.Model = req.Model
 		r.Stream = req.Stream
 		r.Behavior = b.String()
 	})
 	c.p.wg.Add(1)
-	go c.runStream(st, req, b)
+	go c.runStream(st, req, b, done)
 }
 
 // isClosing reports whether the connection has stopped taking work.

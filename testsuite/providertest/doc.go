@@ -78,6 +78,33 @@
 // consistent, [Provider.DropStored] forgets a record and
 // [Provider.Stored] shows them all.
 //
+// # Rate limits
+//
+// A provider may enforce limits of its own, as hosted providers do, so a
+// test has a provider that bites: [WithRequestsPerMinute],
+// [WithTokensPerMinute] (a request counts its prompt tokens, a quarter of
+// its body's bytes, plus its max_tokens or max_completion_tokens times
+// its n) and [WithMaxConcurrentRequests] (a request holds its place until
+// its behaviour ends). The per-minute limits are buckets holding a
+// minute's worth and refilled continuously, as OpenAI's limiter works;
+// each must be at least 1, and none is set by default. A request over a
+// limit is answered 429 before it executes and before it takes anything
+// from the script or the queue, with OpenAI's error body (type "requests"
+// or "tokens", code "rate_limit_exceeded") and headers: Retry-After
+// (whole seconds until it would fit), retry-after-ms, and for each
+// per-minute limit x-ratelimit-limit-, x-ratelimit-remaining- and
+// x-ratelimit-reset-requests or -tokens. [Provider.RateLimited] counts
+// the 429s by limit, and [Record.Behavior] names them
+// ("RateLimited(tokens)"); [Provider.RequestsInProgress] is what the
+// concurrency limit counts.
+//
+// # Usage
+//
+// An answer reports usage in OpenAI's shape: by default an estimate (a
+// quarter of the request body's bytes for the prompt, one token per word
+// of the answer), or exactly what [Behavior.WithUsage] gives it, cached
+// prompt tokens included.
+//
 // # Lifetime
 //
 // [Provider.Close] closes every listener and every connection at once,

@@ -17,8 +17,9 @@ import (
 
 // runStream executes b for one stream whose request is complete. It runs
 // on its own goroutine and ends the stream when it returns.
-func (c *conn) runStream(st *stream, req Request, b Behavior) {
+func (c *conn) runStream(st *stream, req Request, b Behavior, done func()) {
 	defer c.p.wg.Done()
+	defer done()
 	defer c.endStream(st)
 
 	// Checking and recording under c.mu makes "abandoned by a GOAWAY" and
@@ -393,19 +394,35 @@ type message struct {
 }
 
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails *tokenDetails `json:"prompt_tokens_details,omitempty"`
 }
 
-// usageFor estimates token counts: a quarter of the request body's bytes
-// for the prompt (the usual rule of thumb) and one token per word of the
-// answer. Tests only need plausible, deterministic numbers.
+type tokenDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// usageFor is the usage an answer reports: the behaviour's own
+// ([Behavior.WithUsage]), else an estimate: a quarter of the request
+// body's bytes for the prompt (the usual rule of thumb) and one token per
+// word of the answer. Tests only need plausible, deterministic numbers.
 func usageFor(req Request, text string) *usage {
-	prompt := max(1, len(req.Body)/4)
+	if u := req.usage; u != nil {
+		out := &usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+		if u.CachedTokens > 0 {
+			out.PromptTokensDetails = &tokenDetails{CachedTokens: u.CachedTokens}
+		}
+		return out
+	}
+	prompt := promptTokens(req.Body)
 	completion := len(strings.Fields(text))
 	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
 }
+
+// promptTokens is the prompt tokens an answer to body reports.
+func promptTokens(body []byte) int { return max(1, len(body)/4) }
 
 // mustJSON marshals values built from the types above, which cannot fail.
 func mustJSON(v any) []byte {

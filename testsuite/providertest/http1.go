@@ -174,7 +174,7 @@ func (c *h1conn) serveRequest(hr *http.Request, seq int) bool {
 		IdempotencyKey: rec.IdempotencyKey, AttemptID: rec.AttemptID, Body: body, Header: hr.Header.Clone(),
 	}
 	parseBody(&req)
-	b := p.next(req)
+	b, done := p.take(&req)
 	p.updateRecord(rec, func(r *Record) { r.Model, r.Stream, r.Behavior = req.Model, req.Stream, b.String() })
 	if b.executed() {
 		p.addProcessed(rec)
@@ -196,6 +196,7 @@ func (c *h1conn) serveRequest(hr *http.Request, seq int) bool {
 		}
 	}()
 	keep := c.act(req, b, gone) && !hr.Close
+	done()
 	if !keep {
 		return false
 	}

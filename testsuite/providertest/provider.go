@@ -37,6 +37,9 @@ type options struct {
 	model             string
 	tlsAddr, h2cAddr  string
 	h1Addr, h1TLSAddr string
+	// The provider's own limits (limits.go); set: the option was given.
+	rpm, tpm, concurrent          int
+	rpmSet, tpmSet, concurrentSet bool
 }
 
 // WithHTTP1ListenAddrs sets the addresses of the cleartext HTTP/1.1 and
@@ -113,6 +116,8 @@ type Request struct {
 	// respID and callID are the ids of the answer and its tool call when
 	// the provider stored the completion before answering (keep).
 	respID, callID string
+	// usage is the usage the behaviour reports, nil for the estimate.
+	usage *Usage
 }
 
 // Record is one request as the provider saw it, in [Provider.Received]
@@ -178,6 +183,7 @@ type Provider struct {
 	processed     []Record
 	stored        []StoredCompletion
 	storeLag      time.Duration
+	limits        *limiter
 }
 
 // NewProvider starts a provider listening on four fresh loopback ports
@@ -195,6 +201,9 @@ func NewProvider(opts ...Option) (*Provider, error) {
 	}
 	if o.model == "" {
 		return nil, errors.New("providertest: WithModel: empty model name")
+	}
+	if err := o.checkLimits(); err != nil {
+		return nil, err
 	}
 	cert, leaf, err := newSelfSignedCert()
 	if err != nil {
@@ -246,6 +255,7 @@ func NewProvider(opts ...Option) (*Provider, error) {
 		conns:   make(map[*conn]struct{}),
 		h1conns: make(map[*h1conn]struct{}),
 		def:     Answer(defaultAnswer),
+		limits:  newLimiter(o),
 	}
 	p.wg.Add(4)
 	go p.acceptLoop(tlsLn, func(rc net.Conn, idx int) { p.serveConn(rc, idx, true) })
@@ -448,6 +458,23 @@ func (p *Provider) Reset() {
 	p.stored = nil
 	p.queue = nil
 	p.script = nil
+}
+
+// take picks the behaviour for a request whose body is complete, after
+// the provider's own limits: a request over one gets their 429 and takes
+// nothing from the script or the queue. done ends the request's place
+// among those in progress; call it when the behaviour has ended.
+func (p *Provider) take(req *Request) (b Behavior, done func()) {
+	done = func() {}
+	if !isStoredList(*req) {
+		var refusal *Behavior
+		if refusal, done = p.limits.admit(*req); refusal != nil {
+			return *refusal, func() {}
+		}
+	}
+	b = p.next(*req)
+	req.usage = b.usage
+	return b, done
 }
 
 // next picks the behaviour for a request whose body is complete.

@@ -67,7 +67,7 @@ func retryableStatus(status int) bool {
 var Kinds = []answer.Kind{answer.InvalidRequest, answer.Unauthorized, answer.Forbidden, answer.NotFound, answer.ModelNotFound,
 	answer.MethodNotAllowed, answer.UnsupportedMediaType, answer.NotImplemented, answer.TooLarge, answer.RequestTimeout, answer.KeyReused, answer.CallerLimit,
 	answer.UnavailableNothingStarted, answer.MaybeStarted, answer.Rejected, answer.ContentFiltered, answer.UpstreamAuth,
-	answer.Failed, answer.AwaitingVerdict, answer.Indeterminate, answer.Canceled, answer.InProgress, answer.Conflict, answer.Internal}
+	answer.Failed, answer.SpendExhausted, answer.AwaitingVerdict, answer.Indeterminate, answer.Canceled, answer.InProgress, answer.Conflict, answer.Internal}
 
 // NoResendOfWhatMayHaveRun checks the surface's answer to every kind: none
 // whose action may have run (answer.Kind.MayHaveRun) has a status that one
