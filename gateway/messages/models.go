@@ -12,11 +12,6 @@ import (
 // served: the current SDKs send a dated version newer than 2023-06-01.
 const VersionHeader = "anthropic-version"
 
-// RequestIDHeader is where the Anthropic SDKs read a request's id
-// (anthropic-sdk-go: Error.RequestID; @anthropic-ai/sdk: _request_id): the
-// gateway sends the action id there.
-const RequestIDHeader = "request-id"
-
 // WantsAnthropic reports whether a request comes from an Anthropic client
 // (it carries anthropic-version), which expects Anthropic's shapes.
 func WantsAnthropic(h http.Header) bool { return h.Get(VersionHeader) != "" }
