@@ -44,19 +44,6 @@ func messageParams(model, prompt string) anthropic.MessageNewParams {
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}}
 }
 
-// anthropicEvents renders Messages events as Anthropic streams them.
-func anthropicEvents(evs ...string) string {
-	var b strings.Builder
-	for _, e := range evs {
-		var typ struct {
-			Type string `json:"type"`
-		}
-		_ = json.Unmarshal([]byte(e), &typ)
-		fmt.Fprintf(&b, "event: %s\ndata: %s\n\n", typ.Type, e)
-	}
-	return b.String()
-}
-
 var sseHeader = http.Header{"Content-Type": {"text/event-stream"}}
 
 // A recorded Messages response (API reference example) with members the
@@ -167,7 +154,7 @@ func TestMessagesStreamedAnswerIsTheProviders(t *testing.T) {
 		usage       int64
 	}{
 		{"an OpenAI-compatible route", "demo", providertest.Answer("one two three four"), "one two three four", 0},
-		{"an Anthropic route", "claude", providertest.Status(200, sseHeader, anthropicEvents(evStart, evTextStart, evPing, evHello, evBang, evTextStop, evEndTurn, evStop)), "Hello!", 15},
+		{"an Anthropic route", "claude", providertest.Status(200, sseHeader, providertest.AnthropicEvents(evStart, evTextStart, evPing, evHello, evBang, evTextStop, evEndTurn, evStop)), "Hello!", 15},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.p.Push(tc.behavior)
@@ -244,9 +231,9 @@ func TestMessagesToolUseOnAnAnthropicRoute(t *testing.T) {
 		defer mu.Unlock()
 		bodies = append(bodies, string(r.Body))
 		if len(bodies) == 1 {
-			return providertest.Status(200, sseHeader, anthropicEvents(evStart, evTextStart, evHello, evTextStop, evToolStart, evToolArgs1, evToolArgs2, evToolStop, evToolUse, evStop)), true
+			return providertest.Status(200, sseHeader, providertest.AnthropicEvents(evStart, evTextStart, evHello, evTextStop, evToolStart, evToolArgs1, evToolArgs2, evToolStop, evToolUse, evStop)), true
 		}
-		return providertest.Status(200, sseHeader, anthropicEvents(evStart, evTextStart, evHello, evBang, evTextStop, evEndTurn, evStop)), true
+		return providertest.Status(200, sseHeader, providertest.AnthropicEvents(evStart, evTextStart, evHello, evBang, evTextStop, evEndTurn, evStop)), true
 	})
 	c := s.claude(tokenA)
 	params := messageParams("claude", "weather in SF?")

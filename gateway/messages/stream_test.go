@@ -8,6 +8,7 @@ import (
 
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
 func text(s string) answer.Delta { return answer.Delta{Kind: answer.Text, Text: s} }
@@ -35,17 +36,7 @@ func wire(evs []answer.Event) string {
 }
 
 // sse renders events as the encoder must: each with its event: line.
-func sse(evs ...string) string {
-	var b strings.Builder
-	for _, e := range evs {
-		var typ struct {
-			Type string `json:"type"`
-		}
-		_ = json.Unmarshal([]byte(e), &typ)
-		b.WriteString("event: " + typ.Type + "\ndata: " + e + "\n\n")
-	}
-	return b.String()
-}
+var sse = providertest.AnthropicEvents
 
 const start = `{"type":"message_start","message":{"id":"act-1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`
 
