@@ -18,6 +18,7 @@ import (
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/gateway/chat"
+	"github.com/durallm/durallm/gateway/messages"
 	"github.com/durallm/durallm/resultstore"
 )
 
@@ -83,8 +84,11 @@ type Options struct {
 	// not arrived in time is a 408. Zero means 30s.
 	BodyTimeout time.Duration
 	// Surfaces are the front doors served beside OpenAI chat completions
-	// (package gateway/chat), which is always served and whose shape the
-	// models and action endpoints answer in. Nil means none.
+	// (package gateway/chat) and Anthropic's Messages (package
+	// gateway/messages), which are always served; the action endpoints
+	// answer in chat's shape, the models endpoints in the shape of the
+	// surface whose clients sent the request (answer.Claimant), else
+	// chat's. Nil means none.
 	Surfaces []answer.Surface
 }
 
@@ -167,7 +171,7 @@ func New(o Options) (*Gateway, error) {
 		o.BodyTimeout = DefaultBodyTimeout
 	}
 	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, departed: map[string]*departure{}, chat: chat.Surface{}}
-	g.surfaces = append([]answer.Surface{g.chat}, o.Surfaces...)
+	g.surfaces = append([]answer.Surface{g.chat, messages.Surface{}}, o.Surfaces...)
 	g.endpoints = g.routes()
 	if o.Meter != nil {
 		var err error
@@ -227,6 +231,9 @@ type endpoint struct {
 	path    string
 	surface answer.Surface
 	serve   func(w http.ResponseWriter, r *http.Request, c *call)
+	// shared: every API has it, and it answers in the shape of the
+	// surface whose clients sent the request (claimant).
+	shared bool
 }
 
 // routes builds the route table: the surfaces' routes, then the core's
@@ -241,6 +248,12 @@ func (g *Gateway) routes() []endpoint {
 				e.serve = g.start
 			case answer.Read:
 				e.serve = g.read
+			case answer.Unserved:
+				if rt.Problem == nil {
+					continue
+				}
+				p := *rt.Problem
+				e.serve = func(w http.ResponseWriter, _ *http.Request, c *call) { writeProblem(w, c.surface, &p) }
 			default:
 				continue
 			}
@@ -248,7 +261,8 @@ func (g *Gateway) routes() []endpoint {
 		}
 	}
 	return append(out,
-		endpoint{method: http.MethodGet, path: "/v1/models", surface: g.chat, serve: g.models},
+		endpoint{method: http.MethodGet, path: "/v1/models", surface: g.chat, serve: g.models, shared: true},
+		endpoint{method: http.MethodGet, path: "/v1/models/{id}", surface: g.chat, serve: g.model, shared: true},
 		endpoint{method: http.MethodGet, path: "/v1/actions", surface: g.chat, serve: g.list},
 		endpoint{method: http.MethodGet, path: "/v1/actions/{id}", surface: g.chat, serve: g.getAction},
 		endpoint{method: http.MethodPost, path: "/v1/actions/{id}/cancel", surface: g.chat, serve: g.cancel},
@@ -294,6 +308,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo)
 		// once it names an action the caller may see (owned).
 		ri.endpoint = e.path
 		c := &call{surface: e.surface, id: id, ri: ri}
+		if e.shared {
+			c.surface = g.claimant(r, e.surface)
+		}
 		if !g.authenticate(w, r, c) {
 			return
 		}
@@ -301,15 +318,27 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo)
 		return
 	}
 	ri.endpoint = "other"
+	surf := g.claimant(r, g.chat)
 	if len(allow) > 0 {
-		writeProblem(w, g.chat, &answer.Problem{Kind: answer.MethodNotAllowed, Allow: strings.Join(allow, ", "), Message: "use " + strings.Join(allow, " or ")})
+		writeProblem(w, surf, &answer.Problem{Kind: answer.MethodNotAllowed, Allow: strings.Join(allow, ", "), Message: "use " + strings.Join(allow, " or ")})
 		return
 	}
 	msg := "durallm's gateway serves " + g.served() + ", /v1/models and /v1/actions"
 	if strings.HasPrefix(path, "/v1/responses") {
 		msg = "/v1/responses is not served: durallm's actions are chat-shaped, and Responses needs stored conversation state; use /v1/chat/completions"
 	}
-	writeProblem(w, g.chat, &answer.Problem{Kind: answer.NotFound, Code: "unsupported_endpoint", Message: msg})
+	writeProblem(w, surf, &answer.Problem{Kind: answer.NotFound, Code: "unsupported_endpoint", Message: msg})
+}
+
+// claimant is the surface whose clients sent r, for an answer every API
+// shares: the first answer.Claimant that claims it, else def.
+func (g *Gateway) claimant(r *http.Request, def answer.Surface) answer.Surface {
+	for _, s := range g.surfaces {
+		if cl, ok := s.(answer.Claimant); ok && cl.Claims(r) {
+			return s
+		}
+	}
+	return def
 }
 
 // served names the surfaces' start endpoints.
@@ -325,24 +354,53 @@ func (g *Gateway) served() string {
 	return strings.Join(paths, ", ")
 }
 
-// models answers GET /v1/models: the models the caller may use.
+// listedModel is a model as OpenAI lists it.
+type listedModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func listed(name string) listedModel {
+	return listedModel{ID: name, Object: "model", OwnedBy: "durallm"}
+}
+
+// models answers GET /v1/models: the models the caller may use, in the
+// shape of the surface whose clients asked.
 func (g *Gateway) models(w http.ResponseWriter, _ *http.Request, c *call) {
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
-	out := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
+	var names []string
 	for _, m := range g.o.Models.Models {
 		if c.caller.mayUse(m.Name) {
-			out.Data = append(out.Data, model{ID: m.Name, Object: "model", OwnedBy: "durallm"})
+			names = append(names, m.Name)
 		}
 	}
+	if cl, ok := c.surface.(answer.Claimant); ok {
+		writeBody(w, cl.Models(names))
+		return
+	}
+	out := struct {
+		Object string        `json:"object"`
+		Data   []listedModel `json:"data"`
+	}{Object: "list", Data: []listedModel{}}
+	for _, n := range names {
+		out.Data = append(out.Data, listed(n))
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// model answers GET /v1/models/{id}: the model, if the caller may use it.
+func (g *Gateway) model(w http.ResponseWriter, _ *http.Request, c *call) {
+	m, ok := g.o.Models.Lookup(c.id)
+	if !ok || !c.caller.mayUse(m.Name) {
+		writeProblem(w, c.surface, modelNotFound())
+		return
+	}
+	if cl, ok := c.surface.(answer.Claimant); ok {
+		writeBody(w, cl.Model(m.Name))
+		return
+	}
+	writeJSON(w, http.StatusOK, listed(m.Name))
 }
 
 // statusRecorder remembers the status written, for the request log, and

@@ -21,7 +21,9 @@ import (
 func TestARequestBodyThatNeverArrivesTakesAPlaceAndIsDropped(t *testing.T) {
 	g, err := New(Options{Client: unreachableClient(t), Models: ModelsFromRoutes([]string{"demo"}), Secret: bytes.Repeat([]byte("s"), 32),
 		Tokens: NewTokens([]Caller{{ID: "a", Hash: sumOf("tok-a"), MaxInFlight: 1}}), Logger: slog.New(slog.DiscardHandler),
-		BodyTimeout: 300 * time.Millisecond, StartTimeout: 100 * time.Millisecond})
+		// Long enough for the second request below to find the first still
+		// reading its body on a busy machine.
+		BodyTimeout: 5 * time.Second, StartTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,13 @@ func badRequest(param, message string) *answer.Problem {
 	return &answer.Problem{Kind: answer.InvalidRequest, Param: param, Message: message}
 }
 
+// modelNotFound is the answer for a model the gateway does not serve, or
+// one the caller may not use: the same, so that nobody learns which.
+func modelNotFound() *answer.Problem {
+	return &answer.Problem{Kind: answer.ModelNotFound, Param: "model",
+		Message: "the model does not exist or you do not have access to it (GET /v1/models lists yours)"}
+}
+
 // noSuchAction is the answer about an action that does not exist or is
 // another caller's: the same, so that nobody learns which.
 func noSuchAction() *answer.Problem {

@@ -237,10 +237,12 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		writeProblem(w, surf, p)
 		return
 	}
+	for k, v := range req.Header {
+		w.Header()[k] = v
+	}
 	m, ok := g.o.Models.Lookup(req.Model)
 	if !ok || !caller.mayUse(req.Model) {
-		writeProblem(w, surf, &answer.Problem{Kind: answer.ModelNotFound, Param: "model",
-			Message: "the model does not exist or you do not have access to it (GET /v1/models lists yours)"})
+		writeProblem(w, surf, modelNotFound())
 		return
 	}
 	ri.model = m.Name
@@ -372,10 +374,13 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *ans
 }
 
 // actionHeaders name the action on every answer about it; x-request-id is
-// what the OpenAI SDKs expose to their callers.
+// what the OpenAI SDKs expose to their callers, request-id what the
+// Anthropic SDKs do (anthropic-sdk-go: Error.RequestID; @anthropic-ai/sdk:
+// _request_id).
 func actionHeaders(h http.Header, id string) {
 	h.Set("X-Durallm-Action-Id", id)
 	h.Set("X-Request-Id", id)
+	h.Set("Request-Id", id)
 }
 
 // disconnected handles a caller that went away before its answer:

@@ -146,6 +146,13 @@ func (g *Gateway) waitError(s *session, err error) *answer.Problem {
 		Message: "the action started but its result could not be read: GET /v1/actions/" + s.who.ID + " later"}
 }
 
+// writeBody answers 200 with a JSON body a surface rendered.
+func writeBody(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {

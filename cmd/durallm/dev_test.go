@@ -147,6 +147,7 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 	base := d.await(`OpenAI-compatible gateway at (http://\S+/v1) \(models: demo\)`)[1]
 	tokenFile := d.await(`export OPENAI_BASE_URL=\S+ OPENAI_API_KEY=\$\(cat (\S+)\)`)[1]
 	d.await(`curl -sN \$OPENAI_BASE_URL/chat/completions`)
+	root := d.await(`export ANTHROPIC_BASE_URL=(\S+) ANTHROPIC_AUTH_TOKEN=\$\(cat \S+\) ANTHROPIC_MODEL=demo`)[1]
 	token, err := os.ReadFile(tokenFile)
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +157,19 @@ func TestDevDemonstrationEndToEnd(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") || resp.Header.Get("X-Durallm-Replayed") != replayed {
 			t.Fatalf("gateway request %d: %d %v\n%s", i, resp.StatusCode, resp.Header, body)
 		}
+	}
+	// Anthropic's shape at the printed root, the token as the SDKs send it.
+	req, _ := http.NewRequest(http.MethodPost, root+"/v1/messages", strings.NewReader(`{"model":"demo","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Anthropic-Version", "2026-10-21")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(msg), `"type":"message"`) {
+		t.Fatalf("messages request: %d %s", resp.StatusCode, msg)
 	}
 	d.finish()
 	// Every outcome of the demonstration is one durallm expects (a user's

@@ -45,7 +45,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("gateway", "[--routes FILE] [--config FILE] [--tokens FILE] [flags]", stderr)
 	var cf connFlags
 	cf.register(fs)
-	addr := fs.String("addr", defaultGatewayAddr, "serve the OpenAI-compatible API here (/v1/chat/completions, /v1/models, /v1/actions); beyond loopback it needs --tokens")
+	addr := fs.String("addr", defaultGatewayAddr, "serve the gateway here (/v1/chat/completions, /v1/messages, /v1/models, /v1/actions); beyond loopback it needs --tokens")
 	configFile := fs.String("config", os.Getenv("DURALLM_GATEWAY_CONFIG"), "models YAML: each model a group of routes with its needs and action settings (docs/gateway.md); without it every route of --routes is a model of its own name")
 	routesFile := fs.String("routes", os.Getenv("DURALLM_ROUTES"), "routes YAML of the worker this process runs (see docs/providers.md); default $DURALLM_ROUTES")
 	runWorker := fs.Bool("worker", true, "run a worker in this process (needs --routes): first attempts run here and stream through its hub; false keeps provider keys off this host (needs --config)")

@@ -46,7 +46,7 @@ type command struct {
 
 var commands = map[string]command{
 	"worker":       {"run a worker against a Temporal server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, ...)", runWorker},
-	"gateway":      {"serve the OpenAI-compatible API (/v1/chat/completions) with durable actions behind it", runGateway},
+	"gateway":      {"serve the OpenAI chat-completions and Anthropic Messages APIs with durable actions behind them", runGateway},
 	"run":          {"start an action and wait for its result", func(a []string, o, e io.Writer) int { return runStart(a, o, e, true) }},
 	"start":        {"start an action and print its id", func(a []string, o, e io.Writer) int { return runStart(a, o, e, false) }},
 	"status":       {"print an action's state and attempt timeline", runStatus},

@@ -12,6 +12,8 @@
 package answer
 
 import (
+	"bytes"
+	"encoding/json"
 	"time"
 
 	"github.com/durallm/durallm/providers"
@@ -43,6 +45,9 @@ const (
 	MethodNotAllowed Kind = "method_not_allowed"
 	// UnsupportedMediaType: a body that is not JSON by its Content-Type.
 	UnsupportedMediaType Kind = "unsupported_media_type"
+	// NotImplemented: an endpoint of the surface's API that the gateway
+	// knows and does not serve (Message says why). Nothing was started.
+	NotImplemented Kind = "not_implemented"
 	// TooLarge: the body is over the gateway's bound or Temporal's
 	// payload limit. Nothing was started.
 	TooLarge Kind = "too_large"
@@ -167,6 +172,37 @@ type Answer struct {
 	// Incomplete is, for a completed_partial answer, why it was cut; ""
 	// for a whole answer.
 	Incomplete string
+}
+
+// ProviderBody is the provider's own body of the answer r, as the action
+// kept it, when the route spoke the surface's API (is judges its members):
+// passed on with every member the provider sent, those of set replaced
+// (the action id, the model the request named, ...), encoded as it came
+// (no HTML escaping) with a newline. ok is false for a partial answer, an
+// answer without a body, and a body is refuses: the surface then builds
+// its answer from the envelope.
+func ProviderBody(r *providers.Response, is func(members map[string]json.RawMessage) bool, set map[string]any) (_ []byte, ok bool) {
+	if len(r.Raw) == 0 || r.Partial {
+		return nil, false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(r.Raw, &m) != nil || m == nil || !is(m) {
+		return nil, false
+	}
+	for k, v := range set {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, false
+		}
+		m[k] = b
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(m) != nil {
+		return nil, false
+	}
+	return out.Bytes(), true
 }
 
 // DeltaKind says what a Delta carries.

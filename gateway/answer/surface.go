@@ -19,6 +19,8 @@ import (
 // and add it to gateway.Options.Surfaces:
 //
 //   - Routes names the paths it serves and what the core does there;
+//     a surface whose clients mark their requests may also claim the
+//     endpoints every API shares (Claimant);
 //   - Credential reads the caller's token as the API's clients send it;
 //   - Parse turns a request body into the envelope (providers.Request),
 //     refusing what it cannot carry with a Problem naming the field;
@@ -64,6 +66,9 @@ type Route struct {
 	Path string
 	// Op is what the core does.
 	Op Op
+	// Problem is, for Unserved, the answer: why the endpoint is not
+	// served.
+	Problem *Problem
 }
 
 // Op is what the core does for a route.
@@ -80,6 +85,10 @@ const (
 	// problem if not; with ?stream=true its stream, live until it ends,
 	// after the numbered event starting_after=N when given.
 	Read
+	// Unserved answers the route's Problem once the caller is
+	// authenticated: an endpoint of the API that the gateway knows and
+	// does not serve, refused with a message that says why.
+	Unserved
 )
 
 // Request is a Start request as the core needs it.
@@ -94,6 +103,27 @@ type Request struct {
 	// chat's stream_options.include_usage), opaque to the core and
 	// handed back to Stream.
 	Options any
+	// Header is set on every answer to the request, whatever it is (an
+	// answer, a stream, a problem, whose own headers replace those it
+	// names): what the surface says of the request itself, such as the
+	// members it set aside. Nil for none.
+	Header http.Header
+}
+
+// Claimant is a surface whose clients mark every request they send
+// (Anthropic's send anthropic-version). The endpoints that every API of
+// the gateway shares (GET /v1/models, GET /v1/models/{id}, and the answer
+// to a path nobody serves) answer such a request in the claimant's shape,
+// its credential read as the claimant reads it; any other request gets
+// chat's.
+type Claimant interface {
+	Surface
+	// Claims reports whether r comes from one of its clients.
+	Claims(r *http.Request) bool
+	// Models is GET /v1/models's body: the models named, in order.
+	Models(names []string) []byte
+	// Model is GET /v1/models/{id}'s body for the model named.
+	Model(name string) []byte
 }
 
 // Rendered is an answer as HTTP: its status, the headers to set and the

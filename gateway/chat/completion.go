@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"bytes"
 	"encoding/json"
 
 	"github.com/durallm/durallm/gateway/answer"
@@ -99,7 +98,8 @@ func finishReasonOf(r *providers.Response) string {
 // replaced; otherwise the body is built from the response. A partial
 // answer's finish_reason is "length".
 func completionJSON(who answer.Identity, r *providers.Response) []byte {
-	if b, ok := rawCompletion(who, r); ok {
+	if b, ok := answer.ProviderBody(r, isCompletion, map[string]any{
+		"id": who.ID, "model": who.Model, "created": who.Created, "object": "chat.completion"}); ok {
 		return b
 	}
 	c := wireCompletion{
@@ -117,28 +117,9 @@ func completionJSON(who answer.Identity, r *providers.Response) []byte {
 	return append(b, '\n')
 }
 
-// rawCompletion is the provider's body with the gateway's identity.
-func rawCompletion(who answer.Identity, r *providers.Response) ([]byte, bool) {
-	if len(r.Raw) == 0 || r.Partial {
-		return nil, false
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(r.Raw, &m) != nil || m == nil {
-		return nil, false
-	}
+// isCompletion reports a provider body that is a chat completion: one
+// with choices.
+func isCompletion(m map[string]json.RawMessage) bool {
 	var choices []json.RawMessage
-	if json.Unmarshal(m["choices"], &choices) != nil || len(choices) == 0 {
-		return nil, false
-	}
-	m["id"], _ = json.Marshal(who.ID)
-	m["model"], _ = json.Marshal(who.Model)
-	m["created"], _ = json.Marshal(who.Created)
-	m["object"] = json.RawMessage(`"chat.completion"`)
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(m) != nil {
-		return nil, false
-	}
-	return out.Bytes(), true
+	return json.Unmarshal(m["choices"], &choices) == nil && len(choices) > 0
 }

@@ -130,6 +130,26 @@ func TestGatewayTwoCallersSharingAKeyRunTwice(t *testing.T) {
 // action: the provider runs once. Without one the retry is a new action:
 // the provider runs twice.
 func TestGatewayCutConnectionRetry(t *testing.T) {
+	cutConnectionRetry(t, func(s *gwStack, root, key string) (string, error) {
+		var opts []option.RequestOption
+		if key != "" {
+			opts = append(opts, option.WithHeader("Idempotency-Key", key))
+		}
+		got, err := s.clientAt(root+"/v1", tokenA, opts...).Chat.Completions.New(testCtx(t), chatParams("demo", "x"))
+		if err != nil {
+			return "", err
+		}
+		return got.Choices[0].Message.Content, nil
+	})
+}
+
+// cutConnectionRetry runs send, one SDK call with its default retries and
+// the Idempotency-Key key ("" for none), through a proxy that cuts the
+// first connection once the provider has the request: the SDK's retry,
+// keyed, attaches to the running action (one execution); keyless, it is a
+// new action (two executions, one keyless retry counted, and the first
+// action canceled as its caller left).
+func cutConnectionRetry(t *testing.T, send func(s *gwStack, root, key string) (text string, err error)) {
 	for _, tc := range []struct {
 		name     string
 		key      bool
@@ -143,17 +163,16 @@ func TestGatewayCutConnectionRetry(t *testing.T) {
 			// Slow enough that the retry arrives while the first runs.
 			s.p.SetDefault(providertest.Answer("slow answer").After(1500 * time.Millisecond))
 			proxy := newCutProxy(t, s.srv.URL, func() bool { return len(s.p.Received()) >= 1 })
-			var opts []option.RequestOption
+			key := ""
 			if tc.key {
-				opts = append(opts, option.WithHeader("Idempotency-Key", "cut-"+tc.name))
+				key = "cut-" + tc.name
 			}
-			c := s.clientAt(proxy.url(), tokenA, opts...)
-			got, err := c.Chat.Completions.New(testCtx(t), chatParams("demo", "x"))
+			text, err := send(s, strings.TrimSuffix(proxy.url(), "/v1"), key)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Choices[0].Message.Content != "slow answer" {
-				t.Fatalf("answer %+v", got)
+			if text != "slow answer" {
+				t.Fatalf("answer %q", text)
 			}
 			if n := s.requests.Load(); n != 2 {
 				t.Fatalf("%d requests reached the gateway, want 2 (the cut one and the retry)", n)

@@ -85,6 +85,10 @@ type stackOptions struct {
 	// workerStreams has the in-process worker serve its streams on
 	// loopback too (durallm gateway --stream-addr), for other gateways.
 	workerStreams bool
+	// claude adds the route "claude" of kind anthropic on the same
+	// provider (which answers what a test gives it to), and the model
+	// "claude" on it.
+	claude bool
 	// writeTimeout is the gateway's Options.WriteTimeout; zero the
 	// default.
 	writeTimeout time.Duration
@@ -137,6 +141,11 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 		{Name: "primary", Kind: "openai", BaseURL: p.URL() + "/v1", Model: "model-primary", Capabilities: caps, APIKeyEnv: so.apiKeyEnv},
 		{Name: "fallback", Kind: "openai", BaseURL: p.URL() + "/v1", Model: "model-fallback", Capabilities: caps, APIKeyEnv: so.apiKeyEnv},
 	}}
+	if so.claude {
+		cfg.Routes = append(cfg.Routes, routes.Route{Name: "claude", Kind: routes.KindAnthropic, BaseURL: p.URL() + "/v1", Model: "claude-test",
+			Capabilities: providers.Capabilities{Tools: true, Streaming: true}})
+		so.models.Models = append(so.models.Models, gateway.Model{Name: "claude", Routes: []string{"claude"}})
+	}
 	wl := so.workerLogger
 	if wl == nil {
 		wl = logger

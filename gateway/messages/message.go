@@ -1,20 +1,12 @@
 package messages
 
 import (
-	"bytes"
 	"encoding/json"
 
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/exchange"
 )
-
-// Identity is what every rendering of one action's answer shares: the
-// message id is the action id, the model the one the request named, so a
-// replay renders the same bytes.
-type Identity struct {
-	ID    string
-	Model string
-}
 
 // The Messages wire shapes, members in the order Anthropic sends them.
 type (
@@ -45,22 +37,22 @@ type (
 )
 
 // RenderMessage renders an answer as a Messages response (type
-// "message"). When the action kept the provider's own body and it is a
-// Messages response (the route was Anthropic's), it is passed on with
-// every member it had (stop_sequence, cache usage, thinking blocks, ...),
-// its id and model replaced. Otherwise it is built from the envelope: a
-// text block with the text (or the refusal), then a tool_use block per
-// tool call, its input the call's arguments as an object (arguments that
-// are not a JSON object stay as their text, a JSON string, so nothing the
-// model produced is lost); stop_reason from the finish reason (StopReason);
-// usage with the prompt and completion tokens. A partial answer's
-// stop_reason is max_tokens (it was cut), and the gateway marks it
-// x-durallm-incomplete.
-func RenderMessage(who Identity, r *providers.Response) []byte {
+// "message"): its id is the action id, its model the one the request
+// named. When the action kept the provider's own body and it is a Messages
+// response (the route was Anthropic's), it is passed on with every member
+// it had (stop_sequence, cache usage, thinking blocks, ...), its id and
+// model replaced. Otherwise it is built from the envelope: a text block
+// with the text (or the refusal), then a tool_use block per tool call, its
+// input the call's arguments as an object (arguments that are not a JSON
+// object stay as their text, a JSON string, so nothing the model produced
+// is lost); stop_reason from the finish reason (StopReason); usage with
+// the prompt and completion tokens. A partial answer's stop_reason is
+// max_tokens (it was cut), and the gateway marks it x-durallm-incomplete.
+func RenderMessage(who answer.Identity, r *providers.Response) []byte {
 	if r == nil {
 		r = &providers.Response{}
 	}
-	if b, ok := rawMessage(who, r); ok {
+	if b, ok := answer.ProviderBody(r, isMessage, map[string]any{"id": who.ID, "model": who.Model}); ok {
 		return b
 	}
 	stop := StopReason(r)
@@ -68,6 +60,14 @@ func RenderMessage(who Identity, r *providers.Response) []byte {
 		Content: contentBlocks(r), Usage: wireUsage{InputTokens: r.Usage.PromptTokens, OutputTokens: r.Usage.CompletionTokens}}
 	b, _ := json.Marshal(m) // only marshallable values
 	return append(b, '\n')
+}
+
+// isMessage reports a provider body that is a Messages response: of type
+// message, with its content.
+func isMessage(m map[string]json.RawMessage) bool {
+	var typ string
+	var content []json.RawMessage
+	return json.Unmarshal(m["type"], &typ) == nil && typ == "message" && json.Unmarshal(m["content"], &content) == nil && content != nil
 }
 
 // contentBlocks are r's text and tool calls as Messages content blocks.
@@ -115,30 +115,4 @@ func StopReason(r *providers.Response) string {
 		return stop
 	}
 	return "end_turn"
-}
-
-// rawMessage is the provider's own Messages body with the gateway's
-// identity, when the response kept one.
-func rawMessage(who Identity, r *providers.Response) ([]byte, bool) {
-	if len(r.Raw) == 0 || r.Partial {
-		return nil, false
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(r.Raw, &m) != nil || m == nil {
-		return nil, false
-	}
-	var typ string
-	var content []json.RawMessage
-	if json.Unmarshal(m["type"], &typ) != nil || typ != "message" || json.Unmarshal(m["content"], &content) != nil || content == nil {
-		return nil, false
-	}
-	m["id"], _ = json.Marshal(who.ID)
-	m["model"], _ = json.Marshal(who.Model)
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(m) != nil {
-		return nil, false
-	}
-	return out.Bytes(), true
 }

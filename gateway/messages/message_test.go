@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
 )
 
-var who = Identity{ID: "act-1", Model: "claude"}
+var who = answer.Identity{ID: "act-1", Model: "claude"}
 
 func TestRenderMessage(t *testing.T) {
 	cases := []struct {

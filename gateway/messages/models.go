@@ -3,7 +3,8 @@ package messages
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
+
+	"github.com/durallm/durallm/gateway/answer"
 )
 
 // VersionHeader is the header every Anthropic client sends, and by which
@@ -11,26 +12,18 @@ import (
 // served: the current SDKs send a dated version newer than 2023-06-01.
 const VersionHeader = "anthropic-version"
 
-// RequestIDHeader is where the Anthropic SDKs read a request's id
-// (anthropic-sdk-go: Error.RequestID; @anthropic-ai/sdk: _request_id): the
-// gateway sends the action id there.
-const RequestIDHeader = "request-id"
-
 // WantsAnthropic reports whether a request comes from an Anthropic client
 // (it carries anthropic-version), which expects Anthropic's shapes.
 func WantsAnthropic(h http.Header) bool { return h.Get(VersionHeader) != "" }
 
 // APIKey is the key an Anthropic client sends: x-api-key, or
-// Authorization: Bearer, which the current SDKs send instead.
+// Authorization: Bearer (read as answer.BearerToken reads it), which the
+// current SDKs send instead.
 func APIKey(h http.Header) (string, bool) {
 	if k := h.Get("X-Api-Key"); k != "" {
 		return k, true
 	}
-	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
-	if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
-		return token, true
-	}
-	return "", false
+	return answer.BearerToken(h.Get("Authorization"))
 }
 
 // wireModel is a model as GET /v1/models lists it. Its release date is
@@ -75,13 +68,16 @@ func ModelJSON(id string) []byte {
 	return append(b, '\n')
 }
 
-// CountTokensError is the answer to POST /v1/messages/count_tokens: 501,
-// not retried. A count depends on the model that would answer, and an
-// action chooses its route only when it runs (and may fall back to
-// another vendor's), so the gateway cannot count for it.
-func CountTokensError() *Error {
-	return ErrorFor(Problem{Kind: KindNotImplemented,
-		Message: "POST /v1/messages/count_tokens is not served by durallm's gateway: a count depends on the model that answers, " +
-			"and an action chooses its route (possibly another vendor's) only when it runs; send the request to /v1/messages, " +
-			"whose answer's usage has the counts"})
-}
+// countTokens is the answer to POST /v1/messages/count_tokens: 501, not
+// retried. A count depends on the model that would answer, and an action
+// chooses its route only when it runs (and may fall back to another
+// vendor's), so the gateway cannot count for it.
+var countTokens = answer.Problem{Kind: answer.NotImplemented,
+	Message: "POST /v1/messages/count_tokens is not served by durallm's gateway: a count depends on the model that answers, " +
+		"and an action chooses its route (possibly another vendor's) only when it runs; send the request to /v1/messages, " +
+		"whose answer's usage has the counts"}
+
+// batches is the answer to POST /v1/messages/batches: 501, not retried.
+var batches = answer.Problem{Kind: answer.NotImplemented,
+	Message: "POST /v1/messages/batches is not served by durallm's gateway: send each request to /v1/messages, " +
+		"where each is a durable action of its own (with an Idempotency-Key, found again rather than run twice)"}

@@ -3,7 +3,10 @@ package messages
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+
+	"github.com/durallm/durallm/gateway/answer"
 )
 
 func TestAPIKey(t *testing.T) {
@@ -48,9 +51,21 @@ func TestModelsJSON(t *testing.T) {
 	}
 }
 
-func TestCountTokensError(t *testing.T) {
-	e := CountTokensError()
-	if e.Status != http.StatusNotImplemented || e.Type != "api_error" || e.Retry || e.Code != CodeNotImplemented {
-		t.Fatalf("%+v", e)
+// count_tokens and batches are refused with a 501 that says why, not
+// retried.
+func TestUnservedRoutes(t *testing.T) {
+	n := 0
+	for _, rt := range (Surface{}).Routes() {
+		if rt.Op != answer.Unserved {
+			continue
+		}
+		n++
+		r := render(*rt.Problem)
+		if r.Status != http.StatusNotImplemented || r.Header.Get("X-Should-Retry") != "false" || !strings.Contains(string(r.Body), rt.Path+" is not served") {
+			t.Fatalf("%s: %d %v %s", rt.Path, r.Status, r.Header, r.Body)
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d unserved routes", n)
 	}
 }

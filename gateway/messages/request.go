@@ -7,12 +7,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/providers/exchange"
 )
 
-// Request is a POST /v1/messages body read into the envelope.
-type Request struct {
+// parsed is a POST /v1/messages body read into the envelope.
+type parsed struct {
 	// Model names a model of the gateway's configuration.
 	Model string
 	// Stream asks for the event stream.
@@ -28,13 +29,13 @@ type Request struct {
 	// API refuses it; local servers read it).
 	Envelope providers.Request
 	// Ignored names the members that were read and set aside as harmless
-	// (IgnoredMembers), sorted, each once, for the answer's IgnoredHeader.
+	// (IgnoredMembers), sorted, each once, for the answers' IgnoredHeader.
 	Ignored []string
 }
 
-// IgnoredHeader is the answer's header that names, comma-separated, the
-// members of its request that were set aside (Request.Ignored), so that
-// leaving them out is never silent.
+// IgnoredHeader is the answers' header that names, comma-separated, the
+// members of their request that were set aside, so that leaving them out
+// is never silent.
 const IgnoredHeader = "X-Durallm-Ignored"
 
 // IgnoredMembers are the members a Messages request may carry that the
@@ -52,23 +53,34 @@ const IgnoredHeader = "X-Durallm-Ignored"
 //   - is_error on a tool_result: OpenAI's tool messages have no such flag,
 //     and the result's content (which says what failed) is kept;
 //   - service_tier: a capacity choice, not a request for another answer;
-//   - eager_input_streaming on a tool: how finely its input is streamed.
+//   - eager_input_streaming on a tool: how finely its input is streamed;
+//   - context_management: server-side context editing, which clears
+//     earlier tool results or thinking from what the model reads once a
+//     conversation grows past a threshold, to save its window: without it
+//     the model reads all it was sent (one past the window gets the
+//     provider's refusal, never another answer); Claude Code sends it
+//     with prompt caching on;
+//   - output_config.effort: how much the model thinks before it answers,
+//     like thinking, which is not asked for upstream; Claude Code sends it.
 //
-// Every other member the envelope cannot carry (documents, server tools
-// and their blocks, image sources other than base64 and url, container,
-// mcp_servers, context_management, output_config, inference_geo, and any
-// member this list does not name) is a 400 naming it: running a request
-// without what it asked for would answer another question.
-var IgnoredMembers = []string{"cache_control", "citations", "eager_input_streaming", "is_error", "service_tier", "thinking"}
+// output_config.format (a JSON schema the answer must follow) is carried,
+// as the envelope's response_format (json_schema, strict). Every other
+// member the envelope cannot carry (documents, server tools and their
+// blocks, image sources other than base64 and url, container,
+// mcp_servers, inference_geo, and any member this list does not name) is
+// a 400 naming it: running a request without what it asked for would
+// answer another question.
+var IgnoredMembers = []string{"cache_control", "citations", "context_management", "eager_input_streaming", "is_error",
+	"output_config.effort", "service_tier", "thinking"}
 
-// ParseRequest reads a POST /v1/messages body. A problem is an *Error
-// (400 invalid_request_error) naming the member in Anthropic's dotted form
+// parseRequest reads a POST /v1/messages body. A problem is an
+// InvalidRequest naming the member in Anthropic's dotted form
 // (messages.0.content.1.type), never quoting its value.
-func ParseRequest(body []byte) (Request, *Error) {
+func parseRequest(body []byte) (parsed, *answer.Problem) {
 	p := &parser{ignored: map[string]bool{}}
 	req, err := p.request(body)
 	if err != nil {
-		return Request{}, err
+		return parsed{}, err
 	}
 	for k := range p.ignored {
 		req.Ignored = append(req.Ignored, k)
@@ -82,12 +94,12 @@ type parser struct {
 	ignored map[string]bool
 }
 
-func invalid(param, msg string) *Error {
-	return ErrorFor(Problem{Kind: KindInvalidRequest, Param: param, Message: msg})
+func invalid(param, msg string) *answer.Problem {
+	return &answer.Problem{Kind: answer.InvalidRequest, Param: param, Message: msg}
 }
 
 // unsupported is the 400 for a member the envelope cannot carry.
-func unsupported(param string) *Error {
+func unsupported(param string) *answer.Problem {
 	return invalid(param, "not supported by durallm's gateway: the request is refused rather than run without it")
 }
 
@@ -107,7 +119,7 @@ func isNull(raw json.RawMessage) bool {
 
 // allow checks that m has no member other than allowed ones and the
 // ignored ones named, recording those it ignores.
-func (p *parser) allow(path string, m map[string]json.RawMessage, allowed []string, ignorable ...string) *Error {
+func (p *parser) allow(path string, m map[string]json.RawMessage, allowed []string, ignorable ...string) *answer.Problem {
 	for k := range m {
 		if contains(allowed, k) {
 			continue
@@ -162,15 +174,15 @@ func typeOf(m map[string]json.RawMessage) string {
 	return s
 }
 
-// The top-level members ParseRequest reads.
+// The top-level members parseRequest reads.
 var topMembers = []string{"model", "max_tokens", "messages", "system", "stream", "stop_sequences",
-	"temperature", "top_p", "top_k", "metadata", "tools", "tool_choice"}
+	"temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "output_config"}
 
-func (p *parser) request(body []byte) (Request, *Error) {
+func (p *parser) request(body []byte) (parsed, *answer.Problem) {
 	var top map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&top); err != nil || top == nil || dec.More() {
-		return Request{}, invalid("", "the request body must be a JSON object")
+		return parsed{}, invalid("", "the request body must be a JSON object")
 	}
 	for k, v := range top {
 		if isNull(v) {
@@ -180,43 +192,48 @@ func (p *parser) request(body []byte) (Request, *Error) {
 	if raw, ok := top["thinking"]; ok {
 		th, ok := object(raw)
 		if !ok {
-			return Request{}, invalid("thinking", "must be an object")
+			return parsed{}, invalid("thinking", "must be an object")
 		}
 		switch typeOf(th) {
 		case "disabled":
 		case "enabled", "adaptive":
 			p.ignored["thinking"] = true
 		default:
-			return Request{}, invalid("thinking.type", "must be enabled, adaptive or disabled")
+			return parsed{}, invalid("thinking.type", "must be enabled, adaptive or disabled")
 		}
 		delete(top, "thinking")
 	}
-	if err := p.allow("", top, topMembers, "cache_control", "service_tier"); err != nil {
-		return Request{}, err
+	if raw, ok := top["context_management"]; ok {
+		if _, ok := object(raw); !ok {
+			return parsed{}, invalid("context_management", "must be an object")
+		}
 	}
-	var req Request
+	if err := p.allow("", top, topMembers, "cache_control", "service_tier", "context_management"); err != nil {
+		return parsed{}, err
+	}
+	var req parsed
 	r := &req.Envelope
 	params := map[string]json.RawMessage{}
 	var ok bool
 	if req.Model, ok = str(top["model"]); !ok || strings.TrimSpace(req.Model) == "" {
-		return Request{}, invalid("model", "required: a model of the gateway's (GET /v1/models)")
+		return parsed{}, invalid("model", "required: a model of the gateway's (GET /v1/models)")
 	}
 	if raw, has := top["stream"]; has {
 		if json.Unmarshal(raw, &req.Stream) != nil {
-			return Request{}, invalid("stream", "must be true or false")
+			return parsed{}, invalid("stream", "must be true or false")
 		}
 	}
 	r.Stream = req.Stream
 	raw, has := top["max_tokens"]
 	var n float64
 	if !has || json.Unmarshal(raw, &n) != nil || n < 1 || n != float64(int64(n)) {
-		return Request{}, invalid("max_tokens", "required: a whole number of at least 1")
+		return parsed{}, invalid("max_tokens", "required: a whole number of at least 1")
 	}
 	params["max_tokens"] = bytes.TrimSpace(raw)
 	for _, k := range []string{"temperature", "top_p", "top_k"} {
 		if raw, has := top[k]; has {
 			if json.Unmarshal(raw, &n) != nil {
-				return Request{}, invalid(k, "must be a number")
+				return parsed{}, invalid(k, "must be a number")
 			}
 			params[k] = bytes.TrimSpace(raw)
 		}
@@ -224,7 +241,7 @@ func (p *parser) request(body []byte) (Request, *Error) {
 	if raw, has := top["stop_sequences"]; has {
 		var stops []string
 		if json.Unmarshal(raw, &stops) != nil {
-			return Request{}, invalid("stop_sequences", "must be an array of strings")
+			return parsed{}, invalid("stop_sequences", "must be an array of strings")
 		}
 		if len(stops) > 0 {
 			params["stop"], _ = json.Marshal(stops)
@@ -233,14 +250,14 @@ func (p *parser) request(body []byte) (Request, *Error) {
 	if raw, has := top["metadata"]; has {
 		md, ok := object(raw)
 		if !ok {
-			return Request{}, invalid("metadata", "must be an object")
+			return parsed{}, invalid("metadata", "must be an object")
 		}
 		if err := p.allow("metadata", md, []string{"user_id"}); err != nil {
-			return Request{}, err
+			return parsed{}, err
 		}
 		if raw, has := md["user_id"]; has && !isNull(raw) {
 			if _, ok := str(raw); !ok {
-				return Request{}, invalid("metadata.user_id", "must be a string")
+				return parsed{}, invalid("metadata.user_id", "must be a string")
 			}
 			params["user"] = bytes.TrimSpace(raw)
 		}
@@ -248,7 +265,7 @@ func (p *parser) request(body []byte) (Request, *Error) {
 	if raw, has := top["system"]; has {
 		m, err := p.systemMessage("system", raw)
 		if err != nil {
-			return Request{}, err
+			return parsed{}, err
 		}
 		if m != nil {
 			r.Messages = append(r.Messages, *m)
@@ -256,24 +273,24 @@ func (p *parser) request(body []byte) (Request, *Error) {
 	}
 	var turns []json.RawMessage
 	if json.Unmarshal(top["messages"], &turns) != nil || len(turns) == 0 {
-		return Request{}, invalid("messages", "required: a non-empty array of messages")
+		return parsed{}, invalid("messages", "required: a non-empty array of messages")
 	}
 	for i, t := range turns {
 		ms, err := p.message("messages."+strconv.Itoa(i), t)
 		if err != nil {
-			return Request{}, err
+			return parsed{}, err
 		}
 		r.Messages = append(r.Messages, ms...)
 	}
 	if raw, has := top["tools"]; has {
 		var tools []json.RawMessage
 		if json.Unmarshal(raw, &tools) != nil {
-			return Request{}, invalid("tools", "must be an array of tools")
+			return parsed{}, invalid("tools", "must be an array of tools")
 		}
 		for i, t := range tools {
 			tool, err := p.tool("tools."+strconv.Itoa(i), t)
 			if err != nil {
-				return Request{}, err
+				return parsed{}, err
 			}
 			r.Tools = append(r.Tools, tool)
 		}
@@ -281,12 +298,19 @@ func (p *parser) request(body []byte) (Request, *Error) {
 	if raw, has := top["tool_choice"]; has {
 		choice, parallel, err := p.toolChoice(raw)
 		if err != nil {
-			return Request{}, err
+			return parsed{}, err
 		}
 		r.ToolChoice = choice
 		if !parallel {
 			params["parallel_tool_calls"] = json.RawMessage("false")
 		}
+	}
+	if raw, has := top["output_config"]; has {
+		format, err := p.outputConfig(raw)
+		if err != nil {
+			return parsed{}, err
+		}
+		r.ResponseFormat = format
 	}
 	if len(r.Tools) == 0 {
 		// Without tools there are no parallel calls to turn off, and an
@@ -296,14 +320,14 @@ func (p *parser) request(body []byte) (Request, *Error) {
 	r.Params = params
 	// The envelope's own check; its message never quotes a value.
 	if err := r.Validate(); err != nil {
-		return Request{}, invalid("", err.Error())
+		return parsed{}, invalid("", err.Error())
 	}
 	return req, nil
 }
 
 // systemMessage reads a system prompt, top-level or a role: "system"
 // message's content: a string, or text blocks. Nil for an empty one.
-func (p *parser) systemMessage(path string, raw json.RawMessage) (*providers.Message, *Error) {
+func (p *parser) systemMessage(path string, raw json.RawMessage) (*providers.Message, *answer.Problem) {
 	if s, ok := str(raw); ok {
 		if s == "" {
 			return nil, nil
@@ -354,7 +378,7 @@ type (
 )
 
 // text reads a text block.
-func (p *parser) text(path string, m map[string]json.RawMessage) (textPart, *Error) {
+func (p *parser) text(path string, m map[string]json.RawMessage) (textPart, *answer.Problem) {
 	if err := p.allow(path, m, []string{"type", "text"}, "cache_control", "citations"); err != nil {
 		return textPart{}, err
 	}
@@ -367,7 +391,7 @@ func (p *parser) text(path string, m map[string]json.RawMessage) (textPart, *Err
 
 // image reads an image block: a base64 source becomes a data URL, a url
 // source the URL, as the envelope's image_url part.
-func (p *parser) image(path string, m map[string]json.RawMessage) (imagePart, *Error) {
+func (p *parser) image(path string, m map[string]json.RawMessage) (imagePart, *answer.Problem) {
 	if err := p.allow(path, m, []string{"type", "source"}, "cache_control"); err != nil {
 		return imagePart{}, err
 	}
@@ -402,7 +426,7 @@ func (p *parser) image(path string, m map[string]json.RawMessage) (imagePart, *E
 
 // part reads a text or image block as the envelope's content part; any
 // other block is refused.
-func (p *parser) part(path string, m map[string]json.RawMessage) (any, *Error) {
+func (p *parser) part(path string, m map[string]json.RawMessage) (any, *answer.Problem) {
 	switch typeOf(m) {
 	case "text":
 		return p.text(path, m)
@@ -417,7 +441,7 @@ func (p *parser) part(path string, m map[string]json.RawMessage) (any, *Error) {
 // messages for the blocks between them; an assistant turn one assistant
 // message with its text and tool calls; a system entry a system message
 // where it stands.
-func (p *parser) message(path string, raw json.RawMessage) ([]providers.Message, *Error) {
+func (p *parser) message(path string, raw json.RawMessage) ([]providers.Message, *answer.Problem) {
 	m, ok := object(raw)
 	if !ok {
 		return nil, invalid(path, "must be a message object")
@@ -460,7 +484,7 @@ func (p *parser) message(path string, raw json.RawMessage) ([]providers.Message,
 }
 
 // user reads a user turn's blocks.
-func (p *parser) user(path string, blocks []json.RawMessage) ([]providers.Message, *Error) {
+func (p *parser) user(path string, blocks []json.RawMessage) ([]providers.Message, *answer.Problem) {
 	var out []providers.Message
 	var parts []any
 	flush := func() {
@@ -505,7 +529,7 @@ func (p *parser) user(path string, blocks []json.RawMessage) ([]providers.Messag
 }
 
 // toolResult reads a tool_result block as a tool message.
-func (p *parser) toolResult(path string, m map[string]json.RawMessage) (providers.Message, *Error) {
+func (p *parser) toolResult(path string, m map[string]json.RawMessage) (providers.Message, *answer.Problem) {
 	if err := p.allow(path, m, []string{"type", "tool_use_id", "content"}, "cache_control", "is_error"); err != nil {
 		return providers.Message{}, err
 	}
@@ -554,7 +578,7 @@ func (p *parser) toolResult(path string, m map[string]json.RawMessage) (provider
 // assistant reads an assistant turn: its text blocks as the content (a
 // string for one, text parts for several), its tool_use blocks as tool
 // calls, read as the upstream adapter reads an answer's.
-func (p *parser) assistant(path string, content json.RawMessage, blocks []json.RawMessage) (providers.Message, *Error) {
+func (p *parser) assistant(path string, content json.RawMessage, blocks []json.RawMessage) (providers.Message, *answer.Problem) {
 	var parts []textPart
 	for j, b := range blocks {
 		bp := path + "." + strconv.Itoa(j)
@@ -600,6 +624,54 @@ func (p *parser) assistant(path string, content json.RawMessage, blocks []json.R
 	return msg, nil
 }
 
+// outputConfig reads output_config: its effort is set aside
+// (IgnoredMembers), its format, a JSON schema the answer must follow, is
+// the envelope's response_format (nil for none).
+func (p *parser) outputConfig(raw json.RawMessage) (json.RawMessage, *answer.Problem) {
+	m, ok := object(raw)
+	if !ok {
+		return nil, invalid("output_config", "must be an object")
+	}
+	if err := p.allow("output_config", m, []string{"effort", "format"}); err != nil {
+		return nil, err
+	}
+	if raw, has := m["effort"]; has && !isNull(raw) {
+		if _, ok := str(raw); !ok {
+			return nil, invalid("output_config.effort", "must be a string")
+		}
+		p.ignored["output_config.effort"] = true
+	}
+	raw, has := m["format"]
+	if !has || isNull(raw) {
+		return nil, nil
+	}
+	f, ok := object(raw)
+	if !ok {
+		return nil, invalid("output_config.format", "must be an object")
+	}
+	if err := p.allow("output_config.format", f, []string{"type", "schema"}); err != nil {
+		return nil, err
+	}
+	if typeOf(f) != "json_schema" {
+		return nil, invalid("output_config.format.type", "must be json_schema")
+	}
+	if _, ok := object(f["schema"]); !ok {
+		return nil, invalid("output_config.format.schema", "required: a JSON schema object")
+	}
+	type jsonSchema struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict bool            `json:"strict"`
+	}
+	// Anthropic's structured output holds the answer to the schema, as
+	// OpenAI's strict mode does; the name is OpenAI's, required there.
+	b, _ := json.Marshal(struct {
+		Type       string     `json:"type"`
+		JSONSchema jsonSchema `json:"json_schema"`
+	}{"json_schema", jsonSchema{Name: "output", Schema: bytes.TrimSpace(f["schema"]), Strict: true}})
+	return b, nil
+}
+
 // functionTool is an OpenAI function tool, the envelope's.
 type functionTool struct {
 	Type     string       `json:"type"`
@@ -616,7 +688,7 @@ type functionDecl struct {
 // tool reads a client tool (name, description, input_schema) as an
 // OpenAI function tool. Anthropic's own tools (web search, code
 // execution, computer use, ...) run at Anthropic and have no equivalent.
-func (p *parser) tool(path string, raw json.RawMessage) (json.RawMessage, *Error) {
+func (p *parser) tool(path string, raw json.RawMessage) (json.RawMessage, *answer.Problem) {
 	m, ok := object(raw)
 	if !ok {
 		return nil, invalid(path, "must be a tool object")
@@ -657,7 +729,7 @@ func (p *parser) tool(path string, raw json.RawMessage) (json.RawMessage, *Error
 // toolChoice reads tool_choice: auto, any, none, or tool with a name, as
 // OpenAI's tool_choice; parallel is false when it disables parallel tool
 // use.
-func (p *parser) toolChoice(raw json.RawMessage) (choice json.RawMessage, parallel bool, err *Error) {
+func (p *parser) toolChoice(raw json.RawMessage) (choice json.RawMessage, parallel bool, err *answer.Problem) {
 	m, ok := object(raw)
 	if !ok {
 		return nil, true, invalid("tool_choice", "must be an object")

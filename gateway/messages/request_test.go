@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/durallm/durallm/gateway/answer"
 )
 
 func compact(t *testing.T, s string) string {
@@ -46,6 +48,17 @@ func TestParseRequest(t *testing.T) {
 			want: `{"messages":[{"role":"system","content":[{"type":"text","text":"one"},{"type":"text","text":"two"}]},
 				{"role":"user","content":[{"type":"text","text":"hi"}]}],"params":{"max_tokens":8}}`,
 			ignored: []string{"cache_control"},
+		},
+		{
+			name: "what Claude Code sends: adaptive thinking, effort and context editing set aside, a format carried as a strict JSON schema",
+			body: `{"model":"claude","max_tokens":32000,"temperature":1,"thinking":{"type":"adaptive"},
+				"output_config":{"effort":"high","format":{"type":"json_schema","schema":{"type":"object","properties":{"title":{"type":"string"}}}}},
+				"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},
+				"messages":[{"role":"user","content":"name this"}]}`,
+			want: `{"messages":[{"role":"user","content":"name this"}],
+				"response_format":{"type":"json_schema","json_schema":{"name":"output","schema":{"type":"object","properties":{"title":{"type":"string"}}},"strict":true}},
+				"params":{"max_tokens":32000,"temperature":1}}`,
+			ignored: []string{"context_management", "output_config.effort", "thinking"},
 		},
 		{
 			name: "images: base64 and url",
@@ -131,7 +144,7 @@ func TestParseRequest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := ParseRequest([]byte(tc.body))
+			req, err := parseRequest([]byte(tc.body))
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -167,9 +180,12 @@ func TestParseRequestRefusals(t *testing.T) {
 		{"an unknown member", `{"model":"m","max_tokens":8,"frobnicate":1,` + user + `}`, "frobnicate"},
 		{"container", `{"model":"m","max_tokens":8,"container":"c",` + user + `}`, "container"},
 		{"mcp_servers", `{"model":"m","max_tokens":8,"mcp_servers":[],` + user + `}`, "mcp_servers"},
-		{"output_config", `{"model":"m","max_tokens":8,"output_config":{"effort":"low"},` + user + `}`, "output_config"},
+		{"output_config not an object", `{"model":"m","max_tokens":8,"output_config":"low",` + user + `}`, "output_config"},
+		{"an output_config member it does not know", `{"model":"m","max_tokens":8,"output_config":{"task_budget":{}},` + user + `}`, "output_config.task_budget"},
+		{"an output format other than a JSON schema", `{"model":"m","max_tokens":8,"output_config":{"format":{"type":"grammar"}},` + user + `}`, "output_config.format.type"},
+		{"an output format without its schema", `{"model":"m","max_tokens":8,"output_config":{"format":{"type":"json_schema"}},` + user + `}`, "output_config.format.schema"},
 		{"inference_geo", `{"model":"m","max_tokens":8,"inference_geo":"us",` + user + `}`, "inference_geo"},
-		{"context_management", `{"model":"m","max_tokens":8,"context_management":{},` + user + `}`, "context_management"},
+		{"context_management not an object", `{"model":"m","max_tokens":8,"context_management":[1],` + user + `}`, "context_management"},
 		{"stream not a boolean", `{"model":"m","max_tokens":8,"stream":"yes",` + user + `}`, "stream"},
 		{"temperature not a number", `{"model":"m","max_tokens":8,"temperature":"hot",` + user + `}`, "temperature"},
 		{"stop_sequences not strings", `{"model":"m","max_tokens":8,"stop_sequences":[1],` + user + `}`, "stop_sequences"},
@@ -197,15 +213,16 @@ func TestParseRequestRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseRequest([]byte(tc.body))
+			_, err := parseRequest([]byte(tc.body))
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			if err.Status != 400 || err.Type != "invalid_request_error" || err.Retry {
-				t.Fatalf("answer %+v", err)
+			if err.Kind != answer.InvalidRequest || err.Param != tc.param {
+				t.Fatalf("problem %+v, want the param %q", err, tc.param)
 			}
-			if tc.param != "" && !strings.HasPrefix(err.Message, tc.param+": ") {
-				t.Fatalf("message %q does not name %s", err.Message, tc.param)
+			if r := render(*err); r.Status != 400 || r.Header.Get("X-Should-Retry") != "false" ||
+				(tc.param != "" && !strings.Contains(string(r.Body), `"message":"`+tc.param+`: `)) {
+				t.Fatalf("answer %d %s", r.Status, r.Body)
 			}
 		})
 	}
@@ -220,8 +237,8 @@ func TestParseRequestRefusalsQuoteNoValue(t *testing.T) {
 		`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"ftp://` + canary + `"}}]}]}`,
 		`{"model":"m","max_tokens":"` + canary + `","messages":[{"role":"user","content":"x"}]}`,
 	} {
-		_, err := ParseRequest([]byte(body))
-		if err == nil || strings.Contains(err.Message, canary) {
+		_, err := parseRequest([]byte(body))
+		if err == nil || strings.Contains(err.Message, canary) || strings.Contains(string(render(*err).Body), canary) {
 			t.Fatalf("err %v", err)
 		}
 	}

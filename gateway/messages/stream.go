@@ -2,25 +2,30 @@ package messages
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 
-	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providers/exchange"
 )
 
-// Encoder renders one action's stream, the numbered events of its hub
-// (activities.StreamEvent), as Anthropic's server-sent events:
+// encoder renders one stream of an action's answer (answer.Encoder) as
+// Anthropic's server-sent events:
 //
 //	message_start (the message with empty content and usage)
 //	content_block_start, content_block_delta..., content_block_stop  (per block)
 //	message_delta (stop_reason, stop_sequence, usage)
 //	message_stop
 //
-// with ping for keep-alives and, for a stream that does not end with an
-// answer, one error event instead of message_delta and message_stop. Every
-// event has its event: line, which the Anthropic SDKs need (they skip an
-// event without one, and a stream of such events reads as empty).
+// and, for a stream that does not end with a whole answer, one error event
+// instead of message_delta and message_stop. Every event has its event:
+// line, which the Anthropic SDKs need (they skip an event without one, and
+// a stream of such events reads as empty). The gateway's keep-alives are
+// SSE comments, which the SDKs skip as they skip Anthropic's ping.
+//
+// Every event but the error is numbered from 1, its number its SSE id:,
+// so a reader cut off resumes after the last id it read
+// (GET /v1/messages/{id}?stream=true&starting_after=N).
 //
 // Text (and a refusal, which the Messages API carries as text) goes to a
 // text block, each tool call to a tool_use block whose input arrives as
@@ -28,13 +33,11 @@ import (
 // follows or the message ends, so that pieces of parallel calls that
 // interleave each reach their own open block.
 //
-// It is deterministic (the same calls give the same bytes), keeps no
-// reference to what it was given, and is not safe for concurrent use.
-// Each method returns the bytes to write, nil when there are none.
-type Encoder struct {
-	who     Identity
-	started bool
-	ended   bool
+// It is deterministic: the events and their numbers are a function of
+// what it was fed.
+type encoder struct {
+	who answer.Identity
+	seq uint64
 	// blocks counts the blocks started; text is the open text block's
 	// index, -1 for none; tools maps a call's index to its block, and open
 	// lists the tool blocks not yet stopped, in order.
@@ -44,86 +47,11 @@ type Encoder struct {
 	open   []int
 	// args holds each tool block's input so far, by block index.
 	args map[int]*strings.Builder
-	// What was delivered, to complete the stream from the action's result.
-	sentText, sentRefusal strings.Builder
-	finish                string
-	usage                 *providers.Usage
-	lastSeq               uint64
-	buf                   []byte
+	out  []answer.Event
 }
 
-// NewEncoder returns an encoder for the answer who names.
-func NewEncoder(who Identity) *Encoder {
-	return &Encoder{who: who, text: -1, tools: map[int]int{}, args: map[int]*strings.Builder{}}
-}
-
-// Streamed reports whether any content was rendered.
-func (e *Encoder) Streamed() bool { return e.blocks > 0 }
-
-// LastSeq is the sequence number of the last event Event rendered.
-func (e *Encoder) LastSeq() uint64 { return e.lastSeq }
-
-// Start is message_start, once: the message with its id, model, empty
-// content and usage (zero: the counts come with message_delta). Event,
-// Complete and Incomplete send it first when it was not sent.
-func (e *Encoder) Start() []byte {
-	e.buf = e.buf[:0]
-	e.start()
-	return e.out()
-}
-
-func (e *Encoder) start() {
-	if e.started {
-		return
-	}
-	e.started = true
-	type start struct {
-		Type    string      `json:"type"`
-		Message wireMessage `json:"message"`
-	}
-	e.event("message_start", start{Type: "message_start",
-		Message: wireMessage{ID: e.who.ID, Type: "message", Role: "assistant", Model: e.who.Model, Content: []json.RawMessage{}}})
-}
-
-// Ping is a keep-alive: event: ping.
-func (e *Encoder) Ping() []byte {
-	return frame(nil, "ping", []byte(`{"type":"ping"}`))
-}
-
-// Event renders ev. Content, refusal and tool-call events become block
-// events; the finish reason and usage are kept for message_delta;
-// stream_incomplete and end render nothing (the caller ends the stream
-// with Complete, Incomplete or Fail, from the action's result). An event
-// numbered at or below the last one rendered is a repeat and renders
-// nothing.
-func (e *Encoder) Event(ev activities.StreamEvent) []byte {
-	e.buf = e.buf[:0]
-	if e.ended || (ev.Seq > 0 && ev.Seq <= e.lastSeq) {
-		return nil
-	}
-	if ev.Seq > 0 {
-		e.lastSeq = ev.Seq
-	}
-	switch ev.Kind {
-	case activities.EventContent:
-		e.textDelta(ev.Delta)
-		e.sentText.WriteString(ev.Delta)
-	case activities.EventRefusal:
-		e.textDelta(ev.Refusal)
-		e.sentRefusal.WriteString(ev.Refusal)
-	case activities.EventToolCall:
-		if ev.ToolCall != nil {
-			e.toolDelta(*ev.ToolCall)
-		}
-	case activities.EventFinish:
-		e.finish = ev.FinishReason
-	case activities.EventUsage:
-		if ev.Usage != nil {
-			u := *ev.Usage
-			e.usage = &u
-		}
-	}
-	return e.out()
+func newEncoder(who answer.Identity) *encoder {
+	return &encoder{who: who, text: -1, tools: map[int]int{}, args: map[int]*strings.Builder{}}
 }
 
 type (
@@ -151,11 +79,33 @@ type (
 	}
 )
 
-func (e *Encoder) textDelta(s string) {
+// Start is message_start: the message with its id, model, empty content
+// and usage (zero: the counts come with message_delta).
+func (e *encoder) Start() []answer.Event {
+	type start struct {
+		Type    string      `json:"type"`
+		Message wireMessage `json:"message"`
+	}
+	e.event("message_start", start{Type: "message_start",
+		Message: wireMessage{ID: e.who.ID, Type: "message", Role: "assistant", Model: e.who.Model, Content: []json.RawMessage{}}})
+	return e.flush()
+}
+
+// Delta renders a piece of text, refusal or tool call as block events.
+func (e *encoder) Delta(d answer.Delta) []answer.Event {
+	switch d.Kind {
+	case answer.Text, answer.Refusal:
+		e.textDelta(d.Text)
+	case answer.ToolCall:
+		e.toolDelta(d.ToolCall)
+	}
+	return e.flush()
+}
+
+func (e *encoder) textDelta(s string) {
 	if s == "" {
 		return
 	}
-	e.start()
 	if e.text < 0 {
 		e.stopTools()
 		e.text = e.blocks
@@ -165,8 +115,7 @@ func (e *Encoder) textDelta(s string) {
 	e.event("content_block_delta", wireBlockDelta{Type: "content_block_delta", Index: e.text, Delta: wireTextDelta{Type: "text_delta", Text: s}})
 }
 
-func (e *Encoder) toolDelta(d exchange.ToolCallDelta) {
-	e.start()
+func (e *encoder) toolDelta(d answer.ToolCallDelta) {
 	idx, ok := e.tools[d.Index]
 	if !ok {
 		e.stopText()
@@ -184,43 +133,40 @@ func (e *Encoder) toolDelta(d exchange.ToolCallDelta) {
 	}
 }
 
-func (e *Encoder) stopText() {
+func (e *encoder) stopText() {
 	if e.text >= 0 {
 		e.event("content_block_stop", wireBlockStop{Type: "content_block_stop", Index: e.text})
 		e.text = -1
 	}
 }
 
-func (e *Encoder) stopTools() {
+func (e *encoder) stopTools() {
 	for _, i := range e.open {
 		e.event("content_block_stop", wireBlockStop{Type: "content_block_stop", Index: i})
 	}
 	e.open = e.open[:0]
 }
 
-// Complete ends the stream of an answer r (completed, or reconciled): the
-// text and tool calls the events did not carry (a provider that answered
-// a stream with a whole body, a reader that started late), then every
-// open block's stop, message_delta with the stop_reason (StopReason) and
-// the usage, and message_stop.
-func (e *Encoder) Complete(r *providers.Response) []byte {
-	r, ok := e.end(r)
-	if !ok {
-		return nil
+// End ends the stream of an answer: for a whole one, every open block's
+// stop, message_delta with the stop_reason (StopReason, tool_use when
+// tool calls streamed and the finish reason says only that it stopped)
+// and the usage, and message_stop; for a partial one (completed_partial),
+// the in-band error durallm_stream_incomplete naming why it was cut
+// (Fail).
+func (e *encoder) End(a answer.Answer) []answer.Event {
+	if a.Incomplete != "" {
+		return e.Fail(answer.Problem{Kind: answer.StreamIncomplete, Code: CodeStreamIncomplete,
+			Message: "the answer was cut after it started (" + a.Incomplete + "): what arrived is all there is, and no second answer follows"})
+	}
+	r := a.Response
+	if r == nil {
+		r = &providers.Response{}
 	}
 	e.stopText()
 	e.stopTools()
-	fin := *r
-	if fin.FinishReason == "" {
-		fin.FinishReason = e.finish
-	}
-	stop := StopReason(&fin)
+	stop := StopReason(r)
 	if stop == "end_turn" && len(e.tools) > 0 {
 		stop = "tool_use"
-	}
-	u := r.Usage
-	if u == (providers.Usage{}) && e.usage != nil {
-		u = *e.usage
 	}
 	type delta struct {
 		StopReason   string  `json:"stop_reason"`
@@ -230,93 +176,42 @@ func (e *Encoder) Complete(r *providers.Response) []byte {
 		Type  string    `json:"type"`
 		Delta delta     `json:"delta"`
 		Usage wireUsage `json:"usage"`
-	}{"message_delta", delta{StopReason: stop}, wireUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}})
+	}{"message_delta", delta{StopReason: stop}, wireUsage{InputTokens: r.Usage.PromptTokens, OutputTokens: r.Usage.CompletionTokens}})
 	e.event("message_stop", struct {
 		Type string `json:"type"`
 	}{"message_stop"})
-	return e.out()
+	return e.flush()
 }
 
-// Incomplete ends the stream of an answer cut after it started
-// (completed_partial): what r has that the events did not carry, the stop
-// of every open block that is whole (the text block, and each tool_use
-// block whose input is complete JSON: anthropic-sdk-go refreshes a block's
-// typed view on its stop, and empties a cut input it finds there), then
-// one error event, api_error with error_code durallm_stream_incomplete,
-// naming why (reason). No message_delta or message_stop follows: the SDKs
-// raise the error after the content they accumulated, and no second
-// answer comes.
-func (e *Encoder) Incomplete(r *providers.Response, reason string) []byte {
-	if _, ok := e.end(r); !ok {
-		return nil
-	}
+// Fail ends the stream with p as one in-band error event, after the stop
+// of every open block that is whole: the text block, and each tool_use
+// block whose input is complete JSON (anthropic-sdk-go refreshes a block's
+// typed view on its stop, and empties a cut input it finds there). No
+// message_delta or message_stop follows: the SDKs raise the error after
+// the content they accumulated, and no second answer comes.
+func (e *encoder) Fail(p answer.Problem) []answer.Event {
 	e.stopText()
-	for _, i := range e.open {
+	open := e.open
+	e.open = nil
+	for _, i := range open {
 		if json.Valid([]byte(e.args[i].String())) {
 			e.event("content_block_stop", wireBlockStop{Type: "content_block_stop", Index: i})
 		}
 	}
-	e.buf = append(e.buf, ErrorFor(Problem{Kind: KindIncomplete, Reason: reason}).Event()...)
-	return e.out()
+	e.out = append(e.out, errorEvent(p))
+	return e.flush()
 }
 
-// Fail ends the stream with err as one in-band error event, for an answer
-// that is no success once the 200 went out (the stream's status is held
-// until its first content, but not for ever).
-func (e *Encoder) Fail(err *Error) []byte {
-	e.buf = e.buf[:0]
-	if e.ended {
-		return nil
-	}
-	e.ended = true
-	return err.Event()
-}
-
-// end begins the stream's end with an answer r (nil: none): message_start
-// if it was not sent, and what r has that the events did not carry. ok is
-// false when the stream had ended already.
-func (e *Encoder) end(r *providers.Response) (_ *providers.Response, ok bool) {
-	e.buf = e.buf[:0]
-	if e.ended {
-		return nil, false
-	}
-	e.ended = true
-	if r == nil {
-		r = &providers.Response{}
-	}
-	e.start()
-	e.owed(r)
-	return r, true
-}
-
-// owed renders what r has that the events did not carry: the rest of the
-// text and of the refusal, and the tool calls when none streamed.
-func (e *Encoder) owed(r *providers.Response) {
-	if tail, ok := strings.CutPrefix(r.Text, e.sentText.String()); ok {
-		e.textDelta(tail)
-		e.sentText.WriteString(tail)
-	}
-	if tail, ok := strings.CutPrefix(r.Refusal, e.sentRefusal.String()); ok {
-		e.textDelta(tail)
-		e.sentRefusal.WriteString(tail)
-	}
-	if len(e.tools) == 0 {
-		for _, c := range exchange.WholeChunk(*r).ToolCalls {
-			e.toolDelta(c)
-		}
-	}
-}
-
-// event appends one event with v as its data.
-func (e *Encoder) event(name string, v any) {
+// event adds one numbered event with v as its data.
+func (e *encoder) event(name string, v any) {
 	b, _ := json.Marshal(v) // only marshallable values
-	e.buf = frame(e.buf, name, b)
+	e.seq++
+	e.out = append(e.out, answer.Event{Numbered: true, Seq: e.seq, ID: strconv.FormatUint(e.seq, 10), Name: name, Data: b})
 }
 
-// out is what was rendered, as a copy the caller may keep.
-func (e *Encoder) out() []byte {
-	if len(e.buf) == 0 {
-		return nil
-	}
-	return append([]byte(nil), e.buf...)
+// flush hands over the events made since the last call.
+func (e *encoder) flush() []answer.Event {
+	out := e.out
+	e.out = nil
+	return out
 }

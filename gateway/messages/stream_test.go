@@ -2,75 +2,63 @@ package messages
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
-	"github.com/durallm/durallm/providers/exchange"
+	"github.com/durallm/durallm/testsuite/providertest"
 )
 
-// ev numbers events as a hub does.
-type evs struct{ seq uint64 }
+func text(s string) answer.Delta { return answer.Delta{Kind: answer.Text, Text: s} }
 
-func (n *evs) content(s string) activities.StreamEvent {
-	n.seq++
-	return activities.StreamEvent{Seq: n.seq, Kind: activities.EventContent, Delta: s}
+func tool(i int, id, name, args string) answer.Delta {
+	return answer.Delta{Kind: answer.ToolCall, ToolCall: answer.ToolCallDelta{Index: i, ID: id, Type: "function", Name: name, Arguments: args}}
 }
 
-func (n *evs) tool(i int, id, name, args string) activities.StreamEvent {
-	n.seq++
-	return activities.StreamEvent{Seq: n.seq, Kind: activities.EventToolCall, ToolCall: &exchange.ToolCallDelta{Index: i, ID: id, Type: "function", Name: name, Arguments: args}}
+// feed runs an encoder: Start, the deltas, then end.
+func feed(e answer.Encoder, deltas []answer.Delta, end func(answer.Encoder) []answer.Event) []answer.Event {
+	out := e.Start()
+	for _, d := range deltas {
+		out = append(out, e.Delta(d)...)
+	}
+	return append(out, end(e)...)
 }
 
-func (n *evs) finish(f string) activities.StreamEvent {
-	n.seq++
-	return activities.StreamEvent{Seq: n.seq, Kind: activities.EventFinish, FinishReason: f}
-}
-
-func (n *evs) usage(p, c int) activities.StreamEvent {
-	n.seq++
-	return activities.StreamEvent{Seq: n.seq, Kind: activities.EventUsage, Usage: &providers.Usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c}}
-}
-
-func (n *evs) of(k activities.EventKind) activities.StreamEvent {
-	n.seq++
-	return activities.StreamEvent{Seq: n.seq, Kind: k}
-}
-
-// sse renders events as the encoder must: each with its event: line.
-func sse(evs ...string) string {
+// wire is the events as the core writes them, without their id: lines.
+func wire(evs []answer.Event) string {
 	var b strings.Builder
 	for _, e := range evs {
-		var typ struct {
-			Type string `json:"type"`
-		}
-		_ = json.Unmarshal([]byte(e), &typ)
-		b.WriteString("event: " + typ.Type + "\ndata: " + e + "\n\n")
+		b.WriteString("event: " + e.Name + "\ndata: " + string(e.Data) + "\n\n")
 	}
 	return b.String()
 }
 
+// sse renders events as the encoder must: each with its event: line.
+var sse = providertest.AnthropicEvents
+
 const start = `{"type":"message_start","message":{"id":"act-1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`
 
+func whole(r providers.Response) func(answer.Encoder) []answer.Event {
+	return func(e answer.Encoder) []answer.Event { return e.End(answer.Answer{Identity: who, Response: &r}) }
+}
+
 // The exact events of a text answer, of a tool round, of parallel calls
-// whose pieces interleave, and of an answer the events did not carry.
+// whose pieces interleave, of a cut answer and of a failure after the 200.
 func TestEncoder(t *testing.T) {
+	cut := `{"type":"error","error":{"type":"api_error","message":"the answer was cut after it started (idle_timeout): what arrived is all there is, and no second answer follows","details":{"error_code":"durallm_stream_incomplete"}}}`
+	canceled := answer.Problem{Kind: answer.Canceled, Code: "user_stop", Message: "the action was canceled (user_stop)"}
 	cases := []struct {
 		name   string
-		run    func(e *Encoder, n *evs) []byte
+		deltas []answer.Delta
+		end    func(answer.Encoder) []answer.Event
 		want   string
-		stream bool
 	}{
 		{
-			name: "text",
-			run: func(e *Encoder, n *evs) []byte {
-				out := e.Start()
-				for _, ev := range []activities.StreamEvent{n.content("Hello"), n.content("!"), n.finish("stop"), n.usage(25, 15), n.of(activities.EventEnd)} {
-					out = append(out, e.Event(ev)...)
-				}
-				return append(out, e.Complete(&providers.Response{Text: "Hello!", FinishReason: "stop", Usage: providers.Usage{PromptTokens: 25, CompletionTokens: 15, TotalTokens: 40}})...)
-			},
+			name:   "text",
+			deltas: []answer.Delta{text("Hello"), text("!")},
+			end:    whole(providers.Response{Text: "Hello!", FinishReason: "stop", Usage: providers.Usage{PromptTokens: 25, CompletionTokens: 15, TotalTokens: 40}}),
 			want: sse(start,
 				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`,
@@ -80,15 +68,10 @@ func TestEncoder(t *testing.T) {
 				`{"type":"message_stop"}`),
 		},
 		{
-			name: "text then a tool call; usage from the events when the result has none",
-			run: func(e *Encoder, n *evs) []byte {
-				var out []byte
-				for _, ev := range []activities.StreamEvent{n.content("Okay."), n.tool(0, "toolu_1", "get_weather", ""), n.tool(0, "", "", `{"location":`),
-					n.tool(0, "", "", ` "SF"}`), n.finish("tool_calls"), n.usage(30, 89)} {
-					out = append(out, e.Event(ev)...)
-				}
-				return append(out, e.Complete(nil)...)
-			},
+			name:   "text then a tool call",
+			deltas: []answer.Delta{text("Okay."), tool(0, "toolu_1", "get_weather", ""), tool(0, "", "", `{"location":`), tool(0, "", "", ` "SF"}`)},
+			end: whole(providers.Response{Text: "Okay.", FinishReason: "tool_calls", Usage: providers.Usage{PromptTokens: 30, CompletionTokens: 89},
+				ToolCalls: json.RawMessage(`[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{\"location\": \"SF\"}"}}]`)}),
 			want: sse(start,
 				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay."}}`,
@@ -101,14 +84,9 @@ func TestEncoder(t *testing.T) {
 				`{"type":"message_stop"}`),
 		},
 		{
-			name: "parallel calls whose pieces interleave each reach their open block",
-			run: func(e *Encoder, n *evs) []byte {
-				var out []byte
-				for _, ev := range []activities.StreamEvent{n.tool(0, "c0", "a", `{"x"`), n.tool(1, "c1", "b", `{"y"`), n.tool(0, "", "", `:1}`), n.tool(1, "", "", `:2}`)} {
-					out = append(out, e.Event(ev)...)
-				}
-				return append(out, e.Complete(&providers.Response{FinishReason: "tool_calls"})...)
-			},
+			name:   "parallel calls whose pieces interleave each reach their open block; streamed calls make a plain stop tool_use",
+			deltas: []answer.Delta{tool(0, "c0", "a", `{"x"`), tool(1, "c1", "b", `{"y"`), tool(0, "", "", `:1}`), tool(1, "", "", `:2}`)},
+			end:    whole(providers.Response{FinishReason: "stop"}),
 			want: sse(start,
 				`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"c0","name":"a","input":{}}}`,
 				`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"x\""}}`,
@@ -122,31 +100,10 @@ func TestEncoder(t *testing.T) {
 				`{"type":"message_stop"}`),
 		},
 		{
-			name: "the result completes what the events did not carry: the rest of the text, then the tool calls",
-			run: func(e *Encoder, n *evs) []byte {
-				out := e.Event(n.content("Hel"))
-				return append(out, e.Complete(&providers.Response{Text: "Hello", FinishReason: "tool_calls",
-					ToolCalls: json.RawMessage(`[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]`)})...)
-			},
-			want: sse(start,
-				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
-				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}`,
-				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}`,
-				`{"type":"content_block_stop","index":0}`,
-				`{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"c","name":"f","input":{}}}`,
-				`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}`,
-				`{"type":"content_block_stop","index":1}`,
-				`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":0,"output_tokens":0}}`,
-				`{"type":"message_stop"}`),
-		},
-		{
-			name: "a stream cut after its content: whole blocks stopped, a cut tool_use left open, the error event, no message_stop",
-			run: func(e *Encoder, n *evs) []byte {
-				var out []byte
-				for _, ev := range []activities.StreamEvent{n.content("Hel"), n.tool(0, "c0", "a", `{"x":1}`), n.tool(1, "c1", "b", `{"y":`), n.of(activities.EventIncomplete)} {
-					out = append(out, e.Event(ev)...)
-				}
-				return append(out, e.Incomplete(&providers.Response{Text: "Hel", Partial: true, Incomplete: "idle_timeout"}, "idle_timeout")...)
+			name:   "a stream cut after its content: whole blocks stopped, a cut tool_use left open, the error event, no message_stop",
+			deltas: []answer.Delta{text("Hel"), tool(0, "c0", "a", `{"x":1}`), tool(1, "c1", "b", `{"y":`)},
+			end: func(e answer.Encoder) []answer.Event {
+				return e.End(answer.Answer{Identity: who, Response: &providers.Response{Text: "Hel", Partial: true}, Incomplete: "idle_timeout"})
 			},
 			want: sse(start,
 				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
@@ -157,83 +114,54 @@ func TestEncoder(t *testing.T) {
 				`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"c1","name":"b","input":{}}}`,
 				`{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"y\":"}}`,
 				`{"type":"content_block_stop","index":1}`,
-				`{"type":"error","error":{"type":"api_error","message":"the answer was cut after it started (idle_timeout): what arrived is all there is, and no second answer follows","details":{"error_code":"durallm_stream_incomplete"}}}`),
+				cut),
 		},
 		{
-			name: "a text stream cut: its block stopped before the error",
-			run: func(e *Encoder, n *evs) []byte {
-				out := e.Event(n.content("Hel"))
-				return append(out, e.Incomplete(&providers.Response{Text: "Hello", Partial: true}, "reset")...)
-			},
+			name: "an answer that is no success after the 200, before content: message_start, then the error",
+			end:  func(e answer.Encoder) []answer.Event { return e.Fail(canceled) },
+			want: sse(start, string(wireErrorOf(canceled).json())),
+		},
+		{
+			name:   "a cancel after content: the text block stopped, then the error",
+			deltas: []answer.Delta{text("Hel")},
+			end:    func(e answer.Encoder) []answer.Event { return e.Fail(canceled) },
 			want: sse(start,
 				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}`,
-				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}`,
 				`{"type":"content_block_stop","index":0}`,
-				`{"type":"error","error":{"type":"api_error","message":"the answer was cut after it started (reset): what arrived is all there is, and no second answer follows","details":{"error_code":"durallm_stream_incomplete"}}}`),
-		},
-		{
-			name: "an answer that is no success after the 200: one error event",
-			run: func(e *Encoder, n *evs) []byte {
-				out := e.Ping()
-				out = append(out, e.Fail(ErrorFor(Problem{Kind: KindAwaitingVerdict, ActionID: "act-1", Attempt: 1}))...)
-				return append(out, e.Complete(&providers.Response{Text: "late"})...)
-			},
-			want: sse(`{"type":"ping"}`, string(ErrorFor(Problem{Kind: KindAwaitingVerdict, ActionID: "act-1", Attempt: 1}).json())),
-		},
-		{
-			name: "a repeated event renders nothing",
-			run: func(e *Encoder, n *evs) []byte {
-				first := n.content("a")
-				out := e.Event(first)
-				out = append(out, e.Event(first)...)
-				return append(out, e.Complete(&providers.Response{Text: "a"})...)
-			},
-			want: sse(start,
-				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
-				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}`,
-				`{"type":"content_block_stop","index":0}`,
-				`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":0,"output_tokens":0}}`,
-				`{"type":"message_stop"}`),
+				string(wireErrorOf(canceled).json())),
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := string(tc.run(NewEncoder(who), &evs{}))
+			evs := feed(Surface{}.Stream(who, nil), tc.deltas, tc.end)
+			got := wire(evs)
 			if got != tc.want {
 				t.Fatalf("got\n%s\nwant\n%s", got, tc.want)
 			}
-			// The same calls give the same bytes.
-			if again := string(tc.run(NewEncoder(who), &evs{})); again != got {
-				t.Fatal("not deterministic")
+			// The same calls give the same events, numbered alike.
+			again := feed(Surface{}.Stream(who, nil), tc.deltas, tc.end)
+			for i := range evs {
+				if evs[i].Seq != again[i].Seq || evs[i].ID != again[i].ID || string(evs[i].Data) != string(again[i].Data) {
+					t.Fatal("not deterministic")
+				}
 			}
-			// Every event has its event: line.
-			for _, ev := range strings.Split(strings.TrimSuffix(got, "\n\n"), "\n\n") {
-				if !strings.HasPrefix(ev, "event: ") || strings.Count(ev, "\ndata: ") != 1 {
-					t.Fatalf("an event without its event: line: %q", ev)
+			// Every event has its name; every one but the error is
+			// numbered from 1, its number its id.
+			for i, e := range evs {
+				if e.Name == "" {
+					t.Fatalf("event %d has no name", i)
+				}
+				if e.Name == "error" {
+					if e.Numbered || e.ID != "" {
+						t.Fatalf("the error is numbered: %+v", e)
+					}
+					continue
+				}
+				if !e.Numbered || e.Seq != uint64(i+1) || e.ID != strconv.Itoa(i+1) {
+					t.Fatalf("event %d numbered %v seq %d id %q", i, e.Numbered, e.Seq, e.ID)
 				}
 			}
 		})
-	}
-}
-
-// Nothing renders after the end.
-func TestEncoderEndsOnce(t *testing.T) {
-	e := NewEncoder(who)
-	if e.Streamed() {
-		t.Fatal("streamed before anything")
-	}
-	e.Event(activities.StreamEvent{Seq: 1, Kind: activities.EventContent, Delta: "x"})
-	if !e.Streamed() || e.LastSeq() != 1 {
-		t.Fatalf("streamed %v last %d", e.Streamed(), e.LastSeq())
-	}
-	if e.Complete(nil) == nil {
-		t.Fatal("no end")
-	}
-	for _, b := range [][]byte{e.Complete(nil), e.Incomplete(nil, "reset"), e.Fail(ErrorFor(Problem{Kind: KindInternal})),
-		e.Event(activities.StreamEvent{Seq: 2, Kind: activities.EventContent, Delta: "y"}), e.Start()} {
-		if b != nil {
-			t.Fatalf("rendered after the end: %q", b)
-		}
 	}
 }

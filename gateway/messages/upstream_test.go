@@ -39,7 +39,7 @@ func TestAMessagesRequestSurvivesTheAnthropicRoute(t *testing.T) {
 		"tools":[{"name":"get_weather","description":"Current weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}],
 		"tool_choice":{"type":"any","disable_parallel_tool_use":true},
 		"stop_sequences":["END"],"temperature":0.5,"top_p":0.9,"top_k":40,"metadata":{"user_id":"u-1"}}`
-	req, perr := messages.ParseRequest([]byte(in))
+	req, perr := messages.Surface{}.Parse([]byte(in))
 	if perr != nil {
 		t.Fatal(perr)
 	}
@@ -50,7 +50,7 @@ func TestAMessagesRequestSurvivesTheAnthropicRoute(t *testing.T) {
 			Body: io.NopCloser(strings.NewReader(`{"type":"message","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn"}`)), Request: r}, nil
 	})
 	route := routes.Route{Name: "claude", Kind: routes.KindAnthropic, BaseURL: "http://127.0.0.1:1/v1", Model: "claude-sonnet-4-5"}
-	if _, err := exchange.CallAnthropic(context.Background(), rt, exchange.Call{Route: route, Request: req.Envelope}); err != nil {
+	if _, err := exchange.CallAnthropic(context.Background(), rt, exchange.Call{Route: route, Request: req.Request}); err != nil {
 		t.Fatal(err)
 	}
 	want := strings.NewReplacer(`"model":"claude-primary"`, `"model":"claude-sonnet-4-5"`, `,"is_error":true`, ``, `,"cache_control":{"type":"ephemeral"}`, ``).Replace(in)
@@ -64,7 +64,7 @@ func TestAMessagesRequestSurvivesTheAnthropicRoute(t *testing.T) {
 	if !reflect.DeepEqual(got, exp) {
 		t.Fatalf("upstream\n got %s\nwant %s", sent, want)
 	}
-	if strings.Join(req.Ignored, ",") != "cache_control,is_error" {
-		t.Fatalf("ignored %q", req.Ignored)
+	if got := req.Header.Get(messages.IgnoredHeader); got != "cache_control, is_error" {
+		t.Fatalf("ignored %q", got)
 	}
 }

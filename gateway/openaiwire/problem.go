@@ -9,8 +9,6 @@ package openaiwire
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/durallm/durallm/gateway/answer"
 )
@@ -43,6 +41,7 @@ const (
 	CodeModelNotFound         = "model_not_found"
 	CodeMethodNotAllowed      = "method_not_allowed"
 	CodeUnsupportedMediaType  = "unsupported_media_type"
+	CodeNotImplemented        = "not_implemented"
 	CodeRequestTooLarge       = "request_too_large"
 	CodeRequestTimeout        = "request_timeout"
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"
@@ -59,19 +58,9 @@ const (
 // OpenAI and Anthropic SDKs obey before the status.
 func Render(p answer.Problem) answer.Rendered {
 	status, e := shape(p)
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Should-Retry", strconv.FormatBool(p.Kind.Resendable()))
-	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))
-	}
-	switch p.Kind {
-	case answer.Unauthorized:
+	h := p.Header()
+	if p.Kind == answer.Unauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="durallm gateway"`)
-	case answer.MethodNotAllowed:
-		if p.Allow != "" {
-			h.Set("Allow", p.Allow)
-		}
 	}
 	return answer.Rendered{Status: status, Header: h, Body: Body(e)}
 }
@@ -107,32 +96,30 @@ func Status(p answer.Problem) int {
 // and 5xx, the AI SDK the same without reading the header, LangChain
 // every status but 400 to 407, 409 and 413 (docs/gateway.md). RFC 9110
 // says of a 403 that the client should not repeat it as it stands.
-var shapes = map[answer.Kind]struct {
-	status    int
-	typ, code string
-}{
-	answer.InvalidRequest:            {http.StatusBadRequest, TypeInvalidRequest, CodeInvalidValue},
-	answer.Unauthorized:              {http.StatusUnauthorized, TypeInvalidRequest, CodeInvalidAPIKey},
-	answer.Forbidden:                 {http.StatusForbidden, TypeInvalidRequest, "forbidden"},
-	answer.NotFound:                  {http.StatusNotFound, TypeInvalidRequest, CodeNotFound},
-	answer.ModelNotFound:             {http.StatusNotFound, TypeInvalidRequest, CodeModelNotFound},
-	answer.MethodNotAllowed:          {http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed},
-	answer.UnsupportedMediaType:      {http.StatusUnsupportedMediaType, TypeInvalidRequest, CodeUnsupportedMediaType},
-	answer.TooLarge:                  {http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeRequestTooLarge},
-	answer.RequestTimeout:            {http.StatusRequestTimeout, TypeInvalidRequest, CodeRequestTimeout},
-	answer.KeyReused:                 {http.StatusUnprocessableEntity, TypeInvalidRequest, CodeIdempotencyKeyReused},
-	answer.CallerLimit:               {http.StatusTooManyRequests, TypeRateLimit, CodeCallerLimit},
-	answer.UnavailableNothingStarted: {http.StatusServiceUnavailable, TypeUnavailable, CodeTemporalUnreachable},
-	answer.MaybeStarted:              {http.StatusForbidden, TypeMaybeStarted, CodeTemporalUnreachable},
-	answer.UpstreamAuth:              {http.StatusBadGateway, TypeUpstreamAuth, ""},
-	answer.Failed:                    {http.StatusBadGateway, TypeFailed, ""},
-	answer.SpendExhausted:            {http.StatusTooManyRequests, TypeInsufficientQuota, TypeInsufficientQuota},
-	answer.AwaitingVerdict:           {http.StatusForbidden, TypeAwaiting, CodeAwaitingReconcilation},
-	answer.Indeterminate:             {http.StatusForbidden, TypeIndeterminate, ""},
-	answer.Canceled:                  {http.StatusForbidden, TypeCanceled, ""},
-	answer.InProgress:                {http.StatusForbidden, TypeInProgress, CodeStillRunning},
-	answer.StreamIncomplete:          {http.StatusBadGateway, TypeStreamIncomplete, ""},
-	answer.Conflict:                  {http.StatusConflict, TypeInvalidRequest, ""},
+var shapes = answer.Shapes{
+	answer.InvalidRequest:            {Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: CodeInvalidValue},
+	answer.Unauthorized:              {Status: http.StatusUnauthorized, Type: TypeInvalidRequest, Code: CodeInvalidAPIKey},
+	answer.Forbidden:                 {Status: http.StatusForbidden, Type: TypeInvalidRequest, Code: "forbidden"},
+	answer.NotFound:                  {Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: CodeNotFound},
+	answer.ModelNotFound:             {Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: CodeModelNotFound},
+	answer.MethodNotAllowed:          {Status: http.StatusMethodNotAllowed, Type: TypeInvalidRequest, Code: CodeMethodNotAllowed},
+	answer.UnsupportedMediaType:      {Status: http.StatusUnsupportedMediaType, Type: TypeInvalidRequest, Code: CodeUnsupportedMediaType},
+	answer.NotImplemented:            {Status: http.StatusNotImplemented, Type: TypeInvalidRequest, Code: CodeNotImplemented},
+	answer.TooLarge:                  {Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: CodeRequestTooLarge},
+	answer.RequestTimeout:            {Status: http.StatusRequestTimeout, Type: TypeInvalidRequest, Code: CodeRequestTimeout},
+	answer.KeyReused:                 {Status: http.StatusUnprocessableEntity, Type: TypeInvalidRequest, Code: CodeIdempotencyKeyReused},
+	answer.CallerLimit:               {Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: CodeCallerLimit},
+	answer.UnavailableNothingStarted: {Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Code: CodeTemporalUnreachable},
+	answer.MaybeStarted:              {Status: http.StatusForbidden, Type: TypeMaybeStarted, Code: CodeTemporalUnreachable},
+	answer.UpstreamAuth:              {Status: http.StatusBadGateway, Type: TypeUpstreamAuth, Code: ""},
+	answer.Failed:                    {Status: http.StatusBadGateway, Type: TypeFailed, Code: ""},
+	answer.SpendExhausted:            {Status: http.StatusTooManyRequests, Type: TypeInsufficientQuota, Code: TypeInsufficientQuota},
+	answer.AwaitingVerdict:           {Status: http.StatusForbidden, Type: TypeAwaiting, Code: CodeAwaitingReconcilation},
+	answer.Indeterminate:             {Status: http.StatusForbidden, Type: TypeIndeterminate, Code: ""},
+	answer.Canceled:                  {Status: http.StatusForbidden, Type: TypeCanceled, Code: ""},
+	answer.InProgress:                {Status: http.StatusForbidden, Type: TypeInProgress, Code: CodeStillRunning},
+	answer.StreamIncomplete:          {Status: http.StatusBadGateway, Type: TypeStreamIncomplete, Code: ""},
+	answer.Conflict:                  {Status: http.StatusConflict, Type: TypeInvalidRequest, Code: ""},
 }
 
 // shape is p's status and error object.
@@ -142,42 +129,25 @@ func shape(p answer.Problem) (int, Object) {
 	case answer.Rejected:
 		return rejected(p, e)
 	case answer.ContentFiltered:
-		e.Type, e.Code = TypeInvalidRequest, CodeContentFilter
-		if pe := p.ProviderError; pe != nil && pe.Message != "" {
-			e.Message = pe.Message
-		}
+		e.Type, e.Code, e.Message = TypeInvalidRequest, CodeContentFilter, p.ProviderMessage()
 		return http.StatusBadRequest, e
 	}
-	sh, ok := shapes[p.Kind]
-	if !ok {
-		e.Type = TypeServer
-		return http.StatusInternalServerError, e
-	}
-	e.Type = sh.typ
-	if e.Code == "" {
-		e.Code = sh.code
-	}
-	return sh.status, e
+	sh := shapes.Of(p, answer.Shape{Status: http.StatusInternalServerError, Type: TypeServer})
+	e.Type, e.Code = sh.Type, sh.Code
+	return sh.Status, e
 }
 
 // rejected is the provider's own status and error object: 400, 404, 413
 // and 422 as the provider sent them, any other status as 400.
 func rejected(p answer.Problem, e Object) (int, Object) {
-	e.Type = TypeInvalidRequest
+	e.Type, e.Message = TypeInvalidRequest, p.ProviderMessage()
 	if pe := p.ProviderError; pe != nil {
-		if pe.Message != "" {
-			e.Message = pe.Message
-		}
 		if pe.Type != "" {
 			e.Type = pe.Type
 		}
 		e.Code, e.Param = pe.Code, pe.Param
 	}
-	switch p.ProviderStatus {
-	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		return p.ProviderStatus, e
-	}
-	return http.StatusBadRequest, e
+	return p.RejectedStatus(), e
 }
 
 // Body is {"error": e} as JSON, with a newline; an empty param or code is

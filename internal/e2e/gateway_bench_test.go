@@ -30,8 +30,8 @@ import (
 
 // benchGateway is durallm's gateway over a bench stack, on loopback.
 type benchGateway struct {
-	url string
-	hc  *http.Client
+	base string // the API's root, with /v1
+	hc   *http.Client
 }
 
 // newBenchGateway serves the gateway on c (the route "r" as the model
@@ -50,7 +50,7 @@ func newBenchGateway(b *testing.B, c *durallm.Client, hub *activities.Streams, r
 	}
 	srv := httptest.NewServer(g)
 	b.Cleanup(srv.Close)
-	return &benchGateway{url: srv.URL + "/v1/chat/completions", hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+	return &benchGateway{base: srv.URL + "/v1", hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 }
 
 // elsewhereClient is a durallm client on a Temporal client of its own,
@@ -68,10 +68,31 @@ func elsewhereClient(b *testing.B, st *serverStack, taskQueue string) *durallm.C
 	return durallm.NewClient(tc, taskQueue)
 }
 
+// The APIs a benchmark sends the same request through: chat completions
+// and Anthropic's Messages. first is how a streamed answer's first
+// content event starts, last how its end does.
+type benchAPI struct {
+	path, json, stream string
+	first, last        string
+}
+
+var (
+	chatAPI = benchAPI{path: "/chat/completions",
+		json:   `{"model":"r","messages":[{"role":"user","content":"hi"}]}`,
+		stream: `{"model":"r","stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+		first:  `"content":`, last: "data: [DONE]"}
+	messagesAPI = benchAPI{path: "/messages",
+		json:   `{"model":"r","max_tokens":256,"messages":[{"role":"user","content":"hi"}]}`,
+		stream: `{"model":"r","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+		first:  `"type":"text_delta"`, last: "event: message_stop"}
+)
+
 // json sends one non-streamed request and reads its answer; it returns the
 // action id.
-func (g *benchGateway) json(ctx context.Context) (string, error) {
-	resp, err := g.post(ctx, `{"model":"r","messages":[{"role":"user","content":"hi"}]}`)
+func (g *benchGateway) json(ctx context.Context) (string, error) { return g.jsonOf(ctx, chatAPI) }
+
+func (g *benchGateway) jsonOf(ctx context.Context, api benchAPI) (string, error) {
+	resp, err := g.post(ctx, api.path, api.json)
 	if err != nil {
 		return "", err
 	}
@@ -86,8 +107,12 @@ func (g *benchGateway) json(ctx context.Context) (string, error) {
 // ttft sends one streamed request and returns the time to its first
 // content chunk, reading the stream to its end.
 func (g *benchGateway) ttft(ctx context.Context) (time.Duration, error) {
+	return g.ttftOf(ctx, chatAPI)
+}
+
+func (g *benchGateway) ttftOf(ctx context.Context, api benchAPI) (time.Duration, error) {
 	t0 := time.Now()
-	resp, err := g.post(ctx, `{"model":"r","stream":true,"messages":[{"role":"user","content":"hello"}]}`)
+	resp, err := g.post(ctx, api.path, api.stream)
 	if err != nil {
 		return 0, err
 	}
@@ -98,23 +123,27 @@ func (g *benchGateway) ttft(ctx context.Context) (time.Duration, error) {
 	}
 	var first time.Duration
 	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if first == 0 && strings.HasPrefix(line, "data: ") && strings.Contains(line, `"content":`) {
+		if first == 0 && strings.HasPrefix(line, "data: ") && strings.Contains(line, api.first) {
 			first = time.Since(t0)
 		}
-		if line == "data: [DONE]" {
+		if line == api.last {
 			if first == 0 {
 				return 0, fmt.Errorf("gateway: a stream without content")
 			}
+			// Read the end's data too: the request is done when its
+			// stream is.
+			_, _ = io.Copy(io.Discard, resp.Body)
 			return first, nil
 		}
 	}
-	return 0, fmt.Errorf("gateway: the stream ended without [DONE] (%v)", sc.Err())
+	return 0, fmt.Errorf("gateway: the stream ended without %q (%v)", api.last, sc.Err())
 }
 
-func (g *benchGateway) post(ctx context.Context, body string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, strings.NewReader(body))
+func (g *benchGateway) post(ctx context.Context, path, body string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+path, strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,8 @@ func (f *firstDelta) Incomplete(string) {}
 //   - gateway: a streamed POST /v1/chat/completions to durallm's gateway
 //     with its worker in its process (shared client and hub, eager start),
 //     to the first content chunk;
+//   - gateway-messages: the same request as a streamed POST /v1/messages
+//     to the same gateway, to the first text_delta event;
 //   - gateway-worker-elsewhere: the same through a gateway with a
 //     Temporal client of its own and no hub ('durallm gateway
 //     --worker=false'), the worker in another process (this binary run
@@ -132,6 +134,9 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 	viaGateway := func(g *benchGateway) func(int) (time.Duration, error) {
 		return func(int) (time.Duration, error) { return g.ttft(ctx) }
 	}
+	viaMessages := func(g *benchGateway) func(int) (time.Duration, error) {
+		return func(int) (time.Duration, error) { return g.ttftOf(ctx, messagesAPI) }
+	}
 	// Go runs each sub-benchmark more than once (b.N = 1 first); every
 	// action id must be new.
 	seq := 0
@@ -147,6 +152,7 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 		// the first workflow task can come back with the start.
 		{"durable-sink+eager-start", viaSink(durallm.NewClient(tcl, "ttft").WithEagerStart())},
 		{"gateway", viaGateway(local)},
+		{"gateway-messages", viaMessages(local)},
 		{"gateway-worker-elsewhere", viaGateway(elsewhere)},
 	} {
 		b.Run(m.name, func(b *testing.B) {

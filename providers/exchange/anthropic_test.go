@@ -49,17 +49,7 @@ const recordedMessage = `{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","
 "container":null}`
 
 // events renders named SSE events as Anthropic sends them.
-func events(evs ...string) string {
-	var b strings.Builder
-	for _, e := range evs {
-		var typ struct {
-			Type string `json:"type"`
-		}
-		_ = json.Unmarshal([]byte(e), &typ)
-		fmt.Fprintf(&b, "event: %s\ndata: %s\n\n", typ.Type, e)
-	}
-	return b.String()
-}
+var events = providertest.AnthropicEvents
 
 // Recorded stream events (Messages streaming documentation).
 const (

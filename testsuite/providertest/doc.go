@@ -36,6 +36,8 @@
 // stored completions, below), with text ([Answer]) or a tool call
 // ([AnswerToolCall], and [AnswerOrCallTool], a model that calls a declared
 // tool once and then answers, which durallm dev's demo provider uses).
+// An Anthropic route is played with [Status] and a recorded Messages body
+// ([AnthropicEvents] renders a stream's events).
 // [WithStrictIdleStreams] makes the HTTP/2 side
 // as strict as Go's HTTP/2 server before Go 1.20 (and so Caddy 2.6 as
 // Debian builds it): an RST_STREAM or WINDOW_UPDATE for a stream above its
