@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -234,30 +233,37 @@ func TestResponsesStreamCutAfterThreeResumesWithTheRest(t *testing.T) {
 	}
 }
 
-// The same Idempotency-Key: the provider runs once, the second answer is
-// the first, replayed; streamed, the same response. The same key with
-// another body is a 422.
+// The same Idempotency-Key: the provider runs once; every later request
+// with it, JSON or streamed, gets the first response, replayed. The same
+// key with another body is a 422.
 func TestResponsesSameKeyRunsOnce(t *testing.T) {
 	s := newGateway(t)
 	s.p.SetDefault(providertest.Answer("only once"))
 	c := s.client(tokenA, option.WithHeader("Idempotency-Key", "order-42"))
-	first, err := c.Responses.New(testCtx(t), responseParams("demo", "say hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw *http.Response
-	second, err := c.Responses.New(testCtx(t), responseParams("demo", "say hello"), option.WithResponseInto(&raw))
-	if err != nil || second.RawJSON() != first.RawJSON() || raw.Header.Get("X-Durallm-Replayed") != "true" {
-		t.Fatalf("second %s %v, first %s", second.RawJSON(), err, first.RawJSON())
-	}
-	_, acc, err := readResponseStream(t, c.Responses.NewStreaming(testCtx(t), responseParams("demo", "say hello")), 0)
-	if err != nil || acc.Snapshot().ResponseID != first.ID || acc.Snapshot().OutputText() != "only once" {
-		t.Fatalf("streamed replay %+v %v", acc.Snapshot(), err)
+	var ids []string
+	for i, streamed := range []bool{false, false, true} {
+		var raw *http.Response
+		if streamed {
+			evs, _, err := readResponseStream(t, c.Responses.NewStreaming(testCtx(t), responseParams("demo", "say hello"), option.WithResponseInto(&raw)), 0)
+			if err != nil || evs[len(evs)-1].Response.OutputText() != "only once" {
+				t.Fatalf("streamed %d: %v", i, err)
+			}
+			ids = append(ids, evs[0].Response.ID)
+		} else {
+			resp, err := c.Responses.New(testCtx(t), responseParams("demo", "say hello"), option.WithResponseInto(&raw))
+			if err != nil || resp.OutputText() != "only once" {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			ids = append(ids, resp.ID)
+		}
+		if replayed := raw.Header.Get("X-Durallm-Replayed") == "true"; replayed != (i > 0) || ids[i] != ids[0] {
+			t.Fatalf("request %d: response %s, replayed %v", i, ids[i], replayed)
+		}
 	}
 	if n := s.executed(); n != 1 {
 		t.Fatalf("the provider ran %d times", n)
 	}
-	_, err = c.Responses.New(testCtx(t), responseParams("demo", "another question"))
+	_, err := c.Responses.New(testCtx(t), responseParams("demo", "another question"))
 	var ae *openai.Error
 	if !errors.As(err, &ae) || ae.StatusCode != 422 || ae.Code != "idempotency_key_reused" {
 		t.Fatalf("error %v", err)
@@ -271,16 +277,24 @@ func TestResponsesSameKeyRunsOnce(t *testing.T) {
 // SDK does not send again.
 func TestResponsesAmbiguousKeylessRequestRunsTheProviderOnce(t *testing.T) {
 	s := newGateway(t)
-	for _, stream := range []bool{false, true} {
-		t.Run(fmt.Sprintf("stream %v", stream), func(t *testing.T) {
-			before, beforeExec := s.requests.Load(), s.executed()
+	c := s.client(tokenA)
+	for _, tc := range []struct {
+		name string
+		send func(t *testing.T) error
+	}{
+		{"as JSON", func(t *testing.T) error {
+			_, err := c.Responses.New(testCtx(t), responseParams("demo", "x"))
+			return err
+		}},
+		{"streamed", func(t *testing.T) error {
+			_, _, err := readResponseStream(t, c.Responses.NewStreaming(testCtx(t), responseParams("demo", "x")), 0)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			s.p.Push(providertest.GoAwayAfterProcessing(http2.ErrCodeNo))
-			var err error
-			if stream {
-				_, _, err = readResponseStream(t, s.client(tokenA).Responses.NewStreaming(testCtx(t), responseParams("demo", "x")), 0)
-			} else {
-				_, err = s.client(tokenA).Responses.New(testCtx(t), responseParams("demo", "x"))
-			}
+			before, beforeExec := s.requests.Load(), s.executed()
+			err := tc.send(t)
 			var ae *openai.Error
 			if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Type != "durallm_awaiting_reconciliation" ||
 				ae.Response.Header.Get("X-Should-Retry") != "false" {

@@ -174,3 +174,16 @@ func Body(e Object) []byte {
 	}
 	return append(b, '\n')
 }
+
+// Door is what every surface of the OpenAI family answers alike, for a
+// surface to embed: the API key as the OpenAI SDKs send it, a bearer token
+// (answer.BearerToken), and a problem as OpenAI's error answer (Render).
+type Door struct{}
+
+// Credential is the bearer token of the Authorization header.
+func (Door) Credential(r *http.Request) (string, bool) {
+	return answer.BearerToken(r.Header.Get("Authorization"))
+}
+
+// Problem is OpenAI's error answer (Render).
+func (Door) Problem(p answer.Problem) answer.Rendered { return Render(p) }

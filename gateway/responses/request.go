@@ -3,6 +3,7 @@ package responses
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,20 +11,6 @@ import (
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/providers"
 )
-
-// parsed is a POST /v1/responses body read into the envelope.
-type parsed struct {
-	Model  string
-	Stream bool
-	// Envelope is what the action carries: the request in the chat shape
-	// every route reads (docs/providers.md), with max_tokens (from
-	// max_output_tokens), temperature, top_p, user and parallel_tool_calls
-	// as params.
-	Envelope providers.Request
-	// Ignored names the members read and set aside (IgnoredMembers),
-	// sorted, each once.
-	Ignored []string
-}
 
 // IgnoredHeader is the answers' header that names, comma-separated, the
 // members of the request that were read and set aside.
@@ -121,29 +108,38 @@ func only(path string, m map[string]json.RawMessage, allowed ...string) *answer.
 	return nil
 }
 
-// parseRequest reads a POST /v1/responses body.
-func parseRequest(body []byte) (parsed, *answer.Problem) {
+// parseRequest reads a POST /v1/responses body into the envelope, which
+// the action carries: the request in the chat shape every route reads
+// (docs/providers.md), with max_tokens (from max_output_tokens),
+// temperature, top_p, user and parallel_tool_calls as params. The members
+// it set aside are named in the header IgnoredHeader of every answer to
+// the request, sorted, each once.
+func parseRequest(body []byte) (answer.Request, *answer.Problem) {
 	rd := reader{ignored: map[string]bool{}}
 	req, p := rd.request(body)
 	if p != nil {
-		return parsed{}, p
+		return answer.Request{}, p
 	}
-	for k := range rd.ignored {
-		req.Ignored = append(req.Ignored, k)
+	if len(rd.ignored) > 0 {
+		names := make([]string, 0, len(rd.ignored))
+		for k := range rd.ignored {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		req.Header = http.Header{IgnoredHeader: {strings.Join(names, ", ")}}
 	}
-	sort.Strings(req.Ignored)
 	return req, nil
 }
 
-func (rd *reader) request(body []byte) (parsed, *answer.Problem) {
+func (rd *reader) request(body []byte) (answer.Request, *answer.Problem) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var raw json.RawMessage
 	if dec.Decode(&raw) != nil || dec.More() {
-		return parsed{}, problem("", "the request body must be a JSON object")
+		return answer.Request{}, problem("", "the request body must be a JSON object")
 	}
 	top, ok := members(raw)
 	if !ok {
-		return parsed{}, problem("", "the request body must be a JSON object")
+		return answer.Request{}, problem("", "the request body must be a JSON object")
 	}
 	keys := make([]string, 0, len(top))
 	for k := range top {
@@ -154,12 +150,12 @@ func (rd *reader) request(body []byte) (parsed, *answer.Problem) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if !topMembers[k] {
-			return parsed{}, refused(k)
+			return answer.Request{}, refused(k)
 		}
 	}
-	var req parsed
+	var req answer.Request
 	if req.Model, ok = text(top["model"]); !ok || strings.TrimSpace(req.Model) == "" {
-		return parsed{}, problem("model", "model is required: one of the gateway's models (GET /v1/models)")
+		return answer.Request{}, problem("model", "model is required: one of the gateway's models (GET /v1/models)")
 	}
 	var background, store, parallel bool
 	for _, f := range []struct {
@@ -167,25 +163,25 @@ func (rd *reader) request(body []byte) (parsed, *answer.Problem) {
 		v    *bool
 	}{{"stream", &req.Stream}, {"background", &background}, {"store", &store}, {"parallel_tool_calls", &parallel}} {
 		if raw, has := top[f.name]; has && json.Unmarshal(raw, f.v) != nil {
-			return parsed{}, problem(f.name, f.name+" must be true or false")
+			return answer.Request{}, problem(f.name, f.name+" must be true or false")
 		}
 	}
 	if background {
-		return parsed{}, notYetServed("background")
+		return answer.Request{}, notYetServed("background")
 	}
 	if _, has := top["previous_response_id"]; has {
-		return parsed{}, notYetServed("previous_response_id")
+		return answer.Request{}, notYetServed("previous_response_id")
 	}
 	if _, has := top["store"]; has {
 		rd.ignored["store"] = true
 	}
-	env := &req.Envelope
+	env := &req.Request
 	env.Stream = req.Stream
 	params := map[string]json.RawMessage{}
 	if raw, has := top["instructions"]; has {
 		s, ok := text(raw)
 		if !ok {
-			return parsed{}, problem("instructions", "instructions must be a string")
+			return answer.Request{}, problem("instructions", "instructions must be a string")
 		}
 		if s != "" {
 			env.Messages = append(env.Messages, providers.TextMessage("system", s))
@@ -193,28 +189,28 @@ func (rd *reader) request(body []byte) (parsed, *answer.Problem) {
 	}
 	in, p := rd.input(top["input"])
 	if p != nil {
-		return parsed{}, p
+		return answer.Request{}, p
 	}
 	env.Messages = append(env.Messages, in...)
 	if p := rd.settings(top, params); p != nil {
-		return parsed{}, p
+		return answer.Request{}, p
 	}
 	if raw, has := top["tools"]; has {
 		var tools []json.RawMessage
 		if json.Unmarshal(raw, &tools) != nil {
-			return parsed{}, problem("tools", "tools must be an array of tools")
+			return answer.Request{}, problem("tools", "tools must be an array of tools")
 		}
 		for i, t := range tools {
 			ft, p := functionTool("tools["+strconv.Itoa(i)+"]", t)
 			if p != nil {
-				return parsed{}, p
+				return answer.Request{}, p
 			}
 			env.Tools = append(env.Tools, ft)
 		}
 	}
 	if raw, has := top["tool_choice"]; has {
 		if env.ToolChoice, p = toolChoice(raw); p != nil {
-			return parsed{}, p
+			return answer.Request{}, p
 		}
 	}
 	if raw, has := top["parallel_tool_calls"]; has && len(env.Tools) > 0 {
@@ -224,7 +220,7 @@ func (rd *reader) request(body []byte) (parsed, *answer.Problem) {
 	}
 	if raw, has := top["text"]; has {
 		if env.ResponseFormat, p = textFormat(raw); p != nil {
-			return parsed{}, p
+			return answer.Request{}, p
 		}
 	}
 	if len(params) > 0 {
@@ -232,7 +228,7 @@ func (rd *reader) request(body []byte) (parsed, *answer.Problem) {
 	}
 	// The envelope's own check; its message never quotes a value.
 	if err := env.Validate(); err != nil {
-		return parsed{}, problem("", err.Error())
+		return answer.Request{}, problem("", err.Error())
 	}
 	return req, nil
 }
@@ -310,15 +306,12 @@ func (rd *reader) settings(top map[string]json.RawMessage, params map[string]jso
 	return nil
 }
 
-// The envelope's (OpenAI chat's) content parts.
+// The envelope's (OpenAI chat's) content: a part is text or an image_url.
 type (
-	textPart struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	imagePart struct {
-		Type     string   `json:"type"`
-		ImageURL imageURL `json:"image_url"`
+	chatPart struct {
+		Type     string    `json:"type"`
+		Text     *string   `json:"text,omitempty"`
+		ImageURL *imageURL `json:"image_url,omitempty"`
 	}
 	imageURL struct {
 		URL    string `json:"url"`
@@ -468,7 +461,7 @@ func inputPart(path string, m map[string]json.RawMessage) (any, *answer.Problem)
 		if !ok {
 			return nil, problem(path+".text", "text is required: a string")
 		}
-		return textPart{Type: "text", Text: s}, nil
+		return chatPart{Type: "text", Text: &s}, nil
 	case "input_image":
 		if p := only(path, m, "type", "image_url", "detail"); p != nil {
 			return nil, p
@@ -479,7 +472,7 @@ func inputPart(path string, m map[string]json.RawMessage) (any, *answer.Problem)
 			// can read.
 			return nil, problem(path+".image_url", "image_url is required: an http(s) or data URL")
 		}
-		img := imagePart{Type: "image_url", ImageURL: imageURL{URL: u}}
+		img := chatPart{Type: "image_url", ImageURL: &imageURL{URL: u}}
 		if raw, has := m["detail"]; has {
 			if img.ImageURL.Detail, ok = text(raw); !ok {
 				return nil, problem(path+".detail", "detail must be a string")
@@ -577,6 +570,51 @@ func functionOutput(path string, m map[string]json.RawMessage) (providers.Messag
 	return msg, nil
 }
 
+// declaration is what a function tool and a json_schema format both
+// declare, as chat writes them: a name, a description, a JSON schema (a
+// tool's parameters, a format's schema) and strict.
+type declaration struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`
+	Strict      *bool           `json:"strict,omitempty"`
+}
+
+// declared reads a declaration from m at path: a tool's (its schema the
+// optional member parameters) or a format's (its schema the required
+// member schema).
+func declared(path string, m map[string]json.RawMessage, tool bool) (declaration, *answer.Problem) {
+	var d declaration
+	var ok bool
+	if d.Name, ok = text(m["name"]); !ok || d.Name == "" {
+		return d, problem(path+".name", "name is required")
+	}
+	if raw, has := m["description"]; has {
+		if d.Description, ok = text(raw); !ok {
+			return d, problem(path+".description", "description must be a string")
+		}
+	}
+	member, schema := "schema", &d.Schema
+	if tool {
+		member, schema = "parameters", &d.Parameters
+	}
+	if raw, has := m[member]; has || !tool {
+		if _, ok := members(raw); !ok {
+			return d, problem(path+"."+member, member+" must be a JSON schema object")
+		}
+		*schema = bytes.TrimSpace(raw)
+	}
+	if raw, has := m["strict"]; has {
+		var b bool
+		if json.Unmarshal(raw, &b) != nil {
+			return d, problem(path+".strict", "strict must be true or false")
+		}
+		d.Strict = &b
+	}
+	return d, nil
+}
+
 // functionTool reads a function tool ({type, name, description,
 // parameters, strict}) as a chat function tool. Any other tool (web
 // search, file search, MCP, code interpreter, ...) runs at OpenAI and has
@@ -592,37 +630,13 @@ func functionTool(path string, raw json.RawMessage) (json.RawMessage, *answer.Pr
 	if p := only(path, m, "type", "name", "description", "parameters", "strict"); p != nil {
 		return nil, p
 	}
-	type decl struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description,omitempty"`
-		Parameters  json.RawMessage `json:"parameters,omitempty"`
-		Strict      *bool           `json:"strict,omitempty"`
-	}
-	var d decl
-	if d.Name, ok = text(m["name"]); !ok || d.Name == "" {
-		return nil, problem(path+".name", "name is required")
-	}
-	if raw, has := m["description"]; has {
-		if d.Description, ok = text(raw); !ok {
-			return nil, problem(path+".description", "description must be a string")
-		}
-	}
-	if raw, has := m["parameters"]; has {
-		if _, ok := members(raw); !ok {
-			return nil, problem(path+".parameters", "parameters must be a JSON schema object")
-		}
-		d.Parameters = bytes.TrimSpace(raw)
-	}
-	if raw, has := m["strict"]; has {
-		var b bool
-		if json.Unmarshal(raw, &b) != nil {
-			return nil, problem(path+".strict", "strict must be true or false")
-		}
-		d.Strict = &b
+	d, p := declared(path, m, true)
+	if p != nil {
+		return nil, p
 	}
 	b, _ := json.Marshal(struct {
-		Type     string `json:"type"`
-		Function decl   `json:"function"`
+		Type     string      `json:"type"`
+		Function declaration `json:"function"`
 	}{"function", d})
 	return b, nil
 }
@@ -694,35 +708,13 @@ func textFormat(raw json.RawMessage) (json.RawMessage, *answer.Problem) {
 	if p := only("text.format", f, "type", "name", "schema", "description", "strict"); p != nil {
 		return nil, p
 	}
-	type schema struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description,omitempty"`
-		Schema      json.RawMessage `json:"schema"`
-		Strict      *bool           `json:"strict,omitempty"`
-	}
-	var s schema
-	if s.Name, ok = text(f["name"]); !ok || s.Name == "" {
-		return nil, problem("text.format.name", "name is required for a json_schema format")
-	}
-	if _, ok := members(f["schema"]); !ok {
-		return nil, problem("text.format.schema", "schema is required: a JSON schema object")
-	}
-	s.Schema = bytes.TrimSpace(f["schema"])
-	if raw, has := f["description"]; has {
-		if s.Description, ok = text(raw); !ok {
-			return nil, problem("text.format.description", "description must be a string")
-		}
-	}
-	if raw, has := f["strict"]; has {
-		var b bool
-		if json.Unmarshal(raw, &b) != nil {
-			return nil, problem("text.format.strict", "strict must be true or false")
-		}
-		s.Strict = &b
+	d, p := declared("text.format", f, false)
+	if p != nil {
+		return nil, p
 	}
 	b, _ := json.Marshal(struct {
-		Type       string `json:"type"`
-		JSONSchema schema `json:"json_schema"`
-	}{"json_schema", s})
+		Type       string      `json:"type"`
+		JSONSchema declaration `json:"json_schema"`
+	}{"json_schema", d})
 	return b, nil
 }

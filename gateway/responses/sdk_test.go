@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -48,9 +49,7 @@ func (d *sdkDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req, p := surface.Parse(body)
 	if p != nil {
 		pr := surface.Problem(*p)
-		for k, v := range pr.Header {
-			w.Header()[k] = v
-		}
+		maps.Copy(w.Header(), pr.Header)
 		w.WriteHeader(pr.Status)
 		_, _ = w.Write(pr.Body)
 		return
@@ -60,28 +59,37 @@ func (d *sdkDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp := d.resp
 	d.mu.Unlock()
 	a := answer.Answer{Identity: who, Response: &resp, Incomplete: resp.Incomplete}
-	if !req.Stream {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(surface.Answer(a))
+	if req.Stream {
+		writeStream(w, a)
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(surface.Answer(a))
+}
+
+// writeStream writes the stream of a's response, in pieces, as the core
+// writes a stream: each event's id:, event: and data: lines.
+func writeStream(w http.ResponseWriter, a answer.Answer) {
+	enc := surface.Stream(who, nil)
+	var out strings.Builder
+	add := func(evs []answer.Event) {
+		for _, e := range evs {
+			if e.ID != "" {
+				out.WriteString("id: " + e.ID + "\n")
+			}
+			if e.Name != "" {
+				out.WriteString("event: " + e.Name + "\n")
+			}
+			out.WriteString("data: " + string(e.Data) + "\n\n")
+		}
+	}
+	add(enc.Start())
+	for _, d := range pieces(*a.Response) {
+		add(enc.Delta(d))
+	}
+	add(enc.End(a))
 	w.Header().Set("Content-Type", "text/event-stream")
-	enc := surface.Stream(who, req.Options)
-	evs := enc.Start()
-	for _, d := range pieces(resp) {
-		evs = append(evs, enc.Delta(d)...)
-	}
-	for _, e := range append(evs, enc.End(a)...) {
-		var b strings.Builder
-		if e.ID != "" {
-			b.WriteString("id: " + e.ID + "\n")
-		}
-		if e.Name != "" {
-			b.WriteString("event: " + e.Name + "\n")
-		}
-		b.WriteString("data: " + string(e.Data) + "\n\n")
-		_, _ = io.WriteString(w, b.String())
-	}
+	_, _ = io.WriteString(w, out.String())
 }
 
 // pieces is r's content as an attempt streams it: text, refusal and each
