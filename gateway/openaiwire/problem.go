@@ -3,7 +3,9 @@
 // object, {"error": {"message", "type", "param", "code"}}, with its status
 // and the headers the OpenAI SDKs read (x-should-retry, Retry-After). The
 // chat-completions surface (package gateway/chat) renders its problems
-// through it, as would any other surface of the OpenAI family.
+// through it; the Responses surface (package gateway/responses) embeds
+// Door, which reads the key and renders the problems as every surface of
+// the OpenAI family does.
 package openaiwire
 
 import (
