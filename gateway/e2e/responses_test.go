@@ -354,3 +354,32 @@ func TestResponsesRefusals(t *testing.T) {
 		t.Fatalf("no such response: %v", err)
 	}
 }
+
+// On an Anthropic route the gateway translates both ways: the Responses
+// request goes upstream as Messages, and the provider's answer (a text
+// and a tool_use block) comes back as a message item and a function_call
+// item, streamed or not; input_tokens counts the cache reads, as OpenAI's
+// do (Anthropic's input_tokens do not).
+func TestResponsesOnAnAnthropicRoute(t *testing.T) {
+	s := newGateway(t, func(o *stackOptions) { o.claude = true })
+	c := s.client(tokenA)
+	s.p.Push(providertest.Status(200, nil, recordedMessage))
+	resp, err := c.Responses.New(testCtx(t), responseParams("claude", "weather in SF?"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := resp.Output[1].AsFunctionCall()
+	if resp.OutputText() != "I'll check the weather." || call.CallID != "toolu_01A09q90qw90lq917835lq9" || call.Name != "get_weather" ||
+		call.Arguments != `{"location":"San Francisco, CA","unit":"celsius"}` || resp.Usage.InputTokens != 484 || resp.Usage.InputTokensDetails.CachedTokens != 100 {
+		t.Fatalf("response %s", resp.RawJSON())
+	}
+	s.p.Push(providertest.Status(200, sseHeader, providertest.AnthropicEvents(evStart, evTextStart, evHello, evTextStop, evToolStart, evToolArgs1, evToolArgs2, evToolStop, evToolUse, evStop)))
+	_, acc, err := readResponseStream(t, c.Responses.NewStreaming(testCtx(t), responseParams("claude", "weather in SF?")), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap := acc.Snapshot(); snap.OutputText() != "Hello" || len(snap.Output) != 2 || snap.Output[1].CallID != "toolu_01T1x1fJ34qAmk2tNTrN7Up6" ||
+		snap.Output[1].Arguments != `{"location": "San Francisco, CA"}` {
+		t.Fatalf("snapshot %+v", snap)
+	}
+}
