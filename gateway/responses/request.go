@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,16 +95,17 @@ type reader struct {
 	ignored map[string]bool
 }
 
-// only refuses any member of m at path other than those named.
+// only refuses any member of m at path other than those named: the first
+// by name, so that the answer is the same on every run.
 func only(path string, m map[string]json.RawMessage, allowed ...string) *answer.Problem {
+	first := ""
 	for k := range m {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == k
+		if !slices.Contains(allowed, k) && (first == "" || k < first) {
+			first = k
 		}
-		if !ok {
-			return refused(path + "." + k)
-		}
+	}
+	if first != "" {
+		return refused(path + "." + first)
 	}
 	return nil
 }
