@@ -346,6 +346,10 @@ func (e *encoder) response(status string, err *wireError) wireResponse {
 		if it.call != nil {
 			c := *it.call
 			c.Status = statusCompleted
+			if status == statusFailed && !json.Valid([]byte(c.Arguments)) {
+				// Cut: what arrived, never to be run as it stands.
+				c.Status = statusIncomplete
+			}
 			w.Output = append(w.Output, c)
 			continue
 		}

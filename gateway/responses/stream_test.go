@@ -97,7 +97,8 @@ func TestTheEncoderFailsAfterWhatIsWhole(t *testing.T) {
 	}
 	failed, errEv := evs[len(evs)-2], evs[len(evs)-1]
 	if !strings.Contains(string(failed.Data), `"status":"failed","error":{"code":"idle_timeout","message":"cut"}`) ||
-		!strings.Contains(string(failed.Data), `"id":"msg_gw-abc_0","type":"message","status":"incomplete"`) {
+		!strings.Contains(string(failed.Data), `"id":"msg_gw-abc_0","type":"message","status":"incomplete"`) ||
+		!strings.Contains(string(failed.Data), `"status":"completed","arguments":"{}"`) || !strings.Contains(string(failed.Data), `"status":"incomplete","arguments":"{\"cut"`) {
 		t.Fatalf("response.failed %s", failed.Data)
 	}
 	if errEv.Numbered || errEv.Name != "" || !strings.HasPrefix(string(errEv.Data), `{"error":{"message":"cut","type":"durallm_stream_incomplete"`) {
