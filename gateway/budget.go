@@ -30,12 +30,12 @@ import (
 // Defaults of the spend ledger's upkeep (Options.SpendSweep).
 const (
 	// DefaultSpendSweep is how often a gateway looks for holds that no
-	// gateway is settling (one that stopped while its action ran).
+	// gateway is settling (one that stopped while its action ran). A
+	// sweep looks at holds two sweeps old (2 minutes by default: past a
+	// start's bound and the minute a gateway keeps trying to cancel a
+	// start it could not confirm), so that it rarely finds a start still
+	// on its way, which it would charge the whole hold.
 	DefaultSpendSweep = time.Minute
-	// spendSweepAfter is how old a hold must be before a sweep looks at
-	// it: past a start's bound and the minute a gateway keeps trying to
-	// cancel a start it could not confirm.
-	spendSweepAfter = 2 * time.Minute
 	// spendSweepBatch bounds the holds one sweep looks at.
 	spendSweepBatch = 100
 )
@@ -375,7 +375,7 @@ func (s *spending) sweepEvery() {
 }
 
 func (s *spending) sweepOnce() {
-	holds, err := s.store.Holds(s.ctx, s.now().Add(-spendSweepAfter), spendSweepBatch)
+	holds, err := s.store.Holds(s.ctx, s.now().Add(-2*s.sweep), spendSweepBatch)
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.log.Warn("gateway: the spend ledger's holds could not be read", "error", err)

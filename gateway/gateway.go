@@ -95,7 +95,8 @@ type Options struct {
 	// none.
 	Routes map[string]attempt.RouteInfo
 	// SpendSweep is how often the gateway settles holds of actions that
-	// ended while no gateway watched them. Zero means DefaultSpendSweep.
+	// ended while no gateway watched them, looking at holds two sweeps
+	// old. Zero means DefaultSpendSweep.
 	SpendSweep time.Duration
 	// Surfaces are the front doors served beside OpenAI chat completions
 	// (package gateway/chat) and Anthropic's Messages (package

@@ -51,7 +51,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	configFile := fs.String("config", os.Getenv("DURALLM_GATEWAY_CONFIG"), "models YAML: each model a group of routes with its needs and action settings (docs/gateway.md); without it every route of --routes is a model of its own name")
 	routesFile := fs.String("routes", os.Getenv("DURALLM_ROUTES"), "routes YAML of the worker this process runs (see docs/providers.md); default $DURALLM_ROUTES")
 	runWorker := fs.Bool("worker", true, "run a worker in this process (needs --routes): first attempts run here and stream through its hub; false keeps provider keys off this host (needs --config)")
-	tokensFile := fs.String("tokens", os.Getenv("DURALLM_GATEWAY_TOKENS"), "tokens YAML: one entry per caller (id, sha256 of the token, models, max_in_flight, role: operator); reloaded when it changes and on SIGHUP; without it no authentication, loopback only")
+	tokensFile := fs.String("tokens", os.Getenv("DURALLM_GATEWAY_TOKENS"), "tokens YAML: one entry per caller (id, sha256 of the token, models, max_in_flight, role: operator, budget); reloaded when it changes and on SIGHUP; without it no authentication, loopback only")
 	secretFile := fs.String("secret-file", envOr("DURALLM_GATEWAY_SECRET_FILE", "durallm-gateway-secret"), "the secret that keys request fingerprints (made, 32 random bytes, if missing); every gateway of a task queue must share it; $DURALLM_GATEWAY_SECRET holds it instead")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9094", "serve /metrics, /healthz and /readyz here (empty: off)")
 	streamAddr := fs.String("stream-addr", "", "the in-process worker serves its streams here for gateways in other processes (/v1/streams/{id}; empty: off; beyond loopback it needs $DURALLM_STREAM_TOKEN)")
