@@ -22,7 +22,9 @@ var ErrFileInUse = errors.New("callerbudget: the spend file is in use by another
 // File is a Store in a local JSON file, for one gateway: every change is
 // written (to a new file, then renamed over the old one) before the call
 // returns, so spending survives the gateway's restart, but no other
-// gateway sees it. OpenFile locks the file against a second process.
+// gateway sees it. OpenFile locks the file against a second process. It
+// keeps each caller's current period, and earlier ones while they hold:
+// a reservation forgets the caller's earlier accounts that hold nothing.
 type File struct {
 	path   string
 	unlock func()
@@ -91,6 +93,19 @@ func (f *File) account(caller, period string) *fileAccount {
 	return &f.state.Accounts[len(f.state.Accounts)-1]
 }
 
+// forget drops the caller's accounts of other periods that hold
+// nothing: the file keeps each caller's current period and those with
+// running actions, so that it stays small however short the period.
+func (f *File) forget(caller, period string) {
+	kept := f.state.Accounts[:0:0]
+	for _, a := range f.state.Accounts {
+		if a.Caller != caller || a.Period == period || a.Held != (workflows.Spend{}) {
+			kept = append(kept, a)
+		}
+	}
+	f.state.Accounts = kept
+}
+
 func (f *File) hold(id string) int {
 	for i, h := range f.state.Holds {
 		if h.ActionID == id {
@@ -123,6 +138,7 @@ func (f *File) Reserve(_ context.Context, ask Ask) (Reservation, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	was := f.snapshot()
+	f.forget(ask.Caller, ask.Period)
 	a := f.account(ask.Caller, ask.Period)
 	if i := f.hold(ask.ActionID); i >= 0 {
 		return Reservation{OK: true, Existing: true, Held: f.state.Holds[i].Spend, Account: a.Account}, nil

@@ -267,3 +267,31 @@ func TestParsePeriod(t *testing.T) {
 		}
 	}
 }
+
+// The spend file keeps a caller's current period and those that still
+// hold: a reservation in a new period forgets the ended ones, so the
+// file stays small however short the period.
+func TestASpendFileForgetsEndedPeriodsThatHoldNothing(t *testing.T) {
+	f, err := callerbudget.OpenFile(filepath.Join(t.TempDir(), "spend.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tokens := workflows.Budget{Tokens: 1000}
+	day := func(id, period string) callerbudget.Ask {
+		a := ask(id, tokens, workflows.Spend{Tokens: 10}, workflows.Spend{Tokens: 10})
+		a.Period = period
+		return a
+	}
+	reserve(t, f, day("d1", "day@2026-12-01T00:00:00Z"))
+	settle(t, f, "d1", workflows.Spend{Tokens: 7})
+	reserve(t, f, day("d2", "day@2026-12-02T00:00:00Z"))
+	reserve(t, f, day("d3", "day@2026-12-03T00:00:00Z"))
+	ctx := context.Background()
+	if a, _ := f.Account(ctx, "team-a", "day@2026-12-01T00:00:00Z"); a != (callerbudget.Account{}) {
+		t.Fatalf("an ended period that holds nothing is kept: %+v", a)
+	}
+	if a, _ := f.Account(ctx, "team-a", "day@2026-12-02T00:00:00Z"); a.Held.Tokens != 10 {
+		t.Fatalf("an ended period that holds was forgotten: %+v", a)
+	}
+}
