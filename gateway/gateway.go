@@ -16,7 +16,9 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/gateway/callerbudget"
 	"github.com/durallm/durallm/gateway/chat"
 	"github.com/durallm/durallm/gateway/messages"
 	"github.com/durallm/durallm/gateway/responses"
@@ -84,6 +86,19 @@ type Options struct {
 	// after the caller's max_in_flight place is taken: a body that has
 	// not arrived in time is a 408. Zero means 30s.
 	BodyTimeout time.Duration
+	// Spend keeps the callers' budgets (Caller.Budget; package
+	// gateway/callerbudget): required when a caller has one. The gateway
+	// does not close it. Nil means none.
+	Spend callerbudget.Store
+	// Routes describe the models' routes (their kind, prices and
+	// image_tokens) for the worst case a caller's budget reserves; a route
+	// missing here counts as an openai route without prices. Nil means
+	// none.
+	Routes map[string]attempt.RouteInfo
+	// SpendSweep is how often the gateway settles holds of actions that
+	// ended while no gateway watched them, looking at holds two sweeps
+	// old. Zero means DefaultSpendSweep.
+	SpendSweep time.Duration
 	// Surfaces are the front doors served beside OpenAI chat completions
 	// (package gateway/chat), OpenAI's Responses (package
 	// gateway/responses) and Anthropic's Messages (package
@@ -121,6 +136,9 @@ type Gateway struct {
 	// keylessRetries counts requests without a key that an SDK marked as
 	// retries (X-Stainless-Retry-Count > 0): each one is a new generation.
 	keylessRetries atomic.Int64
+
+	// spend is the callers' budgets; nil without Options.Spend.
+	spend *spending
 }
 
 // Defaults of Options.
@@ -186,6 +204,10 @@ func New(o Options) (*Gateway, error) {
 		if g.keyless, err = o.Meter.Int64Counter("durallm.gateway.keyless_retries", metric.WithDescription("Requests without an Idempotency-Key that an SDK marked as retries: each starts a new action")); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if g.spend, err = newSpending(g); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
