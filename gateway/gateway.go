@@ -19,6 +19,7 @@ import (
 	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/gateway/chat"
 	"github.com/durallm/durallm/gateway/messages"
+	"github.com/durallm/durallm/gateway/responses"
 	"github.com/durallm/durallm/resultstore"
 )
 
@@ -84,7 +85,8 @@ type Options struct {
 	// not arrived in time is a 408. Zero means 30s.
 	BodyTimeout time.Duration
 	// Surfaces are the front doors served beside OpenAI chat completions
-	// (package gateway/chat) and Anthropic's Messages (package
+	// (package gateway/chat), OpenAI's Responses (package
+	// gateway/responses) and Anthropic's Messages (package
 	// gateway/messages), which are always served; the action endpoints
 	// answer in chat's shape, the models endpoints in the shape of the
 	// surface whose clients sent the request (answer.Claimant), else
@@ -171,7 +173,7 @@ func New(o Options) (*Gateway, error) {
 		o.BodyTimeout = DefaultBodyTimeout
 	}
 	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, departed: map[string]*departure{}, chat: chat.Surface{}}
-	g.surfaces = append([]answer.Surface{g.chat, messages.Surface{}}, o.Surfaces...)
+	g.surfaces = append([]answer.Surface{g.chat, responses.Surface{}, messages.Surface{}}, o.Surfaces...)
 	g.endpoints = g.routes()
 	if o.Meter != nil {
 		var err error
@@ -335,9 +337,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo)
 		return
 	}
 	msg := "durallm's gateway serves " + g.served() + ", /v1/models and /v1/actions"
-	if strings.HasPrefix(path, "/v1/responses") {
-		msg = "/v1/responses is not served: durallm's actions are chat-shaped, and Responses needs stored conversation state; use /v1/chat/completions"
-	}
 	writeProblem(w, surf, &answer.Problem{Kind: answer.NotFound, Code: "unsupported_endpoint", Message: msg})
 }
 
