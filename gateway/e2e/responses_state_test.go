@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -282,5 +283,46 @@ func TestResponsesInputItemsOrder(t *testing.T) {
 	}
 	if err := iter.Err(); err != nil || strings.Join(all, " ") != "one a two" {
 		t.Errorf("paged one by one: %q %v", all, err)
+	}
+}
+
+// A background stream is the caller's to leave: its leaving, without a
+// key, cancels nothing, and a read resumes it after the last event it
+// had (starting_after), as OpenAI documents for background streams.
+func TestResponsesBackgroundStreamOutlivesItsCallerAndResumes(t *testing.T) {
+	s := newGateway(t)
+	gate := make(chan struct{})
+	s.p.Push(providertest.Answer("one two three four").MidStreamWaitFor(gate))
+	c := s.client(tokenA)
+	params := responseParams("demo", "count slowly")
+	params.Background = openai.Bool(true)
+	ctx, leave := context.WithCancel(testCtx(t))
+	st := c.Responses.NewStreaming(ctx, params)
+	var read []responses.ResponseStreamEventUnion
+	for len(read) < 3 && st.Next() {
+		read = append(read, st.Current())
+	}
+	leave()
+	_ = st.Close()
+	if len(read) != 3 || read[2].SequenceNumber != 2 {
+		t.Fatalf("read %d events: %v", len(read), st.Err())
+	}
+	id := read[0].Response.ID
+	close(gate)
+	if res := s.result(id); res.State != workflows.StateCompleted {
+		t.Fatalf("the action ended %s (%s) after its caller left", res.State, res.Origin)
+	}
+	rest, _, err := readResponseStream(t, c.Responses.GetStreaming(testCtx(t), id, responses.ResponseGetParams{StartingAfter: openai.Int(2)}), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, ev := range append(read, rest...) {
+		if ev.Type == "response.output_text.delta" {
+			text.WriteString(ev.Delta)
+		}
+	}
+	if last := rest[len(rest)-1]; last.Type != "response.completed" || text.String() != "one two three four" {
+		t.Fatalf("resumed to %s with %q", last.Type, text.String())
 	}
 }
