@@ -28,7 +28,8 @@ import (
 type Options struct {
 	// Client starts and steers the actions. Required. Give it the data
 	// converter its Temporal client was dialed with (WithDataConverter)
-	// when payloads are encrypted, and the result store (WithResults).
+	// when payloads are encrypted, the result store (WithResults), and
+	// the namespace (WithNamespace), which deleting a response needs.
 	Client *durallm.Client
 	// Models are the models served. Required; validated by New.
 	Models Config

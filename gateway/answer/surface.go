@@ -83,7 +83,8 @@ const (
 	Start Op = iota + 1
 	// Read answers with the action the {id} names (the caller's own, or
 	// any for an operator): its answer if it ended, an InProgress
-	// problem if not; with ?stream=true its stream, live until it ends,
+	// problem if not (a Stored surface's object whatever its state:
+	// Stored.Pending, Stored.Unanswered); with ?stream=true its stream, live until it ends,
 	// after the numbered event starting_after=N when given.
 	Read
 	// Unserved answers the route's Problem once the caller is

@@ -326,3 +326,31 @@ func TestResponsesBackgroundStreamOutlivesItsCallerAndResumes(t *testing.T) {
 		t.Fatalf("resumed to %s with %q", last.Type, text.String())
 	}
 }
+
+// background and previous_response_id of the wrong type are 400s naming
+// them; null asks for nothing.
+func TestResponsesStateMembersAreRead(t *testing.T) {
+	s := newGateway(t)
+	s.p.SetDefault(providertest.Answer("ok"))
+	for body, param := range map[string]string{
+		`{"model":"demo","input":"hi","background":"yes"}`:        "background",
+		`{"model":"demo","input":"hi","previous_response_id":5}`:  "previous_response_id",
+		`{"model":"demo","input":"hi","previous_response_id":""}`: "previous_response_id",
+	} {
+		resp, b := s.do(testCtx(t), http.MethodPost, "/v1/responses", tokenA, body, nil)
+		var e struct {
+			Error struct {
+				Param string `json:"param"`
+			} `json:"error"`
+		}
+		if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(b, &e) != nil || e.Error.Param != param {
+			t.Errorf("%s: %d %s, want a 400 naming %s", body, resp.StatusCode, b, param)
+		}
+	}
+	if resp, b := s.do(testCtx(t), http.MethodPost, "/v1/responses", tokenA, `{"model":"demo","input":"hi","previous_response_id":null,"background":false}`, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("null and false: %d %s", resp.StatusCode, b)
+	}
+	if n := s.executed(); n != 1 {
+		t.Fatalf("%d requests executed, want 1", n)
+	}
+}
