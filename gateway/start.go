@@ -205,6 +205,18 @@ func (g *Gateway) find(ctx context.Context, id string, memo gatewayMemo, m Model
 		return nil, &answer.Problem{Kind: answer.KeyReused, Param: IdempotencyHeader,
 			Message: "this Idempotency-Key was used with another request body; use a new key for a new request"}
 	}
+	if !d.Running {
+		// Its caller deleted it: the key names nothing to answer with,
+		// and cannot start another until Temporal has removed it.
+		deleted, err := g.c.Deleted(ctx, id, d.RunID)
+		if err != nil {
+			return nil, g.readFailed(id, err)
+		}
+		if deleted {
+			return nil, &answer.Problem{Kind: answer.Conflict, Code: "action_deleted", Param: IdempotencyHeader,
+				Message: "the action this Idempotency-Key named was deleted; use a new key for a new request"}
+		}
+	}
 	s := &session{act: g.c.Get(id), who: have.identity(id), replayed: !d.Running, found: true, keyed: memo.Keyed, model: m}
 	s.act.RunID = d.RunID
 	if s.replayed {

@@ -250,11 +250,12 @@ func (g *Gateway) continued(ctx context.Context, caller Caller, surf answer.Surf
 	return surf.(answer.Continuer).Continue(req, answer.Earlier{Identity: who, Request: in.Request, Answer: answerOf(who, res, o)})
 }
 
-// readFailed is the problem of an earlier action that could not be read.
+// readFailed is the problem of an action a request names (an earlier one
+// it continues, the one its key names) that could not be read.
 func (g *Gateway) readFailed(id string, err error) *answer.Problem {
 	if unavailable(err) {
 		return temporalUnreachable("Temporal is not reachable; nothing was started")
 	}
-	g.log.Error("gateway: reading an earlier action failed", "action_id", id, "error", err)
-	return &answer.Problem{Kind: answer.Internal, Message: "the earlier action could not be read; nothing was started"}
+	g.log.Error("gateway: reading an action a request names failed", "action_id", id, "error", err)
+	return &answer.Problem{Kind: answer.Internal, Message: "an action the request names could not be read; nothing was started"}
 }

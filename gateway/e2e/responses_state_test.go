@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/durallm/durallm/testsuite/providertest"
@@ -352,5 +353,30 @@ func TestResponsesStateMembersAreRead(t *testing.T) {
 	}
 	if n := s.executed(); n != 1 {
 		t.Fatalf("%d requests executed, want 1", n)
+	}
+}
+
+// A request sent again with the key of a response its caller deleted
+// gets no answer of the deleted response: a 409 that says so, and the
+// provider does not run again.
+func TestResponsesKeyOfADeletedResponseIsRefused(t *testing.T) {
+	s := newGateway(t)
+	s.p.SetDefault(providertest.Answer("soon gone"))
+	c := s.client(tokenA)
+	key := option.WithHeader("Idempotency-Key", "deleted-then-resent")
+	r, err := c.Responses.New(testCtx(t), responseParams("demo", "forget this"), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Responses.Delete(testCtx(t), r.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Responses.New(testCtx(t), responseParams("demo", "forget this"), key)
+	var e *openai.Error
+	if !errors.As(err, &e) || e.StatusCode != http.StatusConflict || e.Code != "action_deleted" {
+		t.Fatalf("resent after the delete: %v, want 409 action_deleted", err)
+	}
+	if n := s.executed(); n != 1 {
+		t.Fatalf("the provider ran %d times, want 1", n)
 	}
 }
