@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -113,14 +112,7 @@ func TestResponsesCancelOfABackgroundResponseIsTheCallersStop(t *testing.T) {
 
 func TestResponsesConversationAcrossGatewayRestarts(t *testing.T) {
 	s := newGateway(t)
-	var mu sync.Mutex
-	var bodies [][]byte
-	s.p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		bodies = append(bodies, r.Body)
-		return providertest.Behavior{}, false
-	})
+	sent := captureBodies(s)
 	s.p.Push(providertest.Answer("answer one"), providertest.Answer("answer two"), providertest.Answer("answer three"))
 	// Each turn goes to a gateway started after the previous turn ended:
 	// none holds anything of the conversation but what Temporal does.
@@ -147,8 +139,7 @@ func TestResponsesConversationAcrossGatewayRestarts(t *testing.T) {
 	if r3.OutputText() != "answer three" {
 		t.Fatalf("third turn: %s", r3.RawJSON())
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	bodies := sent()
 	if len(bodies) != 3 || s.executed() != 3 {
 		t.Fatalf("%d requests sent, %d executed, want 3", len(bodies), s.executed())
 	}

@@ -213,6 +213,24 @@ func TestStoredDeleteOfARunningActionCancelsItFirst(t *testing.T) {
 	}
 }
 
+// captureBodies has the provider keep every request body it gets; the
+// function returns them so far.
+func captureBodies(s *gwStack) func() [][]byte {
+	var mu sync.Mutex
+	var bodies [][]byte
+	s.p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		bodies = append(bodies, r.Body)
+		return providertest.Behavior{}, false
+	})
+	return func() [][]byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([][]byte(nil), bodies...)
+	}
+}
+
 // messagesOf are the messages of the request the provider received.
 func messagesOf(t *testing.T, body []byte) []string {
 	t.Helper()
@@ -233,14 +251,7 @@ func messagesOf(t *testing.T, body []byte) []string {
 
 func TestStoredConversationContinuesAcrossGatewayRestarts(t *testing.T) {
 	s := newGateway(t, withStored)
-	var mu sync.Mutex
-	var bodies [][]byte
-	s.p.Script(func(r providertest.Request) (providertest.Behavior, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		bodies = append(bodies, r.Body)
-		return providertest.Behavior{}, false
-	})
+	sent := captureBodies(s)
 	s.p.Push(providertest.Answer("answer one"), providertest.Answer("answer two"), providertest.Answer("answer three"))
 	// Each turn goes to a gateway started after the previous turn ended,
 	// which holds nothing of it: the conversation is Temporal's.
@@ -250,8 +261,7 @@ func TestStoredConversationContinuesAcrossGatewayRestarts(t *testing.T) {
 	if third.Text != "answer three" {
 		t.Fatalf("third turn: %+v", third)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	bodies := sent()
 	if len(bodies) != 3 || s.executed() != 3 {
 		t.Fatalf("%d requests sent, %d executed, want 3", len(bodies), s.executed())
 	}

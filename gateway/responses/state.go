@@ -218,50 +218,23 @@ type listed struct {
 }
 
 // Items lists the request's items but its instructions, as input_items
-// does: newest first unless order=asc; after an item id; limit 1 to 100,
-// 20 by default.
+// does, paged as answer.ListPage pages them (newest first by default).
 func (Surface) Items(who answer.Identity, req providers.Request, q url.Values) ([]byte, *answer.Problem) {
 	msgs := req.Messages
 	if keptOf(who.Kept).Instructions && len(msgs) > 0 {
 		msgs = msgs[1:]
 	}
 	items := inputItems(msgs)
-	switch q.Get("order") {
-	case "", "desc":
-		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
-			items[i], items[j] = items[j], items[i]
-		}
-	case "asc":
-	default:
-		return nil, problem("order", "order must be asc or desc")
+	idx, more, p := answer.ListPage(len(items), func(i int) string { return items[i].id }, q)
+	if p != nil {
+		return nil, p
 	}
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return nil, problem("limit", "limit must be 1 to 100")
-		}
-		limit = n
+	page := wireItemList{Object: "list", Data: []any{}, HasMore: more}
+	for _, i := range idx {
+		page.Data = append(page.Data, items[i].item)
 	}
-	if after := q.Get("after"); after != "" {
-		found := false
-		for i, it := range items {
-			if it.id == after {
-				items, found = items[i+1:], true
-				break
-			}
-		}
-		if !found {
-			return nil, problem("after", "after names no item of this response")
-		}
-	}
-	page := wireItemList{Object: "list", Data: []any{}, HasMore: len(items) > limit}
-	items = items[:min(limit, len(items))]
-	for _, it := range items {
-		page.Data = append(page.Data, it.item)
-	}
-	if len(items) > 0 {
-		first, last := items[0].id, items[len(items)-1].id
+	if len(idx) > 0 {
+		first, last := items[idx[0]].id, items[idx[len(idx)-1]].id
 		page.FirstID, page.LastID = &first, &last
 	}
 	b, _ := json.Marshal(page) // only marshallable values

@@ -163,8 +163,7 @@ func (Stored) Deleted(id string) []byte {
 }
 
 // Items lists the request's messages but its instructions, item i's id
-// "item_i", newest first unless order=asc; after names an item id;
-// limit is 1 to 100, 20 by default.
+// "item_i", paged as answer.ListPage pages them.
 func (Stored) Items(who answer.Identity, req providers.Request, q url.Values) ([]byte, *answer.Problem) {
 	msgs := req.Messages
 	if keptOf(who).Instructions && len(msgs) > 0 {
@@ -174,32 +173,14 @@ func (Stored) Items(who answer.Identity, req providers.Request, q url.Values) ([
 	for i, m := range msgs {
 		items[i] = StoredItem{ID: "item_" + strconv.Itoa(i), Role: m.Role, Text: textOf(m)}
 	}
-	switch q.Get("order") {
-	case "", "desc":
-		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
-			items[i], items[j] = items[j], items[i]
-		}
-	case "asc":
-	default:
-		return nil, &answer.Problem{Kind: answer.InvalidRequest, Param: "order", Message: "order is asc or desc"}
+	idx, more, p := answer.ListPage(len(items), func(i int) string { return items[i].ID }, q)
+	if p != nil {
+		return nil, p
 	}
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return nil, &answer.Problem{Kind: answer.InvalidRequest, Param: "limit", Message: "limit is 1 to 100"}
-		}
-		limit = n
+	page := StoredItems{Object: "list", Data: []StoredItem{}, HasMore: more}
+	for _, i := range idx {
+		page.Data = append(page.Data, items[i])
 	}
-	if after := q.Get("after"); after != "" {
-		for i, it := range items {
-			if it.ID == after {
-				items = items[i+1:]
-				break
-			}
-		}
-	}
-	page := StoredItems{Object: "list", Data: items[:min(limit, len(items))], HasMore: len(items) > limit}
 	b, _ := json.Marshal(page)
 	return b, nil
 }
