@@ -2,11 +2,11 @@ package providers
 
 import "encoding/json"
 
-// validJSON reports what json.Valid reports, faster for the value that
+// ValidJSON reports what json.Valid reports, faster for the value that
 // makes a request large: one JSON string (a long text content). A string
 // is checked by a loop over its bytes, as encoding/json's scanner would
 // check it (no UTF-8 check, as there); anything else goes to json.Valid.
-func validJSON(b []byte) bool {
+func ValidJSON(b []byte) bool {
 	i := skipSpace(b, 0)
 	if i == len(b) || b[i] != '"' {
 		return json.Valid(b)

@@ -19,8 +19,8 @@ var validJSONCases = []string{
 func TestValidJSONAgreesWithTheStandardLibrary(t *testing.T) {
 	long, _ := json.Marshal(strings.Repeat("a line of \"text\", with <tags> & a tab\t\n", 1000))
 	for _, c := range append(validJSONCases, string(long), string(long[:len(long)-1]), string(long)+"]") {
-		if got, want := validJSON([]byte(c)), json.Valid([]byte(c)); got != want {
-			t.Errorf("validJSON(%q) = %v, json.Valid says %v", c, got, want)
+		if got, want := ValidJSON([]byte(c)), json.Valid([]byte(c)); got != want {
+			t.Errorf("ValidJSON(%q) = %v, json.Valid says %v", c, got, want)
 		}
 	}
 }
@@ -30,8 +30,8 @@ func FuzzValidJSON(f *testing.F) {
 		f.Add([]byte(c))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := validJSON(b), json.Valid(b); got != want {
-			t.Errorf("validJSON(%q) = %v, json.Valid says %v", b, got, want)
+		if got, want := ValidJSON(b), json.Valid(b); got != want {
+			t.Errorf("ValidJSON(%q) = %v, json.Valid says %v", b, got, want)
 		}
 	})
 }
@@ -45,7 +45,7 @@ func BenchmarkValidJSON(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		valid func([]byte) bool
-	}{{"json.Valid", json.Valid}, {"validJSON", validJSON}} {
+	}{{"json.Valid", json.Valid}, {"ValidJSON", ValidJSON}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(content)))
 			for b.Loop() {
