@@ -433,17 +433,22 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// parseBody fills Model and Stream from a JSON request body. Anything
+// parseBody fills Model and Stream (and what keep reads) from a JSON
+// request body. Anything
 // unreadable just leaves them empty: the body belongs to the client under
 // test, and a fault-injecting server must not fail on it.
 func parseBody(req *Request) {
 	var in struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
+		Model    string          `json:"model"`
+		Stream   bool            `json:"stream"`
+		Store    bool            `json:"store"`
+		Metadata json.RawMessage `json:"metadata"`
 	}
-	// On a type mismatch Unmarshal still fills the members it can.
-	_ = json.Unmarshal(req.Body, &in)
+	// On a type mismatch Unmarshal still fills the members it can; the
+	// completion is stored only for a body that decodes whole.
+	err := json.Unmarshal(req.Body, &in)
 	req.Model, req.Stream = in.Model, in.Stream
+	req.store, req.metadata = in.Store && err == nil, in.Metadata
 }
 
 // splitWords cuts text into words, each after the first keeping the
