@@ -2,7 +2,9 @@ package claimcheck
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -147,6 +149,31 @@ func (d *dataConverter) ToPayloads(values ...any) (*commonpb.Payloads, error) {
 	return &commonpb.Payloads{Payloads: out}, nil
 }
 
+// SelfChecking is a value whose UnmarshalJSON checks the whole of what it
+// is given, as json.Unmarshal does (it decodes it with json.Unmarshal):
+// the converter hands it a JSON payload's data directly, without the
+// check of the whole input json.Unmarshal makes before it calls
+// UnmarshalJSON, so a large payload is scanned once, not twice.
+// workflows.ActionInput is one.
+type SelfChecking interface {
+	json.Unmarshaler
+	ChecksItsJSON()
+}
+
+// fromPayload is the parent's FromPayload, or a SelfChecking value's own
+// decoding of a JSON payload.
+func (d *dataConverter) fromPayload(p *commonpb.Payload, valuePtr any) error {
+	v, ok := valuePtr.(SelfChecking)
+	if !ok || string(p.GetMetadata()[converter.MetadataEncoding]) != converter.MetadataEncodingJSON {
+		return d.parent.FromPayload(p, valuePtr)
+	}
+	if err := v.UnmarshalJSON(p.GetData()); err != nil {
+		// As the SDK's JSON payload converter reports it.
+		return fmt.Errorf("%w: %v", converter.ErrUnableToDecode, err)
+	}
+	return nil
+}
+
 // FromPayload implements converter.DataConverter.
 func (d *dataConverter) FromPayload(p *commonpb.Payload, valuePtr any) error {
 	if p == nil {
@@ -156,7 +183,7 @@ func (d *dataConverter) FromPayload(p *commonpb.Payload, valuePtr any) error {
 	if err != nil {
 		return err
 	}
-	return d.parent.FromPayload(out[0], valuePtr)
+	return d.fromPayload(out[0], valuePtr)
 }
 
 // FromPayloads implements converter.DataConverter.
@@ -168,7 +195,19 @@ func (d *dataConverter) FromPayloads(ps *commonpb.Payloads, valuePtrs ...any) er
 	if err != nil {
 		return err
 	}
-	return d.parent.FromPayloads(&commonpb.Payloads{Payloads: out}, valuePtrs...)
+	if !slices.ContainsFunc(valuePtrs, func(v any) bool { _, ok := v.(SelfChecking); return ok }) {
+		return d.parent.FromPayloads(&commonpb.Payloads{Payloads: out}, valuePtrs...)
+	}
+	// The parent's loop (converter.CompositeDataConverter.FromPayloads).
+	for i, p := range out {
+		if i >= len(valuePtrs) {
+			break
+		}
+		if err := d.fromPayload(p, valuePtrs[i]); err != nil {
+			return fmt.Errorf("payload item %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // ToString implements converter.DataConverter.

@@ -36,6 +36,11 @@ func (in *ActionInput) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// ChecksItsJSON marks ActionInput as claimcheck.SelfChecking: its
+// UnmarshalJSON decodes with json.Unmarshal, which checks the whole input,
+// so a data converter may skip its own check of a large request.
+func (*ActionInput) ChecksItsJSON() {}
+
 // WithDefaults fills the zero values documented on ActionInput, using
 // workflowID as the default idempotency key.
 func (in ActionInput) WithDefaults(workflowID string) ActionInput {
