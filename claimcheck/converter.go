@@ -123,9 +123,34 @@ func (d *dataConverter) decode(ps []*commonpb.Payload) ([]*commonpb.Payload, err
 	return out, nil
 }
 
+// SelfEncoding is a value that writes its own JSON payload: JSON that
+// json.Unmarshal decodes as it decodes json.Marshal's output for the
+// value, and an error where json.Marshal has one. The converter takes it
+// instead of json.Marshal's, which compacts every verbatim member
+// (json.RawMessage) with a pass of its scanner, so a large request is
+// not scanned on its way into a payload. workflows.ActionInput and
+// attempt.Input are.
+type SelfEncoding interface {
+	JSONPayload() ([]byte, error)
+}
+
+// toPayload is the parent's ToPayload, or a SelfEncoding value's own JSON.
+func (d *dataConverter) toPayload(value any) (*commonpb.Payload, error) {
+	v, ok := value.(SelfEncoding)
+	if !ok {
+		return d.parent.ToPayload(value)
+	}
+	data, err := v.JSONPayload()
+	if err != nil {
+		// As the SDK's JSON payload converter reports it.
+		return nil, fmt.Errorf("%w: %v", converter.ErrUnableToEncode, err)
+	}
+	return &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(converter.MetadataEncodingJSON)}, Data: data}, nil
+}
+
 // ToPayload implements converter.DataConverter.
 func (d *dataConverter) ToPayload(value any) (*commonpb.Payload, error) {
-	p, err := d.parent.ToPayload(value)
+	p, err := d.toPayload(value)
 	if p == nil || err != nil {
 		return p, err
 	}
@@ -136,9 +161,27 @@ func (d *dataConverter) ToPayload(value any) (*commonpb.Payload, error) {
 	return out[0], nil
 }
 
+// toPayloads is the parent's ToPayloads, with SelfEncoding values' own
+// JSON.
+func (d *dataConverter) toPayloads(values []any) (*commonpb.Payloads, error) {
+	if !slices.ContainsFunc(values, func(v any) bool { _, ok := v.(SelfEncoding); return ok }) {
+		return d.parent.ToPayloads(values...)
+	}
+	// The parent's loop (converter.CompositeDataConverter.ToPayloads).
+	ps := &commonpb.Payloads{}
+	for i, v := range values {
+		p, err := d.toPayload(v)
+		if err != nil {
+			return nil, fmt.Errorf("values[%d]: %w", i, err)
+		}
+		ps.Payloads = append(ps.Payloads, p)
+	}
+	return ps, nil
+}
+
 // ToPayloads implements converter.DataConverter.
 func (d *dataConverter) ToPayloads(values ...any) (*commonpb.Payloads, error) {
-	ps, err := d.parent.ToPayloads(values...)
+	ps, err := d.toPayloads(values)
 	if ps == nil || err != nil {
 		return ps, err
 	}

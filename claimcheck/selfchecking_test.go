@@ -11,6 +11,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/claimcheck"
 	"github.com/durallm/durallm/providers"
 	"github.com/durallm/durallm/workflows"
@@ -77,5 +78,68 @@ func TestASelfCheckingValueRefusesAPayloadThatIsNotJSON(t *testing.T) {
 		if err := dc.FromPayloads(&commonpb.Payloads{Payloads: []*commonpb.Payload{p}}, &in); !errors.Is(err, converter.ErrUnableToDecode) {
 			t.Errorf("%q: FromPayloads err = %v, want ErrUnableToDecode", data, err)
 		}
+	}
+}
+
+var (
+	_ claimcheck.SelfEncoding = workflows.ActionInput{}
+	_ claimcheck.SelfEncoding = attempt.Input{}
+)
+
+// TestASelfEncodingValueDecodesAsItsJSONMarshalDoes: an ActionInput and
+// an attempt's Input with every member set, written by the converter
+// (their own JSON), decode to what json.Marshal's output decodes to.
+func TestASelfEncodingValueDecodesAsItsJSONMarshalDoes(t *testing.T) {
+	dc := forWorkflow(claimcheck.DataConverter(dirStore(t), claimcheck.Options{Logger: quiet}), "wf")
+	req := providers.Request{
+		Messages:   []providers.Message{providers.TextMessage("user", strings.Repeat("<x> & y ", 1<<10)), {Role: "tool", Content: json.RawMessage(`"ok"`), ToolCallID: "c"}},
+		Tools:      []json.RawMessage{json.RawMessage(`{"type":"function"}`)},
+		ToolChoice: json.RawMessage(`"auto"`), Stream: true, Params: map[string]json.RawMessage{"max_tokens": json.RawMessage(`64`)},
+	}
+	budget := workflows.Budget{Tokens: 1000}
+	values := []any{
+		workflows.ActionInput{
+			Request: req, Routes: []string{"a", "b"}, Needs: providers.Capabilities{Tools: true}, MaxAttempts: 3,
+			Deadline: time.Minute, AttemptTimeout: time.Second, QueueTimeout: 2 * time.Second, ReconcileTimeout: time.Hour,
+			ReplayPolicy: workflows.ReplayIdempotent, IdempotencyKey: "k", Backoff: workflows.Backoff{Initial: time.Second, Max: time.Minute},
+			RetriesPerRoute: 2, NotifyParent: true, Budget: &budget, Caller: "c",
+		},
+		workflows.ActionInput{Routes: []string{"a"}},
+		attempt.Input{ActionRef: "a", Attempt: 2, AttemptID: "r-2", IdempotencyKey: "k", Route: "r", Request: req, Avoid: []string{"c1"},
+			FreshConnection: true, AfterMisdirected: true, Timeout: time.Second, Caller: "c", CapacityWait: time.Minute},
+	}
+	for _, v := range values {
+		p, err := dc.ToPayload(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := dc.ToPayloads(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []*commonpb.Payload{p, ps.Payloads[0]} {
+			got := reflect.New(reflect.TypeOf(v))
+			if err := dc.FromPayload(p, got.Interface()); err != nil {
+				t.Fatal(err)
+			}
+			wantV := reflect.New(reflect.TypeOf(v))
+			if err := json.Unmarshal(want, wantV.Interface()); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Elem().Interface(), wantV.Elem().Interface()) {
+				t.Errorf("%T: the converter's payload decodes to\n%+v\njson.Marshal's to\n%+v", v, got.Elem().Interface(), wantV.Elem().Interface())
+			}
+		}
+	}
+	bad := workflows.ActionInput{Request: providers.Request{Messages: []providers.Message{{Role: "user", Content: json.RawMessage(`"open`)}}}, Routes: []string{"a"}}
+	if _, err := dc.ToPayload(bad); !errors.Is(err, converter.ErrUnableToEncode) {
+		t.Errorf("a request that is not JSON: err = %v, want ErrUnableToEncode", err)
+	}
+	if _, err := dc.ToPayloads("x", bad); !errors.Is(err, converter.ErrUnableToEncode) {
+		t.Errorf("ToPayloads, a request that is not JSON: err = %v, want ErrUnableToEncode", err)
 	}
 }

@@ -1,6 +1,11 @@
 package providers
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+)
 
 // ValidJSON reports what json.Valid reports, faster for the value that
 // makes a request large: one JSON string (a long text content). A string
@@ -71,4 +76,122 @@ func stringEnd(b []byte, i int) (int, bool) {
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// AppendJSON appends r's JSON to b: what json.Marshal writes for r, with
+// every verbatim member (content, tool_calls, tools, tool_choice,
+// response_format, params) copied as it is rather than compacted and
+// HTML-escaped, so a long content costs a check (ValidJSON) and a copy,
+// not a pass of encoding/json's scanner. It decodes to the same Request.
+// A verbatim member that is not JSON is an error wrapping
+// ErrInvalidRequest, as it is an error for json.Marshal.
+func (r Request) AppendJSON(b []byte) ([]byte, error) {
+	var err error
+	raw := func(field string, v json.RawMessage) {
+		switch {
+		case err != nil:
+		case len(v) == 0:
+			b = append(b, "null"...)
+		case !ValidJSON(v):
+			err = fmt.Errorf("%w: %s: invalid JSON", ErrInvalidRequest, field)
+		default:
+			b = append(b, v...)
+		}
+	}
+	str := func(s string) {
+		q, _ := json.Marshal(s) // a string always encodes
+		b = append(b, q...)
+	}
+	b = append(b, `{"messages":`...)
+	if r.Messages == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, m := range r.Messages {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			field := "messages[" + strconv.Itoa(i) + "]"
+			b = append(b, `{"role":`...)
+			str(m.Role)
+			if len(m.Content) > 0 {
+				b = append(b, `,"content":`...)
+				raw(field+".content", m.Content)
+			}
+			if m.Name != "" {
+				b = append(b, `,"name":`...)
+				str(m.Name)
+			}
+			if len(m.ToolCalls) > 0 {
+				b = append(b, `,"tool_calls":`...)
+				raw(field+".tool_calls", m.ToolCalls)
+			}
+			if m.ToolCallID != "" {
+				b = append(b, `,"tool_call_id":`...)
+				str(m.ToolCallID)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if len(r.Tools) > 0 {
+		b = append(b, `,"tools":[`...)
+		for i, t := range r.Tools {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			raw("tools["+strconv.Itoa(i)+"]", t)
+		}
+		b = append(b, ']')
+	}
+	if len(r.ToolChoice) > 0 {
+		b = append(b, `,"tool_choice":`...)
+		raw("tool_choice", r.ToolChoice)
+	}
+	if len(r.ResponseFormat) > 0 {
+		b = append(b, `,"response_format":`...)
+		raw("response_format", r.ResponseFormat)
+	}
+	if r.Stream {
+		b = append(b, `,"stream":true`...)
+	}
+	if len(r.Params) > 0 {
+		keys := make([]string, 0, len(r.Params))
+		for k := range r.Params {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys) // as json.Marshal orders a map
+		b = append(b, `,"params":{`...)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			str(k)
+			b = append(b, ':')
+			raw("params["+strconv.Quote(k)+"]", r.Params[k])
+		}
+		b = append(b, '}')
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// WithRequestMember is the JSON object obj (as json.Marshal writes an
+// object: "{}" or "{" members "}") with a "request" member first, r as
+// AppendJSON writes it: the JSON of a value that holds a Request, its
+// other members encoded by json.Marshal.
+func WithRequestMember(obj []byte, r Request) ([]byte, error) {
+	if len(obj) < 2 || obj[0] != '{' {
+		return nil, fmt.Errorf("providers: %q is not a JSON object", obj)
+	}
+	b, err := r.AppendJSON(append(make([]byte, 0, len(obj)+64), `{"request":`...))
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if string(obj) == "{}" {
+		return append(b, '}'), nil
+	}
+	return append(append(b, ','), obj[1:]...), nil
 }

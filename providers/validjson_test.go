@@ -2,6 +2,7 @@ package providers
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -54,5 +55,74 @@ func BenchmarkValidJSON(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestAppendJSONDecodesAsJSONMarshalDoes: what AppendJSON writes decodes
+// to the request json.Marshal's output decodes to, its verbatim members
+// the same JSON (json.Marshal writes them compacted).
+func TestAppendJSONDecodesAsJSONMarshalDoes(t *testing.T) {
+	for _, r := range []Request{
+		{},
+		{Messages: []Message{}},
+		{Messages: []Message{TextMessage("user", "hi <b> & \"you\"\n")}},
+		{
+			Messages: []Message{
+				TextMessage("system", "be brief"),
+				{Role: "user", Content: json.RawMessage(" [ {\"type\": \"text\", \"text\": \"<x>\"} ] "), Name: "ann & bob"},
+				{Role: "assistant", ToolCalls: json.RawMessage(`[{"id": "c1"}]`)},
+				{Role: "tool", Content: json.RawMessage(`"ok"`), ToolCallID: "c1"},
+			},
+			Tools:          []json.RawMessage{json.RawMessage(`{"type": "function"}`), json.RawMessage(`{"type":"custom"}`)},
+			ToolChoice:     json.RawMessage(`"auto"`),
+			ResponseFormat: json.RawMessage(`{"type":"json_schema"}`),
+			Stream:         true,
+			Params:         map[string]json.RawMessage{"temperature": json.RawMessage(`0.5`), "b<>": json.RawMessage(`{"x": [1, 2]}`), "a": json.RawMessage(`null`)},
+		},
+	} {
+		b, err := r.AppendJSON([]byte("prefix"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b[:6]) != "prefix" || !json.Valid(b[6:]) {
+			t.Fatalf("AppendJSON(%+v) = %s", r, b)
+		}
+		var got, want Request
+		if err := json.Unmarshal(b[6:], &got); err != nil {
+			t.Fatal(err)
+		}
+		m, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(m, &want); err != nil {
+			t.Fatal(err)
+		}
+		// json.Marshal compacts verbatim members: compare the two
+		// decodings as json.Marshal writes them.
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		if string(g) != string(w) {
+			t.Errorf("AppendJSON decodes to\n%s\njson.Marshal's to\n%s", g, w)
+		}
+	}
+}
+
+// TestAppendJSONRefusesAMemberThatIsNotJSON, as json.Marshal does.
+func TestAppendJSONRefusesAMemberThatIsNotJSON(t *testing.T) {
+	for _, r := range []Request{
+		{Messages: []Message{{Role: "user", Content: json.RawMessage(`"open`)}}},
+		{Messages: []Message{{Role: "assistant", ToolCalls: json.RawMessage(`[`)}}},
+		{Tools: []json.RawMessage{json.RawMessage(`{`)}},
+		{ToolChoice: json.RawMessage(`auto`)},
+		{ResponseFormat: json.RawMessage(`{"type"}`)},
+		{Params: map[string]json.RawMessage{"t": json.RawMessage(`0.5.`)}},
+	} {
+		if _, err := r.AppendJSON(nil); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("%+v: err = %v, want ErrInvalidRequest", r, err)
+		}
+		if _, err := json.Marshal(r); err == nil {
+			t.Errorf("%+v: json.Marshal accepts it", r)
+		}
 	}
 }
