@@ -443,12 +443,26 @@ func parseBody(req *Request) {
 		Stream   bool            `json:"stream"`
 		Store    bool            `json:"store"`
 		Metadata json.RawMessage `json:"metadata"`
+		// Decoded into nothing, so that a message's string members (a
+		// long content) are skipped by the decoder's quick pass over a
+		// string, not by its scanner: a large body costs the provider one
+		// scan (Unmarshal's check), not two.
+		Messages []struct{} `json:"messages"`
 	}
-	// On a type mismatch Unmarshal still fills the members it can; the
-	// completion is stored only for a body that decodes whole.
+	// On a type mismatch Unmarshal still fills the members it can.
 	err := json.Unmarshal(req.Body, &in)
 	req.Model, req.Stream = in.Model, in.Stream
-	req.store, req.metadata = in.Store && err == nil, in.Metadata
+	req.store, req.metadata = in.Store, in.Metadata
+	if err != nil {
+		// The completion is stored only when store and metadata decode,
+		// whatever the other members hold.
+		var kept struct {
+			Store    bool            `json:"store"`
+			Metadata json.RawMessage `json:"metadata"`
+		}
+		err = json.Unmarshal(req.Body, &kept)
+		req.store, req.metadata = kept.Store && err == nil, kept.Metadata
+	}
 }
 
 // splitWords cuts text into words, each after the first keeping the
