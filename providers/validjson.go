@@ -3,6 +3,7 @@ package providers
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -102,6 +103,8 @@ func (r Request) AppendJSON(b []byte) ([]byte, error) {
 		q, _ := json.Marshal(s) // a string always encodes
 		b = append(b, q...)
 	}
+	// One allocation for the whole of it, however large the contents.
+	b = slices.Grow(b, r.jsonSize())
 	b = append(b, `{"messages":`...)
 	if r.Messages == nil {
 		b = append(b, "null"...)
@@ -178,6 +181,23 @@ func (r Request) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// jsonSize is about the size of r's JSON: its members' sizes and a
+// little for their names and quotes (strings that need escapes grow a
+// little more).
+func (r Request) jsonSize() int {
+	n := 128 + len(r.ToolChoice) + len(r.ResponseFormat)
+	for _, m := range r.Messages {
+		n += 64 + len(m.Role) + len(m.Content) + len(m.Name) + len(m.ToolCalls) + len(m.ToolCallID)
+	}
+	for _, t := range r.Tools {
+		n += 1 + len(t)
+	}
+	for k, v := range r.Params {
+		n += 4 + len(k) + len(v)
+	}
+	return n
+}
+
 // WithRequestMember is the JSON object obj (as json.Marshal writes an
 // object: "{}" or "{" members "}") with a "request" member first, r as
 // AppendJSON writes it: the JSON of a value that holds a Request, its
@@ -186,7 +206,7 @@ func WithRequestMember(obj []byte, r Request) ([]byte, error) {
 	if len(obj) < 2 || obj[0] != '{' {
 		return nil, fmt.Errorf("providers: %q is not a JSON object", obj)
 	}
-	b, err := r.AppendJSON(append(make([]byte, 0, len(obj)+64), `{"request":`...))
+	b, err := r.AppendJSON(append(make([]byte, 0, len(obj)+r.jsonSize()+16), `{"request":`...))
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
