@@ -3,7 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-
+	"io"
 	"net/http"
 	"strconv"
 
@@ -51,10 +51,12 @@ func (g *Gateway) temporalFailed(w http.ResponseWriter, c *call, err error) {
 }
 
 // readQuery reads a read's query: ?stream=true, and starting_after=N
-// (resume says it was given).
+// (resume says it was given). A body {"stream": true} also asks for the
+// stream: openai-go's Responses.GetStreaming sends it so, on a GET, with
+// the cursor in the query.
 func readQuery(r *http.Request) (stream, resume bool, after uint64, p *answer.Problem) {
 	q := r.URL.Query()
-	stream = q.Get("stream") == "true"
+	stream = q.Get("stream") == "true" || streamInBody(r)
 	if q.Has("starting_after") {
 		n, err := strconv.ParseUint(q.Get("starting_after"), 10, 64)
 		if err != nil {
@@ -63,6 +65,19 @@ func readQuery(r *http.Request) (stream, resume bool, after uint64, p *answer.Pr
 		resume, after = true, n
 	}
 	return stream, resume, after, nil
+}
+
+// streamInBody reports a read whose body is a JSON object with stream:
+// true; any other body (none, or more than a small object) asks for
+// nothing.
+func streamInBody(r *http.Request) bool {
+	if r.Body == nil || r.ContentLength == 0 {
+		return false
+	}
+	var b struct {
+		Stream bool `json:"stream"`
+	}
+	return json.NewDecoder(io.LimitReader(r.Body, 1<<10)).Decode(&b) == nil && b.Stream
 }
 
 // read answers a surface's Read request: the action's answer once it

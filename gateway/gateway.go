@@ -16,9 +16,12 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/gateway/answer"
+	"github.com/durallm/durallm/gateway/callerbudget"
 	"github.com/durallm/durallm/gateway/chat"
 	"github.com/durallm/durallm/gateway/messages"
+	"github.com/durallm/durallm/gateway/responses"
 	"github.com/durallm/durallm/resultstore"
 )
 
@@ -83,8 +86,22 @@ type Options struct {
 	// after the caller's max_in_flight place is taken: a body that has
 	// not arrived in time is a 408. Zero means 30s.
 	BodyTimeout time.Duration
+	// Spend keeps the callers' budgets (Caller.Budget; package
+	// gateway/callerbudget): required when a caller has one. The gateway
+	// does not close it. Nil means none.
+	Spend callerbudget.Store
+	// Routes describe the models' routes (their kind, prices and
+	// image_tokens) for the worst case a caller's budget reserves; a route
+	// missing here counts as an openai route without prices. Nil means
+	// none.
+	Routes map[string]attempt.RouteInfo
+	// SpendSweep is how often the gateway settles holds of actions that
+	// ended while no gateway watched them, looking at holds two sweeps
+	// old. Zero means DefaultSpendSweep.
+	SpendSweep time.Duration
 	// Surfaces are the front doors served beside OpenAI chat completions
-	// (package gateway/chat) and Anthropic's Messages (package
+	// (package gateway/chat), OpenAI's Responses (package
+	// gateway/responses) and Anthropic's Messages (package
 	// gateway/messages), which are always served; the action endpoints
 	// answer in chat's shape, the models endpoints in the shape of the
 	// surface whose clients sent the request (answer.Claimant), else
@@ -119,6 +136,9 @@ type Gateway struct {
 	// keylessRetries counts requests without a key that an SDK marked as
 	// retries (X-Stainless-Retry-Count > 0): each one is a new generation.
 	keylessRetries atomic.Int64
+
+	// spend is the callers' budgets; nil without Options.Spend.
+	spend *spending
 }
 
 // Defaults of Options.
@@ -171,7 +191,7 @@ func New(o Options) (*Gateway, error) {
 		o.BodyTimeout = DefaultBodyTimeout
 	}
 	g := &Gateway{o: o, c: o.Client, log: o.Logger, inFlight: map[string]int{}, attached: map[string]int{}, departed: map[string]*departure{}, chat: chat.Surface{}}
-	g.surfaces = append([]answer.Surface{g.chat, messages.Surface{}}, o.Surfaces...)
+	g.surfaces = append([]answer.Surface{g.chat, responses.Surface{}, messages.Surface{}}, o.Surfaces...)
 	g.endpoints = g.routes()
 	if o.Meter != nil {
 		var err error
@@ -184,6 +204,10 @@ func New(o Options) (*Gateway, error) {
 		if g.keyless, err = o.Meter.Int64Counter("durallm.gateway.keyless_retries", metric.WithDescription("Requests without an Idempotency-Key that an SDK marked as retries: each starts a new action")); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if g.spend, err = newSpending(g); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -324,9 +348,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ri *requestInfo)
 		return
 	}
 	msg := "durallm's gateway serves " + g.served() + ", /v1/models and /v1/actions"
-	if strings.HasPrefix(path, "/v1/responses") {
-		msg = "/v1/responses is not served: durallm's actions are chat-shaped, and Responses needs stored conversation state; use /v1/chat/completions"
-	}
 	writeProblem(w, surf, &answer.Problem{Kind: answer.NotFound, Code: "unsupported_endpoint", Message: msg})
 }
 

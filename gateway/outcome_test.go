@@ -203,7 +203,7 @@ func TestRefusalsBeforeAnyStart(t *testing.T) {
 		{name: "body over the bound", token: "tok-a", body: `{"model":"demo","messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<10) + `"}]}`, status: 413, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeRequestTooLarge},
 		{name: "caller limit", token: "tok-a", body: good, hold: true, status: 429, errType: openaiwire.TypeRateLimit, code: openaiwire.CodeCallerLimit, retry: "true", retryAfter: "1"},
 		{name: "Temporal unreachable", token: "tok-a", body: good, status: 503, errType: openaiwire.TypeUnavailable, code: openaiwire.CodeTemporalUnreachable, retry: "true", retryAfter: "1"},
-		{name: "Responses API", token: "tok-a", path: "/v1/responses", body: good, status: 404, errType: openaiwire.TypeInvalidRequest, code: "unsupported_endpoint"},
+		{name: "a chat body on the Responses API", token: "tok-a", path: "/v1/responses", body: good, status: 400, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeInvalidValue, param: "messages"},
 		{name: "wrong method", token: "tok-a", method: http.MethodGet, status: 405, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeMethodNotAllowed},
 		{name: "listing is for operators", token: "tok-a", method: http.MethodGet, path: "/v1/actions?state=failed", status: 403, errType: openaiwire.TypeInvalidRequest, code: "operator_only"},
 		{name: "reconcile is for operators", token: "tok-a", path: "/v1/actions/gw-x/reconcile", body: `{}`, status: 404, errType: openaiwire.TypeInvalidRequest, code: openaiwire.CodeNotFound},

@@ -42,6 +42,7 @@ type session struct {
 	who      answer.Identity
 	surface  answer.Surface
 	replayed bool // the action had ended before the request
+	found    bool // the key found the action: this request started nothing
 	keyed    bool
 	model    Model
 	// onDisconnect is cancel or continue.
@@ -194,7 +195,7 @@ func (g *Gateway) find(ctx context.Context, id string, memo gatewayMemo, m Model
 		return nil, &answer.Problem{Kind: answer.KeyReused, Param: IdempotencyHeader,
 			Message: "this Idempotency-Key was used with another request body; use a new key for a new request"}
 	}
-	s := &session{act: g.c.Get(id), who: answer.Identity{ID: id, Created: have.Created, Model: have.Model}, replayed: !d.Running, keyed: memo.Keyed, model: m}
+	s := &session{act: g.c.Get(id), who: answer.Identity{ID: id, Created: have.Created, Model: have.Model}, replayed: !d.Running, found: true, keyed: memo.Keyed, model: m}
 	s.act.RunID = d.RunID
 	if s.replayed {
 		g.count(g.idempotent, memo.Keyed, "replayed")
@@ -284,7 +285,7 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	memo := gatewayMemo{Caller: caller.ID, Fingerprint: fp, Created: time.Now().Unix(), Model: m.Name, Keyed: keyed}
 	in := m.input(req.Request)
 	in.Caller = caller.ID // a label on the action's token and cost metrics
-	sess, p := g.startOrAttach(r.Context(), id, in, memo, m)
+	sess, p := g.startWithinBudget(r.Context(), caller, id, in, memo, m)
 	if p != nil {
 		if p.Kind == answer.MaybeStarted {
 			actionHeaders(w.Header(), id)

@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/durallm/durallm/gateway/callerbudget"
+	"github.com/durallm/durallm/workflows"
 )
 
 // RoleOperator is the role that may reconcile, list and steer every
@@ -37,6 +40,10 @@ type Caller struct {
 	MaxInFlight int
 	// Role is "" or RoleOperator.
 	Role string
+	// Budget is the caller's spend limit per period, reserved before
+	// each of its actions starts (docs/gateway.md, "Caller budgets").
+	// Nil means none.
+	Budget *callerbudget.Limit
 }
 
 // Operator reports whether the caller has the operator role.
@@ -65,6 +72,9 @@ var anonymous = Caller{ID: "anonymous", Role: RoleOperator}
 //	    sha256: 9f86d0…  # sha256 of the token, 64 hex digits
 //	    models: [demo]  # optional: every model
 //	    max_in_flight: 16  # optional: no bound
+//	    budget:  # optional: no spend limit
+//	      tokens: 2000000  # and/or cost, at the routes' prices
+//	      period: day  # day or month (UTC), or a duration such as 6h
 //	  - id: ops
 //	    sha256: …
 //	    role: operator
@@ -79,6 +89,11 @@ func ParseTokens(data []byte) ([]Caller, error) {
 			Models      []string `yaml:"models"`
 			MaxInFlight int      `yaml:"max_in_flight"`
 			Role        string   `yaml:"role"`
+			Budget      *struct {
+				Tokens int64   `yaml:"tokens"`
+				Cost   float64 `yaml:"cost"`
+				Period string  `yaml:"period"`
+			} `yaml:"budget"`
 		} `yaml:"tokens"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -119,6 +134,16 @@ func ParseTokens(data []byte) ([]Caller, error) {
 		}
 		if c.Role != "" && c.Role != RoleOperator {
 			bad("role", "want operator or nothing")
+		}
+		if b := t.Budget; b != nil {
+			c.Budget = &callerbudget.Limit{Budget: workflows.Budget{Tokens: b.Tokens, Cost: b.Cost}}
+			var err error
+			if c.Budget.Period, err = callerbudget.ParsePeriod(b.Period); err != nil {
+				bad("budget.period", err.Error())
+			}
+			for _, err := range c.Budget.Budget.Problems("budget") {
+				errs = append(errs, fmt.Errorf("tokens file: tokens[%d]: %w", i, err))
+			}
 		}
 		out = append(out, c)
 	}
@@ -223,6 +248,16 @@ func (t *Tokens) Watch(ctx context.Context, every time.Duration, hup <-chan os.S
 		}
 		t.log.Info("gateway: tokens reloaded", "file", t.path, "callers", len(*t.callers.Load()))
 	}
+}
+
+// Budgets reports whether a caller has a budget.
+func (t *Tokens) Budgets() bool {
+	for _, c := range *t.callers.Load() {
+		if c.Budget != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Len is how many callers there are.

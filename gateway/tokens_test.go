@@ -38,6 +38,9 @@ tokens:
 		!cs[1].Operator() || !cs[1].mayUse("anything") {
 		t.Fatalf("%+v", cs)
 	}
+	if cs[0].Budget != nil {
+		t.Fatalf("a caller without a budget has one: %+v", cs[0].Budget)
+	}
 	tk := NewTokens(cs)
 	if c, ok := tk.lookup("tok-a"); !ok || c.ID != "team-a" {
 		t.Fatalf("tok-a: %+v %v", c, ok)
@@ -46,6 +49,17 @@ tokens:
 		if _, ok := tk.lookup(bad); ok {
 			t.Errorf("token %q accepted", bad)
 		}
+	}
+}
+
+func TestParseTokensBudget(t *testing.T) {
+	cs, err := ParseTokens([]byte("tokens:\n  - id: a\n    sha256: " + hashOf("tok-a") + "\n    budget:\n      tokens: 2000000\n      cost: 50\n      period: month\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cs[0].Budget
+	if b == nil || b.Budget.Tokens != 2000000 || b.Budget.Cost != 50 || b.Period.String() != "month" {
+		t.Fatalf("budget %+v", b)
 	}
 }
 
@@ -60,6 +74,13 @@ func TestParseTokensRefusals(t *testing.T) {
 		{"bad role", "tokens:\n  - id: a\n    sha256: " + h + "\n    role: admin\n", "role"},
 		{"negative limit", "tokens:\n  - id: a\n    sha256: " + h + "\n    max_in_flight: -1\n", "max_in_flight"},
 		{"unknown field", "tokens:\n  - id: a\n    sha256: " + h + "\n    token: x\n", "token"},
+		{"budget without a period", "tokens:\n  - id: a\n    sha256: " + h + "\n    budget: {tokens: 1000}\n", "budget.period"},
+		{"budget with neither limit", "tokens:\n  - id: a\n    sha256: " + h + "\n    budget: {period: day}\n", "neither tokens nor cost"},
+		{"budget of zero", "tokens:\n  - id: a\n    sha256: " + h + "\n    budget: {tokens: 0, cost: 0, period: day}\n", "neither tokens nor cost"},
+		{"negative budget", "tokens:\n  - id: a\n    sha256: " + h + "\n    budget: {cost: -5, period: day}\n", "budget.cost: negative"},
+		{"absurd budget", "tokens:\n  - id: a\n    sha256: " + h + "\n    budget: {tokens: 1000000000000000, period: day}\n", "budget.tokens: above"},
+		{"a period too short", "tokens:\n  - id: a\n    sha256: " + h + "\n    budget: {tokens: 1000, period: 10s}\n", "budget.period"},
+		{"an unknown period", "tokens:\n  - id: a\n    sha256: " + h + "\n    budget: {tokens: 1000, period: fortnight}\n", "budget.period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTokens([]byte(tc.yaml))

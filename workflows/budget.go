@@ -194,6 +194,47 @@ func newSizing(r providers.Request) sizing {
 	return sizing{request: r, maxTokens: n, bounded: set, choices: r.Choices()}
 }
 
+// worstCase is the arithmetic of an attempt's worst case on route r:
+// the output bound per choice it asks for (the request's, else the one a
+// budget adds, with change MaxTokensAdded), its prompt's upper bound, its
+// choices, and its worst case at any output bound out.
+func (s sizing) worstCase(r attempt.RouteInfo) (want int, change string, prompt, n int64, worst func(out int64) Spend) {
+	p, _ := s.request.PromptTokenBound(r.ImageTokens)
+	prompt = int64(p)
+	want = s.maxTokens
+	if !s.bounded {
+		want, change = DefaultBudgetMaxTokens, MaxTokensAdded
+		if r.Kind == "anthropic" { // routes.KindAnthropic, which the workflow does not link
+			want = providers.AnthropicMaxTokens
+		}
+	}
+	n = int64(max(1, s.choices))
+	worst = func(out int64) Spend {
+		w := Spend{Tokens: prompt + out*n}
+		if r.Prices != nil {
+			w.Cost = r.Prices.WorstCost(prompt, out*n)
+		}
+		return w
+	}
+	return want, change, prompt, n, worst
+}
+
+// WorstCase is what one attempt of request r on route can spend at
+// most when its output bound is not lowered: what an action's budget
+// reserves before sending it (docs/contract.md section 4.3), the
+// request's max_tokens (or the bound a budget adds) per choice plus its
+// prompt's upper bound, priced at the route's dearest input price. ok is
+// false when nothing bounds the prompt (a file content part): such a
+// request can have no budget. The gateway reserves a caller's part with
+// it before it starts an action.
+func WorstCase(r providers.Request, route attempt.RouteInfo) (w Spend, ok bool) {
+	if _, ok := r.PromptTokenBound(route.ImageTokens); !ok {
+		return Spend{}, false
+	}
+	want, _, _, _, worst := newSizing(r).worstCase(route)
+	return worst(int64(want)), true
+}
+
 // grant is what the budget lets the next attempt have.
 type grant struct {
 	maxTokens int
@@ -208,23 +249,7 @@ type grant struct {
 // ok is false when that does not fit; why then names the limit, and g's
 // worst is the least the attempt needed.
 func grantFor(l Ledger, s sizing, r attempt.RouteInfo) (g grant, ok bool, why string) {
-	p, _ := s.request.PromptTokenBound(r.ImageTokens)
-	prompt := int64(p)
-	want, change := s.maxTokens, ""
-	if !s.bounded {
-		want, change = DefaultBudgetMaxTokens, MaxTokensAdded
-		if r.Kind == "anthropic" { // routes.KindAnthropic, which the workflow does not link
-			want = providers.AnthropicMaxTokens
-		}
-	}
-	n := int64(max(1, s.choices))
-	worst := func(out int64) Spend {
-		w := Spend{Tokens: prompt + out*n}
-		if r.Prices != nil {
-			w.Cost = r.Prices.WorstCost(prompt, out*n)
-		}
-		return w
-	}
+	want, change, prompt, n, worst := s.worstCase(r)
 	committed := l.Committed()
 	out := int64(want)
 	if l.Limit.Tokens > 0 {

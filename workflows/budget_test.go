@@ -203,3 +203,36 @@ func TestChargeAfterVerdict(t *testing.T) {
 		}
 	}
 }
+
+// WorstCase, which the gateway reserves a caller's part with, is the
+// worst case an action's budget reserves for the same attempt when
+// nothing is lowered: one estimate, not two.
+func TestWorstCaseIsWhatTheBudgetReserves(t *testing.T) {
+	prices := &providers.Prices{Input: 3, CachedInput: 1, Output: 15}
+	unlimited := Ledger{Limit: Budget{Tokens: MaxBudgetTokens, Cost: MaxBudgetCost}}
+	for _, c := range []struct {
+		name  string
+		r     providers.Request
+		route attempt.RouteInfo
+	}{
+		{"no max_tokens, openai", hello, attempt.RouteInfo{Name: "o", Kind: "openai", Prices: prices}},
+		{"no max_tokens, anthropic", hello, attempt.RouteInfo{Name: "a", Kind: "anthropic", Prices: prices}},
+		{"max_tokens and n", withParams(hello, "max_tokens", "300", "n", "3"), attempt.RouteInfo{Name: "o", Kind: "openai"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := unlimited
+			if c.route.Prices == nil {
+				l.Limit.Cost = 0 // no route without prices is sent under a cost limit
+			}
+			g, ok, _ := grantFor(l, newSizing(c.r), c.route)
+			w, bounded := WorstCase(c.r, c.route)
+			if !ok || !bounded || w != g.worst {
+				t.Fatalf("WorstCase = %+v (%v), the budget reserves %+v (%v)", w, bounded, g.worst, ok)
+			}
+		})
+	}
+	file := providers.Request{Messages: []providers.Message{{Role: "user", Content: json.RawMessage(`[{"type":"file","file":{"file_id":"f"}}]`)}}}
+	if _, ok := WorstCase(file, attempt.RouteInfo{}); ok {
+		t.Fatal("a request with a file part has a worst case")
+	}
+}

@@ -63,7 +63,7 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.encKey, "encryption-key", os.Getenv("DURALLM_ENCRYPTION_KEY"), encryptionKeyHelp+"; the UI decodes through an in-process codec server")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9090", "serve /metrics, /healthz and /readyz here (empty: off; port 0: any free port)")
 	fs.StringVar(&f.streamAddr, "stream-addr", "127.0.0.1:9092", "serve streamed actions' text as server-sent events at /v1/streams/{id} here (empty: off; port 0: any free port)")
-	fs.StringVar(&f.gatewayAddr, "gateway-addr", defaultGatewayAddr, "serve the gateway (OpenAI chat completions at /v1/chat/completions, Anthropic Messages at /v1/messages) here (empty: off; port 0: any free port)")
+	fs.StringVar(&f.gatewayAddr, "gateway-addr", defaultGatewayAddr, "serve the gateway (OpenAI chat completions at /v1/chat/completions, OpenAI Responses at /v1/responses, Anthropic Messages at /v1/messages) here (empty: off; port 0: any free port)")
 }
 
 // devProcess is one 'dev': what it started so far, closed in reverse by close.
@@ -276,7 +276,7 @@ func (d *devProcess) startGateway(context.Context) error {
 		return err
 	}
 	d.closers = append(d.closers, func() { gw.Close() })
-	d.say("  · OpenAI-compatible gateway at %s (models: %s), Anthropic's Messages too", gw.URL(), models)
+	d.say("  · OpenAI-compatible gateway at %s (models: %s), Responses and Anthropic's Messages too", gw.URL(), models)
 	d.say("    export OPENAI_BASE_URL=%s OPENAI_API_KEY=$(cat %s)", gw.URL(), tokenFile)
 	d.say(`    curl -sN $OPENAI_BASE_URL/chat/completions -H "Authorization: Bearer $OPENAI_API_KEY" -H 'Idempotency-Key: demo-1' --json '{"model":"%s","stream":true,"messages":[{"role":"user","content":"hi"}]}'`, strings.Split(models, ", ")[0])
 	d.say("    Anthropic's SDKs and Claude Code (POST /v1/messages): export ANTHROPIC_BASE_URL=%s ANTHROPIC_AUTH_TOKEN=$(cat %s) ANTHROPIC_MODEL=%s",

@@ -26,7 +26,9 @@ import (
 
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
+	"github.com/durallm/durallm/attempt"
 	"github.com/durallm/durallm/gateway"
+	"github.com/durallm/durallm/gateway/callerbudget"
 	"github.com/durallm/durallm/journal"
 	"github.com/durallm/durallm/providers/routes"
 	"github.com/durallm/durallm/telemetry"
@@ -49,7 +51,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	configFile := fs.String("config", os.Getenv("DURALLM_GATEWAY_CONFIG"), "models YAML: each model a group of routes with its needs and action settings (docs/gateway.md); without it every route of --routes is a model of its own name")
 	routesFile := fs.String("routes", os.Getenv("DURALLM_ROUTES"), "routes YAML of the worker this process runs (see docs/providers.md); default $DURALLM_ROUTES")
 	runWorker := fs.Bool("worker", true, "run a worker in this process (needs --routes): first attempts run here and stream through its hub; false keeps provider keys off this host (needs --config)")
-	tokensFile := fs.String("tokens", os.Getenv("DURALLM_GATEWAY_TOKENS"), "tokens YAML: one entry per caller (id, sha256 of the token, models, max_in_flight, role: operator); reloaded when it changes and on SIGHUP; without it no authentication, loopback only")
+	tokensFile := fs.String("tokens", os.Getenv("DURALLM_GATEWAY_TOKENS"), "tokens YAML: one entry per caller (id, sha256 of the token, models, max_in_flight, role: operator, budget); reloaded when it changes and on SIGHUP; without it no authentication, loopback only")
 	secretFile := fs.String("secret-file", envOr("DURALLM_GATEWAY_SECRET_FILE", "durallm-gateway-secret"), "the secret that keys request fingerprints (made, 32 random bytes, if missing); every gateway of a task queue must share it; $DURALLM_GATEWAY_SECRET holds it instead")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9094", "serve /metrics, /healthz and /readyz here (empty: off)")
 	streamAddr := fs.String("stream-addr", "", "the in-process worker serves its streams here for gateways in other processes (/v1/streams/{id}; empty: off; beyond loopback it needs $DURALLM_STREAM_TOKEN)")
@@ -58,6 +60,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	searchAttrs := fs.Bool("search-attributes", true, "the in-process worker writes DurallmState/DurallmOutcome/DurallmRoute (the namespace must have them registered)")
 	pollers := fs.Int("pollers", 0, "the in-process worker's workflow and activity task pollers each (0: the SDK's default, 2)")
 	allowH2C := fs.Bool("allow-h2c", false, "http:// routes with http_version auto speak cleartext HTTP/2 (h2c) instead of HTTP/1.1")
+	spendFile := fs.String("spend-file", envOr("DURALLM_SPEND_FILE", "durallm-spend.json"), "where the callers' budgets are kept without --journal-dsn (opened when a caller of --tokens has a budget): one gateway only; gateways that share budgets share --journal-dsn")
 	verbose := fs.Bool("v", false, "log one line per request (never content, tokens or keys)")
 	maxBody := byteSize(gateway.DefaultMaxBody)
 	fs.Var(&maxBody, "max-request-bytes", "the largest request body (KiB, MiB, GiB suffixes): a larger one is a 413 request_too_large, refused before it is read whole; a request the result store cannot keep (32 MiB by default) is the same 413")
@@ -130,7 +133,15 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		}
 		defer srv.Close()
 	}
-	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: in.secret, Streams: hub, Remote: remote, Logger: logger, Meter: tel.Meter(), MaxBody: int64(maxBody)})
+	spend, err := openSpend(ctx, cf.journalDSN, *spendFile, tokens)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
+	if spend != nil {
+		defer spend.Close()
+	}
+	gw, err := startGateway(gatewaySetup{Addr: *addr, Client: c, Models: models, Tokens: tokens, Secret: in.secret, Streams: hub, Remote: remote, Logger: logger, Meter: tel.Meter(), MaxBody: int64(maxBody),
+		Spend: spend, Routes: routeInfos(cfg)})
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
@@ -304,22 +315,29 @@ type gatewaySetup struct {
 	// MaxBody bounds a request body (gateway.Options.MaxBody); zero means
 	// the gateway's default.
 	MaxBody int64
+	// Spend keeps the callers' budgets; Routes describe the routes for
+	// their worst cases (gateway.Options.Spend, Routes).
+	Spend  callerbudget.Store
+	Routes map[string]attempt.RouteInfo
 }
 
 // runningGateway is a gateway serving on its address.
 type runningGateway struct {
 	srv *http.Server
+	g   *gateway.Gateway
 	url string
 }
 
 // startGateway listens on s.Addr and serves the gateway until Close.
 func startGateway(s gatewaySetup) (*runningGateway, error) {
-	g, err := gateway.New(gateway.Options{Client: s.Client, Models: s.Models, Secret: s.Secret, Tokens: s.Tokens, Streams: s.Streams, Remote: s.Remote, Logger: s.Logger, Meter: s.Meter, MaxBody: s.MaxBody})
+	g, err := gateway.New(gateway.Options{Client: s.Client, Models: s.Models, Secret: s.Secret, Tokens: s.Tokens, Streams: s.Streams, Remote: s.Remote, Logger: s.Logger, Meter: s.Meter, MaxBody: s.MaxBody,
+		Spend: s.Spend, Routes: s.Routes})
 	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
+		g.Close()
 		return nil, fmt.Errorf("gateway on %s: %w", s.Addr, err)
 	}
 	// No write timeout: a stream lasts as long as its answer.
@@ -329,7 +347,7 @@ func startGateway(s gatewaySetup) (*runningGateway, error) {
 			s.Logger.Error("gateway stopped", "error", err)
 		}
 	}()
-	return &runningGateway{srv: srv, url: "http://" + ln.Addr().String() + "/v1"}, nil
+	return &runningGateway{srv: srv, g: g, url: "http://" + ln.Addr().String() + "/v1"}, nil
 }
 
 // URL is the API's base URL, as OPENAI_BASE_URL wants it.
@@ -341,6 +359,33 @@ func (r *runningGateway) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = r.srv.Shutdown(ctx)
+	r.g.Close()
+}
+
+// openSpend opens the ledger of the callers' budgets: in the journal's
+// PostgreSQL with a dsn (whenever there are tokens: a reload may give a
+// caller a budget), else the spend file, when a caller has a budget. Nil
+// when there is nothing to keep.
+func openSpend(ctx context.Context, dsn, file string, tokens *gateway.Tokens) (callerbudget.Store, error) {
+	switch {
+	case tokens == nil:
+		return nil, nil
+	case dsn != "":
+		return callerbudget.OpenPostgres(ctx, dsn)
+	case tokens.Budgets() && file != "":
+		return callerbudget.OpenFile(file)
+	}
+	return nil, nil
+}
+
+// routeInfos describe the routes of cfg as the workers do, for the worst
+// cases of the callers' budgets.
+func routeInfos(cfg routes.Config) map[string]attempt.RouteInfo {
+	m := map[string]attempt.RouteInfo{}
+	for _, r := range cfg.Routes {
+		m[r.Name] = attempt.RouteInfo{Name: r.Name, Kind: r.Kind, Model: r.Model, Capabilities: r.Capabilities, Prices: r.Prices, ImageTokens: r.ImageTokens}
+	}
+	return m
 }
 
 // devGateway starts the gateway of 'dev' on addr: the models are the demo

@@ -53,6 +53,9 @@ func TestGatewayCommandRefusals(t *testing.T) {
 		{"beyond loopback without tokens", []string{"--routes", routes, "--addr", "0.0.0.0:9093"}, "not a loopback address"},
 		{"a broken tokens file", []string{"--routes", routes, "--tokens", writeTemp(t, "t.yaml", "tokens:\n  - id: a\n    sha256: nothex\n")}, "sha256"},
 		{"a broken config", []string{"--routes", routes, "--config", writeTemp(t, "c.yaml", "models:\n  - name: m\n")}, "routes: empty"},
+		{"a negative budget", []string{"--routes", routes, "--tokens", writeTemp(t, "t.yaml", "tokens:\n  - id: a\n    sha256: "+strings.Repeat("ab", 32)+"\n    budget: {cost: -5, period: day}\n")}, "budget.cost: negative"},
+		{"a budget of zero", []string{"--routes", routes, "--tokens", writeTemp(t, "t.yaml", "tokens:\n  - id: a\n    sha256: "+strings.Repeat("ab", 32)+"\n    budget: {tokens: 0, period: day}\n")}, "neither tokens nor cost"},
+		{"a budget without a period", []string{"--routes", routes, "--tokens", writeTemp(t, "t.yaml", "tokens:\n  - id: a\n    sha256: "+strings.Repeat("ab", 32)+"\n    budget: {tokens: 1000}\n")}, "budget.period"},
 		{"a short secret", []string{"--worker=false", "--config", models, "--secret-file", writeTemp(t, "s", "short\n")}, "at least 32 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

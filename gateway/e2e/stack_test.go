@@ -28,6 +28,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/gateway"
+	"github.com/durallm/durallm/gateway/callerbudget"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/internal/syncbuf"
 	"github.com/durallm/durallm/providers"
@@ -44,6 +45,8 @@ const (
 	tokenOps = "tok-operator"
 	// tokenOne's caller may have one request in progress at a time.
 	tokenOne = "tok-one-at-a-time"
+	// tokenCapped's caller "capped" has a budget (stackOptions.cappedTokens).
+	tokenCapped = "tok-capped"
 )
 
 func sum(tok string) string {
@@ -95,6 +98,11 @@ type stackOptions struct {
 	// smallBuffers gives the gateway's connections small send buffers,
 	// so that a caller that stops reading blocks its writes soon.
 	smallBuffers bool
+	// spend is the gateway's ledger of the callers' budgets, and
+	// cappedTokens the budget, in tokens per day, of the caller
+	// "capped" (tokenCapped), which the tokens then have.
+	spend        callerbudget.Store
+	cappedTokens int64
 }
 
 // smallBuffers is a listener whose connections have 4 KiB send buffers.
@@ -179,8 +187,12 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 			t.Fatal(err)
 		}
 	} else {
-		cs, err := gateway.ParseTokens([]byte(fmt.Sprintf("tokens:\n  - id: a\n    sha256: %s\n  - id: b\n    sha256: %s\n  - id: ops\n    sha256: %s\n    role: operator\n  - id: one\n    sha256: %s\n    max_in_flight: 1\n",
-			sum(tokenA), sum(tokenB), sum(tokenOps), sum(tokenOne))))
+		yaml := fmt.Sprintf("tokens:\n  - id: a\n    sha256: %s\n  - id: b\n    sha256: %s\n  - id: ops\n    sha256: %s\n    role: operator\n  - id: one\n    sha256: %s\n    max_in_flight: 1\n",
+			sum(tokenA), sum(tokenB), sum(tokenOps), sum(tokenOne))
+		if so.cappedTokens > 0 {
+			yaml += fmt.Sprintf("  - id: capped\n    sha256: %s\n    budget: {tokens: %d, period: day}\n", sum(tokenCapped), so.cappedTokens)
+		}
+		cs, err := gateway.ParseTokens([]byte(yaml))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +201,7 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	s.tk = tokens
 	s.models = so.models
 	gopts := gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
-		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond, WriteTimeout: so.writeTimeout}
+		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond, WriteTimeout: so.writeTimeout, Spend: so.spend}
 	if so.remote {
 		gopts.Remote = &gateway.RemoteStreams{}
 	}
@@ -197,6 +209,7 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.g.Close)
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		s.g.ServeHTTP(w, r)
@@ -227,6 +240,10 @@ type besideOptions struct {
 	// left, when set, is closed once a request's context ends (its
 	// caller left, or it was answered).
 	left chan struct{}
+	// spend is its ledger of the callers' budgets; spendSweep its
+	// Options.SpendSweep.
+	spend      callerbudget.Store
+	spendSweep time.Duration
 }
 
 // beside starts another gateway over the same Temporal server, task
@@ -234,6 +251,13 @@ type besideOptions struct {
 // --worker=false, or one restarted since the action started. It returns
 // the gateway's base URL (the API's root, without /v1).
 func (s *gwStack) beside(o besideOptions) string {
+	url, _ := s.besideStoppable(o)
+	return url
+}
+
+// besideStoppable is beside, and a stop that closes the gateway (its
+// server, then the gateway) before the test ends: a gateway that stops.
+func (s *gwStack) besideStoppable(o besideOptions) (string, func()) {
 	s.t.Helper()
 	tc := s.tc
 	if o.tc != nil {
@@ -241,7 +265,7 @@ func (s *gwStack) beside(o besideOptions) string {
 	}
 	gopts := gateway.Options{Client: durallm.NewClient(tc, s.tq), Models: s.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: s.tk,
 		Logger: slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), StatePoll: 50 * time.Millisecond, Remote: o.remote,
-		StartTimeout: o.startTimeout}
+		StartTimeout: o.startTimeout, Spend: o.spend, SpendSweep: o.spendSweep}
 	if o.hub {
 		gopts.Streams = activities.NewStreams()
 	}
@@ -258,8 +282,10 @@ func (s *gwStack) beside(o besideOptions) string {
 		}
 		g.ServeHTTP(w, r)
 	}))
-	s.t.Cleanup(srv.Close)
-	return srv.URL
+	var once sync.Once
+	stop := func() { once.Do(func() { srv.Close(); g.Close() }) }
+	s.t.Cleanup(stop)
+	return srv.URL, stop
 }
 
 // client is openai-go pointed at the gateway (or at base), with the

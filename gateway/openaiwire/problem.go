@@ -3,7 +3,9 @@
 // object, {"error": {"message", "type", "param", "code"}}, with its status
 // and the headers the OpenAI SDKs read (x-should-retry, Retry-After). The
 // chat-completions surface (package gateway/chat) renders its problems
-// through it, as would any other surface of the OpenAI family.
+// through it; the Responses surface (package gateway/responses) embeds
+// Door, which reads the key and renders the problems as every surface of
+// the OpenAI family does.
 package openaiwire
 
 import (
@@ -174,3 +176,16 @@ func Body(e Object) []byte {
 	}
 	return append(b, '\n')
 }
+
+// Door is what every surface of the OpenAI family answers alike, for a
+// surface to embed: the API key as the OpenAI SDKs send it, a bearer token
+// (answer.BearerToken), and a problem as OpenAI's error answer (Render).
+type Door struct{}
+
+// Credential is the bearer token of the Authorization header.
+func (Door) Credential(r *http.Request) (string, bool) {
+	return answer.BearerToken(r.Header.Get("Authorization"))
+}
+
+// Problem is OpenAI's error answer (Render).
+func (Door) Problem(p answer.Problem) answer.Rendered { return Render(p) }

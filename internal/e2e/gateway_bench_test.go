@@ -68,8 +68,8 @@ func elsewhereClient(b *testing.B, st *serverStack, taskQueue string) *durallm.C
 	return durallm.NewClient(tc, taskQueue)
 }
 
-// The APIs a benchmark sends the same request through: chat completions
-// and Anthropic's Messages. first is how a streamed answer's first
+// The APIs a benchmark sends the same request through: chat completions,
+// OpenAI's Responses and Anthropic's Messages. first is how a streamed answer's first
 // content event starts, last how its end does.
 type benchAPI struct {
 	path, json, stream string
@@ -81,6 +81,10 @@ var (
 		json:   `{"model":"r","messages":[{"role":"user","content":"hi"}]}`,
 		stream: `{"model":"r","stream":true,"messages":[{"role":"user","content":"hello"}]}`,
 		first:  `"content":`, last: "data: [DONE]"}
+	responsesAPI = benchAPI{path: "/responses",
+		json:   `{"model":"r","input":"hi"}`,
+		stream: `{"model":"r","stream":true,"input":"hello"}`,
+		first:  `"type":"response.output_text.delta"`, last: "event: response.completed"}
 	messagesAPI = benchAPI{path: "/messages",
 		json:   `{"model":"r","max_tokens":256,"messages":[{"role":"user","content":"hi"}]}`,
 		stream: `{"model":"r","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hello"}]}`,

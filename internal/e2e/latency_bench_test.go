@@ -92,9 +92,9 @@ const latencyWarmup = 10
 // start), and gateway-json-worker-elsewhere through a gateway with a
 // Temporal client of its own and the worker in another process ('durallm
 // gateway --worker=false'); compare the first with llmaction under eager
-// start, the second with llmaction without it. gateway-messages-json is
-// gateway-json's request as a non-streamed POST /v1/messages to the same
-// gateway.
+// start, the second with llmaction without it. gateway-messages-json and
+// gateway-responses-json are gateway-json's request as a non-streamed
+// POST /v1/messages and POST /v1/responses to the same gateway.
 //
 // "embedded+gzip" and "embedded+payload-stats" each put back one of the
 // CPU cuts of docs/performance.md "Where the CPU of an action goes": the
@@ -192,6 +192,7 @@ func BenchmarkSequentialLatency(b *testing.B) {
 				rows = append(rows,
 					row{"gateway-json", func(ctx context.Context, _ string) (string, error) { return local.json(ctx) }},
 					row{"gateway-messages-json", func(ctx context.Context, _ string) (string, error) { return local.jsonOf(ctx, messagesAPI) }},
+					row{"gateway-responses-json", func(ctx context.Context, _ string) (string, error) { return local.jsonOf(ctx, responsesAPI) }},
 					row{"gateway-json-worker-elsewhere", func(ctx context.Context, _ string) (string, error) { return elsewhere.json(ctx) }})
 			}
 			for _, k := range rows {

@@ -47,6 +47,9 @@ func (f *firstDelta) Incomplete(string) {}
 //     to the first content chunk;
 //   - gateway-messages: the same request as a streamed POST /v1/messages
 //     to the same gateway, to the first text_delta event;
+//   - gateway-responses: the same request as a streamed POST
+//     /v1/responses to the same gateway, to the first
+//     response.output_text.delta event;
 //   - gateway-worker-elsewhere: the same through a gateway with a
 //     Temporal client of its own and no hub ('durallm gateway
 //     --worker=false'), the worker in another process (this binary run
@@ -134,8 +137,8 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 	viaGateway := func(g *benchGateway) func(int) (time.Duration, error) {
 		return func(int) (time.Duration, error) { return g.ttft(ctx) }
 	}
-	viaMessages := func(g *benchGateway) func(int) (time.Duration, error) {
-		return func(int) (time.Duration, error) { return g.ttftOf(ctx, messagesAPI) }
+	viaAPI := func(g *benchGateway, api benchAPI) func(int) (time.Duration, error) {
+		return func(int) (time.Duration, error) { return g.ttftOf(ctx, api) }
 	}
 	// Go runs each sub-benchmark more than once (b.N = 1 first); every
 	// action id must be new.
@@ -152,7 +155,8 @@ func BenchmarkTimeToFirstToken(b *testing.B) {
 		// the first workflow task can come back with the start.
 		{"durable-sink+eager-start", viaSink(durallm.NewClient(tcl, "ttft").WithEagerStart())},
 		{"gateway", viaGateway(local)},
-		{"gateway-messages", viaMessages(local)},
+		{"gateway-messages", viaAPI(local, messagesAPI)},
+		{"gateway-responses", viaAPI(local, responsesAPI)},
 		{"gateway-worker-elsewhere", viaGateway(elsewhere)},
 	} {
 		b.Run(m.name, func(b *testing.B) {

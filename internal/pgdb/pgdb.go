@@ -269,6 +269,27 @@ var migrations = []string{
 		END IF;
 		PERFORM fleet_save(r);
 	END $$;`,
+	// 4: the gateway's caller budgets (package gateway/callerbudget): per
+	// caller and period what ended actions were charged and what running
+	// ones hold, and one row per hold, by the action it is for.
+	`CREATE TABLE caller_spend (
+		caller         text NOT NULL,
+		period         text NOT NULL,
+		settled_tokens bigint NOT NULL DEFAULT 0,
+		settled_cost   float8 NOT NULL DEFAULT 0,
+		held_tokens    bigint NOT NULL DEFAULT 0,
+		held_cost      float8 NOT NULL DEFAULT 0,
+		PRIMARY KEY (caller, period)
+	);
+	CREATE TABLE caller_holds (
+		action_id text PRIMARY KEY,
+		caller    text NOT NULL,
+		period    text NOT NULL,
+		tokens    bigint NOT NULL,
+		cost      float8 NOT NULL,
+		made      timestamptz NOT NULL DEFAULT now()
+	);
+	CREATE INDEX caller_holds_made ON caller_holds (made);`,
 }
 
 // Version is the schema version Open migrates to.

@@ -87,6 +87,10 @@ func (u anthropicUsage) usage() providers.Usage {
 // toolArgs renders a tool_use input as OpenAI's arguments text: compact
 // JSON, "{}" when absent, a string verbatim (a proxy that encoded it
 // already).
+// emptyInput is a tool call's empty input, which Anthropic's stream
+// sends in a tool_use block's start whether or not its input streams next.
+const emptyInput = "{}"
+
 func toolArgs(raw json.RawMessage) string {
 	t := bytes.TrimSpace(raw)
 	switch {
@@ -233,6 +237,14 @@ func (e *anthropicEvents) read(a *streamAcc, name string, data []byte) (text str
 			d.index, d.hasIndex = num(ev.Index)
 			deltas = append(deltas, d)
 		}
+	case "content_block_stop":
+		// A tool call whose start said only {} and whose input streamed
+		// no piece has that empty input: it is streamed now, once.
+		if i, ok := num(ev.Index); ok {
+			if c := a.byIndex[i]; c != nil && c.args.Len() == 0 && c.startArgs == emptyInput {
+				deltas = append(deltas, toolDelta{index: i, hasIndex: true, args: emptyInput})
+			}
+		}
 	case "message_delta":
 		if obj(ev.Delta, &b) {
 			finish = AnthropicFinishReason(str(b.StopReason))
@@ -243,8 +255,8 @@ func (e *anthropicEvents) read(a *streamAcc, name string, data []byte) (text str
 	case "message_stop":
 		a.done = true
 	}
-	// ping, content_block_stop, thinking and citation deltas carry
-	// nothing for the caller and fall through to an empty apply.
+	// ping, thinking and citation deltas carry nothing for the caller
+	// and fall through to an empty apply.
 	first, err = a.apply(text, "", deltas, finish)
 	if err != nil {
 		return "", false, err

@@ -1,6 +1,7 @@
 package exchange
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -186,5 +187,47 @@ func TestAnthropicStreamErrorsAndBounds(t *testing.T) {
 	_, _, err := acc.event("", []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"`+strings.Repeat("x", 30)+`"}}`))
 	if !errors.Is(err, ErrResponseTooLarge) {
 		t.Fatalf("err = %v, want ErrResponseTooLarge", err)
+	}
+}
+
+// A tool call's streamed arguments, its pieces put together, are the
+// arguments of the answer: the start's empty input ({}) is not a piece
+// before the input's own (which would stream {}{"a":1}), and a call whose
+// whole input came in its start, empty or not, streams that input once.
+func TestAnAnthropicToolCallsStreamedArgumentsAreItsInput(t *testing.T) {
+	acc := newAnthropicStreamAcc()
+	streamed := map[int]string{}
+	for _, ev := range []string{
+		`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"1}"}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t2","name":"g","input":{"k":"v"}}}`,
+		`{"type":"content_block_stop","index":1}`,
+		`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t3","name":"h","input":{}}}`,
+		`{"type":"content_block_stop","index":2}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}`,
+		`{"type":"message_stop"}`,
+	} {
+		if _, _, err := acc.event("", []byte(ev)); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range acc.takeChunk().ToolCalls {
+			streamed[c.Index] += c.Arguments
+		}
+	}
+	var calls []struct {
+		Function struct{ Arguments string } `json:"function"`
+	}
+	if err := json.Unmarshal(acc.response().ToolCalls, &calls); err != nil || len(calls) != 3 {
+		t.Fatalf("tool calls %s: %v", acc.response().ToolCalls, err)
+	}
+	for i, c := range calls {
+		if streamed[i] != c.Function.Arguments {
+			t.Fatalf("call %d streamed %q, its arguments are %q", i, streamed[i], c.Function.Arguments)
+		}
+	}
+	if calls[0].Function.Arguments != `{"a":1}` || calls[1].Function.Arguments != `{"k":"v"}` || calls[2].Function.Arguments != "{}" {
+		t.Fatalf("arguments %+v", calls)
 	}
 }

@@ -155,7 +155,9 @@ func (a *streamAcc) apply(text, refusal string, deltas []toolDelta, finish strin
 		i := a.applyToolDelta(d)
 		if d.id != "" || d.name != "" || d.args != "" || d.startArgs != "" {
 			args := d.args
-			if args == "" {
+			if args == "" && d.startArgs != emptyInput {
+				// An empty start input is no piece: the input streams
+				// next, or comes with the block's stop (anthropicEvents).
 				args = d.startArgs
 			}
 			a.chunk.ToolCalls = append(a.chunk.ToolCalls, ToolCallDelta{Index: i, ID: d.id, Type: d.typ, Name: d.name, Arguments: args})
