@@ -13,6 +13,12 @@ var validJSONCases = []string{
 	`""`, `"a"`, ` "a" `, "\t\"a\"\r\n", `"a" "b"`, `"a"x`, `"`, `"a`, `"\"`, `"\\"`, `"\/"`,
 	`"\b\f\n\r\t"`, `"\u00e9"`, `"\u00E9"`, `"\u00g9"`, `"\u00e"`, `"\u00e"x`, `"\x"`, "\"a\x01\"", "\"a\x1f\"",
 	"\"\xff\xfe\"", "\"\x7f\"", `"é"`, `"a\`, `"\u`, `"\u0000"`, `["a"]`, `{"a":1}`, `1`, `null`, ``, ` `, `"a",`,
+	`[]`, `{}`, ` [ ] `, `[1,]`, `[,1]`, `{"a":}`, `{"a" 1}`, `{a:1}`, `{"a":1,}`, `{"a":1 "b":2}`, `[1 2]`, `[`, `]`, `{`, `}`, `[}`, `{]`,
+	`0`, `-0`, `-`, `01`, `1.`, `.1`, `1.5`, `1e`, `1e+`, `1e+5`, `1E-05`, `-1.25e10`, `1.e5`, `+1`, `0x1`, `1 2`,
+	`true`, `false`, `nul`, `nulll`, `True`, `tru e`, `[true,false,null]`, `{"a":{"b":[{"c":"d"}]}}`, "[\"a\"\t,\n\"b\"\r]",
+	`[{"type":"text","text":"hi \"you\""},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]`,
+	strings.Repeat("[", 10000) + strings.Repeat("]", 10000), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
 }
 
 // TestValidJSONAgreesWithTheStandardLibrary: the fast path judges every
