@@ -47,6 +47,7 @@ const DefaultTaskQueue = attempt.DefaultTaskQueue
 type Client struct {
 	tc        client.Client
 	taskQueue string
+	namespace string
 	results   resultstore.Store
 	eager     bool
 	dc        converter.DataConverter
@@ -100,6 +101,14 @@ func (c *Client) WithEagerStart() *Client {
 // the default, means the SDK's default converter. It returns c.
 func (c *Client) WithDataConverter(dc converter.DataConverter) *Client {
 	c.dc = dc
+	return c
+}
+
+// WithNamespace names the namespace its Temporal client was dialed with,
+// which Delete needs (the SDK's client does not say). Empty, the
+// default, means "default". It returns c.
+func (c *Client) WithNamespace(ns string) *Client {
+	c.namespace = ns
 	return c
 }
 
@@ -338,6 +347,104 @@ func (c *Client) Cancel(ctx context.Context, id string, origin workflows.CancelO
 	}
 	err := c.tc.SignalWorkflow(ctx, id, "", workflows.SignalCancel, workflows.CancelRequest{Origin: origin, Note: note})
 	return mapNotFound(id, err)
+}
+
+// ErrRunning is returned by Delete for an action that still runs: only
+// an ended action is deleted, so that nothing ends an action's scope
+// but its cancel (a deletion would terminate it).
+var ErrRunning = errors.New("durallm: action still running")
+
+// tombstoneType is the workflow type of a deleted action's tombstone,
+// which no worker runs: it only has to exist.
+const tombstoneType = "DurallmDeleted"
+
+// tombstoneID is the id of the tombstone of one run of an action: a new
+// action started with the same id, once Temporal has removed the old one,
+// has another run and is not deleted.
+func tombstoneID(id, runID string) string { return "durallm-deleted:" + runID + ":" + id }
+
+// Delete deletes an ended action. Temporal removes its history, memo and
+// visibility record in the background, once its own queues allow (up to
+// a minute or so); until then, and for the namespace's retention after,
+// a tombstone says the run was deleted (Deleted), so that every client
+// treats it as gone at once. Once removed, its action id may be started
+// again. What it kept by reference in the result store goes at the
+// store's next sweep once a retention old, as an expired action's does.
+// A running action is ErrRunning: cancel it first. Deleting a deleted
+// action is no error.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	d, err := c.Describe(ctx, id)
+	if err != nil {
+		return err
+	}
+	if d.Running {
+		return fmt.Errorf("%w: %s", ErrRunning, id)
+	}
+	// The tombstone is a run that closes by itself within a second: it
+	// sits on a task queue no worker polls, and its execution timeout
+	// ends it. Only its existence is read.
+	_, err = c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: tombstoneID(id, d.RunID), TaskQueue: c.taskQueue + "-deleted",
+		WorkflowExecutionTimeout:                 time.Second,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+	}, tombstoneType)
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("durallm: delete %s: %w", id, err)
+	}
+	ns := c.namespace
+	if ns == "" {
+		ns = "default"
+	}
+	_, err = c.tc.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+		Namespace: ns, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: d.RunID},
+	})
+	var nf *serviceerror.NotFound
+	if err != nil && !errors.As(err, &nf) {
+		return fmt.Errorf("durallm: delete %s: %w", id, err)
+	}
+	return nil
+}
+
+// Deleted reports whether the run runID of the action id was deleted
+// (Delete), which Temporal may not have carried out yet.
+func (c *Client) Deleted(ctx context.Context, id, runID string) (bool, error) {
+	_, err := c.tc.DescribeWorkflowExecution(ctx, tombstoneID(id, runID), "")
+	var nf *serviceerror.NotFound
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &nf):
+		return false, nil
+	}
+	return false, fmt.Errorf("durallm: is %s deleted: %w", id, err)
+}
+
+// Input returns the input the action was started with (its latest run
+// when runID is empty), from the first event of its history, decoded
+// with the client's data converter (WithDataConverter): a request stored
+// by reference is read from the result store. An action Temporal does
+// not know is ErrNotFound.
+func (c *Client) Input(ctx context.Context, id, runID string) (workflows.ActionInput, error) {
+	var in workflows.ActionInput
+	it := c.tc.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return in, fmt.Errorf("%w: %s: no history", ErrNotFound, id)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return in, mapNotFound(id, err)
+	}
+	a := ev.GetWorkflowExecutionStartedEventAttributes()
+	if a == nil {
+		return in, fmt.Errorf("durallm: action %s: its history does not start with its input", id)
+	}
+	if err := c.converter().FromPayloads(a.GetInput(), &in); err != nil {
+		return in, fmt.Errorf("durallm: action %s: decode its input: %w", id, err)
+	}
+	return in, nil
 }
 
 // ReconcileError is returned when the action rejected a reconcile Update

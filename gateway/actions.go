@@ -33,9 +33,26 @@ func (g *Gateway) owned(w http.ResponseWriter, r *http.Request, c *call) (durall
 		writeProblem(w, c.surface, noSuchAction())
 		return d, m, false
 	}
+	if !d.Running {
+		// A deleted action is gone at once, whether or not Temporal has
+		// removed it yet.
+		deleted, err := g.c.Deleted(r.Context(), c.id, d.RunID)
+		if err != nil {
+			g.temporalFailed(w, c, err)
+			return d, m, false
+		}
+		if deleted {
+			writeProblem(w, c.surface, noSuchAction())
+			return d, m, false
+		}
+	}
 	if !ok {
 		// Not started by a gateway: render with what Temporal knows.
 		m = gatewayMemo{Created: d.StartTime.Unix()}
+	}
+	if m.Surface != "" && m.Surface != c.surface.Name() && len(m.Kept) > 0 {
+		// What another surface kept is not this one's to read.
+		m.Kept = nil
 	}
 	c.ri.actionID = c.id
 	return d, m, true
@@ -85,6 +102,10 @@ func streamInBody(r *http.Request) bool {
 // stream.
 func (g *Gateway) read(w http.ResponseWriter, r *http.Request, c *call) {
 	g.reading(w, r, c, func(d durallm.Description, who answer.Identity) {
+		if st, ok := c.surface.(answer.Stored); ok {
+			g.readStored(w, r, c, st, d, who)
+			return
+		}
 		if d.Running {
 			writeProblem(w, c.surface, &answer.Problem{Kind: answer.InProgress,
 				Message: "the action is still running: read it again later, or with ?stream=true"})
@@ -114,8 +135,7 @@ func (g *Gateway) reading(w http.ResponseWriter, r *http.Request, c *call, view 
 		return
 	}
 	actionHeaders(w.Header(), c.id)
-	who := answer.Identity{ID: c.id, Created: m.Created, Model: m.Model}
-	view(d, who)
+	view(d, m.identity(c.id))
 }
 
 // ended reads the result of the ended action d describes.
@@ -147,7 +167,7 @@ func (g *Gateway) readStream(w http.ResponseWriter, r *http.Request, c *call, d 
 	actionHeaders(w.Header(), c.id)
 	act := g.c.Get(c.id)
 	act.RunID = d.RunID
-	who := answer.Identity{ID: c.id, Created: m.Created, Model: m.Model}
+	who := m.identity(c.id)
 	s := &session{act: act, who: who, surface: c.surface, replayed: !d.Running, onDisconnect: OnDisconnectContinue, gone: true}
 	g.serveStream(w, r, s, streamOptions{encoder: c.surface.Stream(who, nil), resume: resume, after: after})
 }

@@ -30,7 +30,8 @@ import (
 type Options struct {
 	// Client starts and steers the actions. Required. Give it the data
 	// converter its Temporal client was dialed with (WithDataConverter)
-	// when payloads are encrypted, and the result store (WithResults).
+	// when payloads are encrypted, the result store (WithResults), and
+	// the namespace (WithNamespace), which deleting a response needs.
 	Client *durallm.Client
 	// Models are the models served. Required; validated by New.
 	Models Config
@@ -265,13 +266,24 @@ type endpoint struct {
 func (g *Gateway) routes() []endpoint {
 	var out []endpoint
 	for _, s := range g.surfaces {
-		for _, rt := range s.Routes() {
+		rts := s.Routes()
+		if st, ok := s.(answer.Stored); ok {
+			rts = append(rts, st.StoredRoutes()...)
+		}
+		for _, rt := range rts {
 			e := endpoint{method: rt.Method, path: rt.Path, surface: s}
 			switch rt.Op {
 			case answer.Start:
 				e.serve = g.start
 			case answer.Read:
 				e.serve = g.read
+			case answer.Cancel, answer.Delete, answer.Items:
+				if _, ok := s.(answer.Stored); !ok {
+					// Only a stored surface has these answers.
+					continue
+				}
+				e.serve = map[answer.Op]func(http.ResponseWriter, *http.Request, *call){
+					answer.Cancel: g.cancelStored, answer.Delete: g.deleteStored, answer.Items: g.items}[rt.Op]
 			case answer.Unserved:
 				if rt.Problem == nil {
 					continue

@@ -32,6 +32,16 @@ type gatewayMemo struct {
 	Created     int64  `json:"created"`
 	Model       string `json:"model"`
 	Keyed       bool   `json:"keyed,omitempty"`
+	// Surface names the surface that started it; Kept is what that
+	// surface kept of the request (answer.Request.Keep).
+	Surface string `json:"surface,omitempty"`
+	Kept    []byte `json:"kept,omitempty"`
+}
+
+// identity is what every rendering of the action id started with this
+// memo shares.
+func (m gatewayMemo) identity(id string) answer.Identity {
+	return answer.Identity{ID: id, Created: m.Created, Model: m.Model, Kept: m.Kept}
 }
 
 const memoKey = "durallm_gateway"
@@ -86,7 +96,7 @@ func (g *Gateway) startOrAttach(ctx context.Context, id string, in workflows.Act
 		switch {
 		case err == nil:
 			g.count(g.idempotent, memo.Keyed, "started")
-			return &session{act: act, who: answer.Identity{ID: id, Created: memo.Created, Model: memo.Model}, keyed: memo.Keyed, model: m}, nil
+			return &session{act: act, who: memo.identity(id), keyed: memo.Keyed, model: m}, nil
 		case errors.Is(err, resultstore.ErrTooLarge):
 			return nil, &answer.Problem{Kind: answer.TooLarge, Message: "the request is larger than the result store keeps; nothing was started"}
 		case errors.Is(err, durallm.ErrInvalidInput):
@@ -195,7 +205,7 @@ func (g *Gateway) find(ctx context.Context, id string, memo gatewayMemo, m Model
 		return nil, &answer.Problem{Kind: answer.KeyReused, Param: IdempotencyHeader,
 			Message: "this Idempotency-Key was used with another request body; use a new key for a new request"}
 	}
-	s := &session{act: g.c.Get(id), who: answer.Identity{ID: id, Created: have.Created, Model: have.Model}, replayed: !d.Running, found: true, keyed: memo.Keyed, model: m}
+	s := &session{act: g.c.Get(id), who: have.identity(id), replayed: !d.Running, found: true, keyed: memo.Keyed, model: m}
 	s.act.RunID = d.RunID
 	if s.replayed {
 		g.count(g.idempotent, memo.Keyed, "replayed")
@@ -230,9 +240,12 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		writeProblem(w, surf, p)
 		return
 	}
-	req, p := surf.Parse(body)
+	req, p := g.parse(surf, body)
 	if p == nil {
 		p = checkMetadata(req.Request)
+	}
+	if p == nil {
+		p = g.checkStored(surf, req)
 	}
 	if p != nil {
 		writeProblem(w, surf, p)
@@ -247,6 +260,12 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	ri.model = m.Name
+	if req.Continues != nil {
+		if req, p = g.continued(r.Context(), caller, surf, req); p != nil {
+			writeProblem(w, surf, p)
+			return
+		}
+	}
 	key := r.Header.Get(IdempotencyHeader)
 	_, keyed := r.Header[http.CanonicalHeaderKey(IdempotencyHeader)]
 	if keyed {
@@ -266,6 +285,11 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 	if onDisconnect == "" {
 		onDisconnect = OnDisconnectCancel
 	}
+	if req.Background {
+		// The caller reads a background answer later: its leaving is
+		// expected, never a cancel.
+		onDisconnect = OnDisconnectContinue
+	}
 	fp, err := fingerprint(g.o.Secret, body)
 	if err != nil {
 		writeProblem(w, surf, badRequest("", "the request body must be a JSON object"))
@@ -282,7 +306,7 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		g.log.Warn("gateway: an SDK retried a request without an Idempotency-Key: it runs as a new action", "caller", caller.ID, "action_id", id)
 	}
 	ri.actionID = id
-	memo := gatewayMemo{Caller: caller.ID, Fingerprint: fp, Created: time.Now().Unix(), Model: m.Name, Keyed: keyed}
+	memo := gatewayMemo{Caller: caller.ID, Fingerprint: fp, Created: time.Now().Unix(), Model: m.Name, Keyed: keyed, Surface: surf.Name(), Kept: req.Keep}
 	in := m.input(req.Request)
 	in.Caller = caller.ID // a label on the action's token and cost metrics
 	sess, p := g.startWithinBudget(r.Context(), caller, id, in, memo, m)
@@ -315,7 +339,27 @@ func (g *Gateway) start(w http.ResponseWriter, r *http.Request, c *call) {
 		g.serveStream(w, r, sess, streamOptions{encoder: surf.Stream(sess.who, req.Options)})
 		return
 	}
+	if req.Background {
+		g.answerBackground(w, r, sess)
+		return
+	}
 	g.serveJSON(w, r, sess)
+}
+
+// parse reads a Start request's body: its State first when the surface
+// reads it apart (answer.StateParser), then the rest.
+func (g *Gateway) parse(surf answer.Surface, body []byte) (answer.Request, *answer.Problem) {
+	sp, ok := surf.(answer.StateParser)
+	if !ok {
+		return surf.Parse(body)
+	}
+	rest, st, p := sp.ParseState(body)
+	if p != nil {
+		return answer.Request{}, p
+	}
+	req, p := surf.Parse(rest)
+	req.State = st
+	return req, p
 }
 
 // metadataPrefix starts the metadata keys that are durallm's own

@@ -35,10 +35,13 @@ import (
 // --address and --namespace override it.
 type connFlags struct {
 	address, namespace, taskQueue string
-	encryptionKey, resultDir      string
-	journalDSN                    string
-	jsonOut                       bool
-	stderr                        io.Writer
+	// dialed is the namespace the last dial used, for durallm.Client's
+	// Delete.
+	dialed                   string
+	encryptionKey, resultDir string
+	journalDSN               string
+	jsonOut                  bool
+	stderr                   io.Writer
 
 	keys       *codec.Keyring // once loaded, from --encryption-key
 	keysLoaded bool
@@ -161,7 +164,7 @@ func (c *connFlags) converter() converter.DataConverter {
 // resolving stored responses and payloads from results.
 func (c *connFlags) client(tc client.Client) *durallm.Client {
 	// dial loaded the keyring already.
-	return durallm.NewClient(tc, c.taskQueue).WithResults(c.results()).WithDataConverter(c.converter())
+	return durallm.NewClient(tc, c.taskQueue).WithResults(c.results()).WithDataConverter(c.converter()).WithNamespace(c.dialed)
 }
 
 // pgResults connects to the PostgreSQL result store on first use: only an
@@ -272,6 +275,7 @@ func (c *connFlags) dialWith(ctx context.Context, tel *telemetry.Telemetry, dc c
 	if err := finishClient(&opts, stderr, tel, dc); err != nil {
 		return nil, err
 	}
+	c.dialed = opts.Namespace
 	tc, err := client.DialContext(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Temporal at %s (is 'durallm dev' or a server running?): %w", hostPort(opts), err)

@@ -160,6 +160,9 @@ type Identity struct {
 	ID      string
 	Created int64
 	Model   string
+	// Kept is what the surface kept of the request (Request.Keep), nil
+	// for none.
+	Kept []byte
 }
 
 // Answer is an ended action's answer: completed, reconciled, or

@@ -2,6 +2,7 @@ package answer
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/durallm/durallm/providers"
@@ -82,13 +83,30 @@ const (
 	Start Op = iota + 1
 	// Read answers with the action the {id} names (the caller's own, or
 	// any for an operator): its answer if it ended, an InProgress
-	// problem if not; with ?stream=true its stream, live until it ends,
+	// problem if not (a Stored surface's object whatever its state:
+	// Stored.Pending, Stored.Unanswered); with ?stream=true its stream, live until it ends,
 	// after the numbered event starting_after=N when given.
 	Read
 	// Unserved answers the route's Problem once the caller is
 	// authenticated: an endpoint of the API that the gateway knows and
 	// does not serve, refused with a message that says why.
 	Unserved
+	// Cancel cancels the action the {id} names, the caller's own, as the
+	// caller's stop (origin user_stop; operator_stop for an operator),
+	// waits a moment for it to end, and answers with it as Read does
+	// (Stored.Unanswered once canceled). An action that had ended is
+	// answered as it ended. The surface must be Stored.
+	Cancel
+	// Delete deletes the action the {id} names, the caller's own: a
+	// running one is canceled first (user_stop) and waited for; then its
+	// execution is deleted from Temporal, so that every gateway answers
+	// NotFound for it from then on (Stored.Deleted). The surface must be
+	// Stored.
+	Delete
+	// Items answers the items of the request of the action the {id}
+	// names, the caller's own, read from the action's durable input
+	// (Stored.Items). The surface must be Stored.
+	Items
 )
 
 // Request is a Start request as the core needs it.
@@ -108,6 +126,105 @@ type Request struct {
 	// names): what the surface says of the request itself, such as the
 	// members it set aside. Nil for none.
 	Header http.Header
+	// State is what the request asks of a Stored surface's ops: none
+	// for another surface's.
+	State
+}
+
+// State is what a Start request asks of the stored ops.
+type State struct {
+	// Background asks for the answer at once, before the action ends: a
+	// Stored surface's rendering of the running action (Stored.Pending),
+	// or, with Stream, its stream. The caller reads it later (Read); its
+	// leaving never cancels the action (on_disconnect continue). Only a
+	// Stored surface may set it.
+	Background bool
+	// Continues names the earlier action whose conversation the request
+	// continues (OpenAI's previous_response_id), nil for none. The core
+	// loads that action's request and answer from Temporal and the result
+	// store, for the same caller and surface only, and hands them to
+	// Continuer.Continue, which composes the request. Only a Continuer
+	// may set it.
+	Continues *Continuation
+	// Keep is what the surface keeps of the request beside the action
+	// (in its memo), handed back as Identity.Kept to every rendering of
+	// the action and to Continue: a few members, such as whether the
+	// request's first message is its instructions. At most MaxKept
+	// bytes; nil for none.
+	Keep []byte
+}
+
+// StateParser is a surface that reads a Start request's State apart
+// from the rest of its body: the core hands it the body first, Parse gets
+// the rest (the body without the members State holds), and the core sets
+// the State on the Request Parse returns. A surface whose Parse reads the
+// State itself needs none.
+type StateParser interface {
+	Surface
+	// ParseState returns the body without the members it read, and what
+	// they ask; a problem is an InvalidRequest naming the member.
+	ParseState(body []byte) (rest []byte, st State, p *Problem)
+}
+
+// MaxKept bounds Request.Keep: it lives in the action's memo, which
+// Temporal keeps small.
+const MaxKept = 2048
+
+// Continuation names the earlier action a request continues.
+type Continuation struct {
+	// ID is the earlier action's id.
+	ID string
+	// Param names the request's member that named it, for a problem.
+	Param string
+}
+
+// Stored is a surface whose API keeps each answer as an object the
+// caller reads again whatever its state (OpenAI's Responses: a response
+// object with a status). Its routes may use the Cancel, Delete and Items
+// ops and its requests Background; where another surface answers a
+// running or an unanswered action with a problem, the core answers a
+// Read with the object.
+type Stored interface {
+	Surface
+	// StoredRoutes are the routes of the stored ops (Cancel, Delete,
+	// Items), served beside Routes; nil when Routes names them.
+	StoredRoutes() []Route
+	// Pending renders a running action as the API's object: the answer
+	// to a Background start, and to a Read while it runs. state is the
+	// action's state (queued, dispatching, backing_off,
+	// awaiting_reconciliation).
+	Pending(who Identity, state string) []byte
+	// Unanswered renders an action that ended without an answer (its
+	// problem p: canceled, failed, ...) as the API's object, the body of
+	// a 200 to a Read or a Cancel.
+	Unanswered(who Identity, p Problem) []byte
+	// Deleted is the body of the 200 to a Delete of the action id.
+	Deleted(id string) []byte
+	// Items renders the items of the action's request, as the started
+	// action holds it, selected by the query (q: order, limit, after, as
+	// the API pages them); a problem is an InvalidRequest naming the
+	// query's member.
+	Items(who Identity, req providers.Request, q url.Values) ([]byte, *Problem)
+}
+
+// Continuer is a surface whose requests may continue an earlier action's
+// conversation (Request.Continues).
+type Continuer interface {
+	Surface
+	// Continue composes the request that continues earlier: typically
+	// earlier's conversation, then its answer, then the new request's
+	// input. A problem is an InvalidRequest naming the member.
+	Continue(req Request, earlier Earlier) (Request, *Problem)
+}
+
+// Earlier is an ended action a request continues, as Temporal and the
+// result store keep it, never a gateway's memory.
+type Earlier struct {
+	Identity
+	// Request is what the action sent upstream, as it was started.
+	Request providers.Request
+	// Answer is its answer: the action completed (whole or partial).
+	Answer Answer
 }
 
 // Claimant is a surface whose clients mark every request they send

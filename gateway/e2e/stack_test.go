@@ -28,6 +28,7 @@ import (
 	"github.com/durallm/durallm"
 	"github.com/durallm/durallm/activities"
 	"github.com/durallm/durallm/gateway"
+	"github.com/durallm/durallm/gateway/answer"
 	"github.com/durallm/durallm/gateway/callerbudget"
 	"github.com/durallm/durallm/internal/devserver"
 	"github.com/durallm/durallm/internal/syncbuf"
@@ -73,6 +74,8 @@ type gwStack struct {
 	requests atomic.Int64
 	tq       string
 	models   gateway.Config
+	// surfaces are the gateways' surfaces beside chat and Messages.
+	surfaces []answer.Surface
 }
 
 type stackOptions struct {
@@ -103,6 +106,9 @@ type stackOptions struct {
 	// "capped" (tokenCapped), which the tokens then have.
 	spend        callerbudget.Store
 	cappedTokens int64
+	// surfaces are served beside chat and Messages, by every gateway of
+	// the stack.
+	surfaces []answer.Surface
 }
 
 // smallBuffers is a listener whose connections have 4 KiB send buffers.
@@ -176,7 +182,7 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	}
 	t.Cleanup(w.Stop)
 	s.w = w
-	s.c = durallm.NewClient(tc, s.tq)
+	s.c = durallm.NewClient(tc, s.tq).WithNamespace(ts.GetDefaultNamespace())
 	if !so.remote {
 		s.c.WithEagerStart()
 	}
@@ -200,8 +206,10 @@ func newGateway(t *testing.T, opts ...func(*stackOptions)) *gwStack {
 	}
 	s.tk = tokens
 	s.models = so.models
+	s.surfaces = so.surfaces
 	gopts := gateway.Options{Client: s.c, Models: so.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: tokens,
-		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond, WriteTimeout: so.writeTimeout, Spend: so.spend}
+		Streams: s.hub, Logger: logger, StreamHold: so.streamHold, StatePoll: 50 * time.Millisecond, WriteTimeout: so.writeTimeout, Spend: so.spend,
+		Surfaces: so.surfaces}
 	if so.remote {
 		gopts.Remote = &gateway.RemoteStreams{}
 	}
@@ -237,8 +245,8 @@ type besideOptions struct {
 	startTimeout time.Duration
 	// requests, when set, counts the requests that reach it.
 	requests *atomic.Int64
-	// left, when set, is closed once a request's context ends (its
-	// caller left, or it was answered).
+	// left, when set, is closed once the first request's context ends
+	// (its caller left, or it was answered).
 	left chan struct{}
 	// spend is its ledger of the callers' budgets; spendSweep its
 	// Options.SpendSweep.
@@ -263,9 +271,9 @@ func (s *gwStack) besideStoppable(o besideOptions) (string, func()) {
 	if o.tc != nil {
 		tc = o.tc
 	}
-	gopts := gateway.Options{Client: durallm.NewClient(tc, s.tq), Models: s.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: s.tk,
+	gopts := gateway.Options{Client: durallm.NewClient(tc, s.tq).WithNamespace(s.ts.GetDefaultNamespace()), Models: s.models, Secret: []byte(strings.Repeat("k", 32)), Tokens: s.tk,
 		Logger: slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), StatePoll: 50 * time.Millisecond, Remote: o.remote,
-		StartTimeout: o.startTimeout, Spend: o.spend, SpendSweep: o.spendSweep}
+		StartTimeout: o.startTimeout, Spend: o.spend, SpendSweep: o.spendSweep, Surfaces: s.surfaces}
 	if o.hub {
 		gopts.Streams = activities.NewStreams()
 	}
@@ -273,12 +281,15 @@ func (s *gwStack) besideStoppable(o besideOptions) (string, func()) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	var leftOnce sync.Once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.requests != nil {
 			o.requests.Add(1)
 		}
 		if o.left != nil {
-			go func() { <-r.Context().Done(); close(o.left) }()
+			// Once: a client that resends sends the gateway a second
+			// request, whose end must not close the channel again.
+			go func() { <-r.Context().Done(); leftOnce.Do(func() { close(o.left) }) }()
 		}
 		g.ServeHTTP(w, r)
 	}))
