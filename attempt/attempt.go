@@ -7,6 +7,7 @@
 package attempt
 
 import (
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -62,6 +63,22 @@ type Input struct {
 	// attempt's Timeout. The activity's StartToClose includes it. Zero
 	// means it may not wait (a route without limits needs none).
 	CapacityWait time.Duration `json:"capacity_wait,omitempty"`
+}
+
+// JSONPayload is in's JSON as claimcheck.SelfEncoding writes it: the
+// request by providers.Request.AppendJSON (its verbatim members copied,
+// not compacted), the other members by json.Marshal.
+func (in Input) JSONPayload() ([]byte, error) {
+	type plain Input // no methods
+	rest, err := json.Marshal(struct {
+		plain
+		// Hides plain's Request (the shallower field wins).
+		Request *struct{} `json:"request,omitempty"`
+	}{plain: plain(in)})
+	if err != nil {
+		return nil, err
+	}
+	return providers.WithRequestMember(rest, in.Request)
 }
 
 // Outcome is what one attempt produced: the wire evidence, its

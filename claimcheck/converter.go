@@ -2,7 +2,9 @@ package claimcheck
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -121,9 +123,34 @@ func (d *dataConverter) decode(ps []*commonpb.Payload) ([]*commonpb.Payload, err
 	return out, nil
 }
 
+// SelfEncoding is a value that writes its own JSON payload: JSON that
+// json.Unmarshal decodes as it decodes json.Marshal's output for the
+// value, and an error where json.Marshal has one. The converter takes it
+// instead of json.Marshal's, which compacts every verbatim member
+// (json.RawMessage) with a pass of its scanner, so a large request is
+// not scanned on its way into a payload. workflows.ActionInput and
+// attempt.Input are.
+type SelfEncoding interface {
+	JSONPayload() ([]byte, error)
+}
+
+// toPayload is the parent's ToPayload, or a SelfEncoding value's own JSON.
+func (d *dataConverter) toPayload(value any) (*commonpb.Payload, error) {
+	v, ok := value.(SelfEncoding)
+	if !ok {
+		return d.parent.ToPayload(value)
+	}
+	data, err := v.JSONPayload()
+	if err != nil {
+		// As the SDK's JSON payload converter reports it.
+		return nil, fmt.Errorf("%w: %v", converter.ErrUnableToEncode, err)
+	}
+	return &commonpb.Payload{Metadata: map[string][]byte{converter.MetadataEncoding: []byte(converter.MetadataEncodingJSON)}, Data: data}, nil
+}
+
 // ToPayload implements converter.DataConverter.
 func (d *dataConverter) ToPayload(value any) (*commonpb.Payload, error) {
-	p, err := d.parent.ToPayload(value)
+	p, err := d.toPayload(value)
 	if p == nil || err != nil {
 		return p, err
 	}
@@ -134,9 +161,27 @@ func (d *dataConverter) ToPayload(value any) (*commonpb.Payload, error) {
 	return out[0], nil
 }
 
+// toPayloads is the parent's ToPayloads, with SelfEncoding values' own
+// JSON.
+func (d *dataConverter) toPayloads(values []any) (*commonpb.Payloads, error) {
+	if !slices.ContainsFunc(values, func(v any) bool { _, ok := v.(SelfEncoding); return ok }) {
+		return d.parent.ToPayloads(values...)
+	}
+	// The parent's loop (converter.CompositeDataConverter.ToPayloads).
+	ps := &commonpb.Payloads{}
+	for i, v := range values {
+		p, err := d.toPayload(v)
+		if err != nil {
+			return nil, fmt.Errorf("values[%d]: %w", i, err)
+		}
+		ps.Payloads = append(ps.Payloads, p)
+	}
+	return ps, nil
+}
+
 // ToPayloads implements converter.DataConverter.
 func (d *dataConverter) ToPayloads(values ...any) (*commonpb.Payloads, error) {
-	ps, err := d.parent.ToPayloads(values...)
+	ps, err := d.toPayloads(values)
 	if ps == nil || err != nil {
 		return ps, err
 	}
@@ -145,6 +190,31 @@ func (d *dataConverter) ToPayloads(values ...any) (*commonpb.Payloads, error) {
 		return nil, err
 	}
 	return &commonpb.Payloads{Payloads: out}, nil
+}
+
+// SelfChecking is a value whose UnmarshalJSON checks the whole of what it
+// is given, as json.Unmarshal does (it decodes it with json.Unmarshal):
+// the converter hands it a JSON payload's data directly, without the
+// check of the whole input json.Unmarshal makes before it calls
+// UnmarshalJSON, so a large payload is scanned once, not twice.
+// workflows.ActionInput is one.
+type SelfChecking interface {
+	json.Unmarshaler
+	ChecksItsJSON()
+}
+
+// fromPayload is the parent's FromPayload, or a SelfChecking value's own
+// decoding of a JSON payload.
+func (d *dataConverter) fromPayload(p *commonpb.Payload, valuePtr any) error {
+	v, ok := valuePtr.(SelfChecking)
+	if !ok || string(p.GetMetadata()[converter.MetadataEncoding]) != converter.MetadataEncodingJSON {
+		return d.parent.FromPayload(p, valuePtr)
+	}
+	if err := v.UnmarshalJSON(p.GetData()); err != nil {
+		// As the SDK's JSON payload converter reports it.
+		return fmt.Errorf("%w: %v", converter.ErrUnableToDecode, err)
+	}
+	return nil
 }
 
 // FromPayload implements converter.DataConverter.
@@ -156,7 +226,7 @@ func (d *dataConverter) FromPayload(p *commonpb.Payload, valuePtr any) error {
 	if err != nil {
 		return err
 	}
-	return d.parent.FromPayload(out[0], valuePtr)
+	return d.fromPayload(out[0], valuePtr)
 }
 
 // FromPayloads implements converter.DataConverter.
@@ -168,7 +238,19 @@ func (d *dataConverter) FromPayloads(ps *commonpb.Payloads, valuePtrs ...any) er
 	if err != nil {
 		return err
 	}
-	return d.parent.FromPayloads(&commonpb.Payloads{Payloads: out}, valuePtrs...)
+	if !slices.ContainsFunc(valuePtrs, func(v any) bool { _, ok := v.(SelfChecking); return ok }) {
+		return d.parent.FromPayloads(&commonpb.Payloads{Payloads: out}, valuePtrs...)
+	}
+	// The parent's loop (converter.CompositeDataConverter.FromPayloads).
+	for i, p := range out {
+		if i >= len(valuePtrs) {
+			break
+		}
+		if err := d.fromPayload(p, valuePtrs[i]); err != nil {
+			return fmt.Errorf("payload item %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // ToString implements converter.DataConverter.

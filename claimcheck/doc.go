@@ -39,6 +39,16 @@
 // HandlerOptions.References set to NewCodec) resolves references for the
 // Temporal UI and CLI.
 //
+// # Large values
+//
+// A value the converter writes or reads may skip encoding/json's passes
+// over what it holds verbatim: a SelfEncoding value writes its own JSON
+// (workflows.ActionInput and attempt.Input copy a request's contents
+// instead of compacting them), and a SelfChecking value decodes its
+// payload's data itself, with no check of the whole before it. Either
+// way the payload is the JSON it would be otherwise, up to white space
+// and escapes.
+//
 // # Failures
 //
 // Inside workflow code, a store that cannot be read or written fails the

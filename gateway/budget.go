@@ -172,6 +172,14 @@ func (g *Gateway) startWithinBudget(ctx context.Context, caller Caller, id strin
 	}
 	r, p := s.reserve(ctx, caller, m, id, &in)
 	if p != nil {
+		if p.Kind == answer.SpendExhausted && memo.Keyed {
+			// A keyed resend of an action that exists costs nothing
+			// more: its replay, or the running action, whatever the
+			// budget has left.
+			if _, err := g.c.Describe(ctx, id); err == nil {
+				return g.find(ctx, id, memo, m)
+			}
+		}
 		return nil, p
 	}
 	sess, p := g.startOrAttach(ctx, id, in, memo, m)

@@ -112,7 +112,7 @@ func (r Request) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidRequest, field, problem))
 	}
 	rawOK := func(field string, raw json.RawMessage) {
-		if len(raw) > 0 && !json.Valid(raw) {
+		if len(raw) > 0 && !ValidJSON(raw) {
 			bad(field, "invalid JSON")
 		}
 	}

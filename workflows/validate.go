@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/durallm/durallm/providers"
 )
 
 // UnmarshalJSON reads an ActionInput, taking each duration (deadline,
@@ -35,6 +37,27 @@ func (in *ActionInput) UnmarshalJSON(b []byte) error {
 	in.QueueTimeout, in.ReconcileTimeout = time.Duration(w.QueueTimeout), time.Duration(w.ReconcileTimeout)
 	return nil
 }
+
+// JSONPayload is in's JSON as claimcheck.SelfEncoding writes it: the
+// request by Request.AppendJSON (its verbatim members copied, not
+// compacted), the other members by json.Marshal.
+func (in ActionInput) JSONPayload() ([]byte, error) {
+	type plain ActionInput // no methods
+	rest, err := json.Marshal(struct {
+		plain
+		// Hides plain's Request (the shallower field wins).
+		Request *struct{} `json:"request,omitempty"`
+	}{plain: plain(in)})
+	if err != nil {
+		return nil, err
+	}
+	return providers.WithRequestMember(rest, in.Request)
+}
+
+// ChecksItsJSON marks ActionInput as claimcheck.SelfChecking: its
+// UnmarshalJSON decodes with json.Unmarshal, which checks the whole input,
+// so a data converter may skip its own check of a large request.
+func (*ActionInput) ChecksItsJSON() {}
 
 // WithDefaults fills the zero values documented on ActionInput, using
 // workflowID as the default idempotency key.

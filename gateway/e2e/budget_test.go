@@ -210,3 +210,36 @@ func TestAHoldLeftByAGatewayThatStoppedIsSettledByAnother(t *testing.T) {
 	s.beside(besideOptions{spend: openLedger(t, dsn), spendSweep: 100 * time.Millisecond})
 	settledAt(t, ledger, 1980)
 }
+
+// A keyed resend of an action that ended is its replay, which costs
+// nothing more: it is served whatever the budget has left, not refused.
+func TestAKeyedResendAfterTheBudgetIsSpentGetsItsReplay(t *testing.T) {
+	dsn := budgetDSN(t)
+	ledger := openLedger(t, dsn)
+	s := newGateway(t, func(o *stackOptions) { o.spend = ledger; o.cappedTokens = cappedBudget })
+	s.p.SetDefault(providertest.Answer("spent").WithUsage(spent1980))
+	ctx := testCtx(t)
+	key := option.WithHeader("Idempotency-Key", "spent-then-resent")
+	first, err := s.client(tokenCapped).Chat.Completions.New(ctx, bigChat(), key)
+	if err != nil {
+		t.Fatalf("the first request, within the budget: %v", err)
+	}
+	settledAt(t, ledger, 1980)
+	received := len(s.p.Received())
+	again, err := s.client(tokenCapped).Chat.Completions.New(ctx, bigChat(), key)
+	if err != nil {
+		t.Fatalf("the keyed resend: %v", err)
+	}
+	if again.ID != first.ID || again.Choices[0].Message.Content != "spent" {
+		t.Fatalf("the resend got %s %q, want the replay of %s", again.ID, again.Choices[0].Message.Content, first.ID)
+	}
+	if got := len(s.p.Received()); got != received {
+		t.Fatalf("the provider received %d more requests", got-received)
+	}
+	// Another key is a new request, which the budget refuses.
+	_, err = s.client(tokenCapped).Chat.Completions.New(ctx, bigChat(), option.WithHeader("Idempotency-Key", "another"))
+	overBudget(t, err)
+	if a := cappedAccount(t, ledger); a.Settled.Tokens != 1980 || a.Held != (workflows.Spend{}) {
+		t.Fatalf("the replay changed the account: %+v", a)
+	}
+}

@@ -245,8 +245,8 @@ type besideOptions struct {
 	startTimeout time.Duration
 	// requests, when set, counts the requests that reach it.
 	requests *atomic.Int64
-	// left, when set, is closed once a request's context ends (its
-	// caller left, or it was answered).
+	// left, when set, is closed once the first request's context ends
+	// (its caller left, or it was answered).
 	left chan struct{}
 	// spend is its ledger of the callers' budgets; spendSweep its
 	// Options.SpendSweep.
@@ -281,12 +281,15 @@ func (s *gwStack) besideStoppable(o besideOptions) (string, func()) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	var leftOnce sync.Once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.requests != nil {
 			o.requests.Add(1)
 		}
 		if o.left != nil {
-			go func() { <-r.Context().Done(); close(o.left) }()
+			// Once: a client that resends sends the gateway a second
+			// request, whose end must not close the channel again.
+			go func() { <-r.Context().Done(); leftOnce.Do(func() { close(o.left) }) }()
 		}
 		g.ServeHTTP(w, r)
 	}))

@@ -1,6 +1,7 @@
 package exchange
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -135,7 +136,7 @@ func chatParams(model string, r providers.Request) (openai.ChatCompletionNewPara
 	p := openai.ChatCompletionNewParams{Model: model}
 	p.Messages = make([]openai.ChatCompletionMessageParamUnion, 0, len(r.Messages))
 	for i, m := range r.Messages {
-		raw, err := json.Marshal(m)
+		raw, err := messageJSON(m)
 		if err != nil {
 			return p, fmt.Errorf("encode messages[%d]: %w", i, err)
 		}
@@ -162,6 +163,56 @@ func chatParams(model string, r providers.Request) (openai.ChatCompletionNewPara
 		p.SetExtraFields(extra)
 	}
 	return p, nil
+}
+
+// messageJSON is m as json.Marshal writes it, its members in the same
+// order, except that content and tool_calls are only HTML-escaped, as
+// json.Marshal does, not compacted: the client compacts the whole body as
+// it encodes it, so the bytes sent are the same, and a long content is
+// scanned by encoding/json once, not twice. A content that is not JSON is
+// an error, as it is for json.Marshal.
+func messageJSON(m providers.Message) (json.RawMessage, error) {
+	var b bytes.Buffer
+	b.Grow(len(m.Content) + len(m.ToolCalls) + len(m.Role) + len(m.Name) + len(m.ToolCallID) + 64)
+	member := func(name string) {
+		if b.Len() == 0 {
+			b.WriteByte('{')
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"` + name + `":`)
+	}
+	str := func(name, v string) {
+		member(name)
+		s, _ := json.Marshal(v) // a string always encodes
+		b.Write(s)
+	}
+	raw := func(name string, v json.RawMessage) error {
+		if len(v) == 0 {
+			return nil
+		}
+		if !providers.ValidJSON(v) {
+			return fmt.Errorf("%s: %w: invalid JSON", name, providers.ErrInvalidRequest)
+		}
+		member(name)
+		json.HTMLEscape(&b, v)
+		return nil
+	}
+	str("role", m.Role)
+	if err := raw("content", m.Content); err != nil {
+		return nil, err
+	}
+	if m.Name != "" {
+		str("name", m.Name)
+	}
+	if err := raw("tool_calls", m.ToolCalls); err != nil {
+		return nil, err
+	}
+	if m.ToolCallID != "" {
+		str("tool_call_id", m.ToolCallID)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // messageParam is one message, verbatim, in the variant its role names. A

@@ -3,6 +3,7 @@ package exchange
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"reflect"
@@ -161,5 +162,47 @@ func TestSendNoKeyNoRedirect(t *testing.T) {
 	resp.Body.Close()
 	if sends != 1 || resp.StatusCode != http.StatusTemporaryRedirect || string(body) != "moved" {
 		t.Fatalf("sends %d, status %d, body %q: want the 307 itself, its body unread by the client", sends, resp.StatusCode, body)
+	}
+}
+
+// TestMessagesAreSentAsJSONMarshalWritesThem: each message reaches the
+// provider byte for byte as when it was encoded with json.Marshal
+// (compacted, <, > and & escaped), whatever white space its content and
+// tool calls carry and whichever members it sets.
+func TestMessagesAreSentAsJSONMarshalWritesThem(t *testing.T) {
+	r := providers.Request{Messages: []providers.Message{
+		providers.TextMessage("system", "be <brief> & \"exact\"\n"),
+		{Role: "user", Content: json.RawMessage(" [ {\"type\": \"text\",\n \"text\": \"<hi>\"} ] "), Name: "ann & bob"},
+		{Role: "assistant", ToolCalls: json.RawMessage(`[ {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": \"<b>\"}"}} ]`)},
+		{Role: "tool", Content: json.RawMessage(`"4 > 3"`), ToolCallID: "c1"},
+		{Role: "narrator", Content: json.RawMessage(`"\u00e9"`)},
+	}}
+	_, got := sentBody(t, "m", r)
+	var want []json.RawMessage
+	for _, m := range r.Messages {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b)
+	}
+	var sent struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(got, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sent.Messages, want) {
+		t.Errorf("sent messages\n%s\nwant (json.Marshal)\n%s", sent.Messages, want)
+	}
+}
+
+// TestAMessageWhoseContentIsNotJSONIsNotSent: chatParams refuses it, as
+// json.Marshal did.
+func TestAMessageWhoseContentIsNotJSONIsNotSent(t *testing.T) {
+	for _, m := range []providers.Message{{Role: "user", Content: json.RawMessage(`"open`)}, {Role: "assistant", ToolCalls: json.RawMessage(`[`)}} {
+		if _, err := chatParams("m", providers.Request{Messages: []providers.Message{m}}); !errors.Is(err, providers.ErrInvalidRequest) {
+			t.Errorf("%+v: err = %v, want ErrInvalidRequest", m, err)
+		}
 	}
 }

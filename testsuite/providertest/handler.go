@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/durallm/durallm/providers"
 )
 
 // runStream executes b for one stream whose request is complete. It runs
@@ -433,17 +435,109 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// parseBody fills Model and Stream from a JSON request body. Anything
+// parseBody fills Model and Stream (and what keep reads) from a JSON
+// request body. Anything
 // unreadable just leaves them empty: the body belongs to the client under
 // test, and a fault-injecting server must not fail on it.
 func parseBody(req *Request) {
 	var in struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
+		Model    string          `json:"model"`
+		Stream   bool            `json:"stream"`
+		Store    bool            `json:"store"`
+		Metadata json.RawMessage `json:"metadata"`
 	}
+	// Only the members that may name these are decoded: encoding/json
+	// would scan the whole body, a long conversation included.
+	body := membersNamed(req.Body, "model", "stream", "store", "metadata")
 	// On a type mismatch Unmarshal still fills the members it can.
-	_ = json.Unmarshal(req.Body, &in)
+	err := json.Unmarshal(body, &in)
 	req.Model, req.Stream = in.Model, in.Stream
+	req.store, req.metadata = in.Store, in.Metadata
+	if err != nil {
+		// The completion is stored only when store and metadata decode,
+		// whatever the other members hold.
+		var kept struct {
+			Store    bool            `json:"store"`
+			Metadata json.RawMessage `json:"metadata"`
+		}
+		err = json.Unmarshal(body, &kept)
+		req.store, req.metadata = kept.Store && err == nil, kept.Metadata
+	}
+}
+
+// membersNamed is the JSON object body with only its members whose names
+// match one of names as encoding/json matches a field's (any case), or
+// body itself when it is not a JSON object. Decoding it fills what
+// decoding body would for those names.
+func membersNamed(body []byte, names ...string) []byte {
+	i := skipSpace(body, 0)
+	if i == len(body) || body[i] != '{' || !providers.ValidJSON(body) {
+		return body
+	}
+	out := []byte{'{'}
+	for i = skipSpace(body, i+1); body[i] != '}'; {
+		nameEnd := stringEnd(body, i+1)
+		valueStart := skipSpace(body, skipSpace(body, nameEnd)+1) // past ':'
+		valueEnd := jsonValueEnd(body, valueStart)
+		var name string
+		_ = json.Unmarshal(body[i:nameEnd], &name) // a checked string
+		if slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, name) }) {
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			out = append(append(append(out, body[i:nameEnd]...), ':'), body[valueStart:valueEnd]...)
+		}
+		if i = skipSpace(body, valueEnd); body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	return append(out, '}')
+}
+
+// skipSpace, stringEnd and jsonValueEnd walk JSON that ValidJSON has
+// checked: the index past white space, past the string whose contents
+// begin at b[i], past the value that begins at b[i].
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+func stringEnd(b []byte, i int) int {
+	for ; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+func jsonValueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i+1)
+	case '{', '[':
+		depth := 0
+		for {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i+1)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[i])) {
+		i++
+	}
+	return i
 }
 
 // splitWords cuts text into words, each after the first keeping the

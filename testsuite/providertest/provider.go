@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -118,6 +119,10 @@ type Request struct {
 	respID, callID string
 	// usage is the usage the behaviour reports, nil for the estimate.
 	usage *Usage
+	// store and metadata are the body's "store" and "metadata" members
+	// (keep), read with Model and Stream in one pass over the body.
+	store    bool
+	metadata json.RawMessage
 }
 
 // Record is one request as the provider saw it, in [Provider.Received]

@@ -118,16 +118,12 @@ func (p *Provider) keep(req *Request, b Behavior) {
 		// Faults, stalls and cuts generate no whole completion.
 		return
 	}
-	var in struct {
-		Store    bool            `json:"store"`
-		Metadata json.RawMessage `json:"metadata"`
-	}
-	if json.Unmarshal(req.Body, &in) != nil || !in.Store {
+	if !req.store {
 		return
 	}
 	meta := map[string]string{}
 	var raw map[string]any
-	if json.Unmarshal(in.Metadata, &raw) == nil {
+	if json.Unmarshal(req.metadata, &raw) == nil {
 		for k, v := range raw {
 			if s, ok := v.(string); ok {
 				meta[k] = s
