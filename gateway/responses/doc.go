@@ -18,7 +18,8 @@
 // reads and sets aside, because leaving it out changes neither the
 // question nor the answer's shape, is named in the answers'
 // X-Durallm-Ignored header (IgnoredMembers). previous_response_id and
-// background are recognized and refused as not yet served.
+// background are the stored responses' (state.go): the gateway's core
+// reads them first (ParseState), and Parse alone refuses them.
 //
 // The request is read, and the answers written, with wire structs of this
 // package rather than openai-go's responses types, which can neither keep

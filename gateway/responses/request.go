@@ -56,10 +56,11 @@ func refused(param string) *answer.Problem {
 	return problem(param, param+" is not supported by durallm's gateway: the request is refused rather than run without it")
 }
 
-// notYetServed is the 400 for a member the gateway recognizes and does
-// not serve yet.
-func notYetServed(param string) *answer.Problem {
-	return problem(param, param+" is not yet served by durallm's gateway: send the whole conversation as input, and stream=true rather than background")
+// storedOnly is the 400 for a member that only the gateway's stored
+// responses serve (ParseState reads and removes it before Parse): Parse
+// alone, without the core's stored ops, cannot honour it.
+func storedOnly(param string) *answer.Problem {
+	return problem(param, param+" is served only through the gateway's stored responses, which read it before the request is parsed")
 }
 
 // members reads raw as a JSON object, its null members dropped; ok is
@@ -169,10 +170,10 @@ func (rd *reader) request(body []byte) (answer.Request, *answer.Problem) {
 		}
 	}
 	if background {
-		return answer.Request{}, notYetServed("background")
+		return answer.Request{}, storedOnly("background")
 	}
 	if _, has := top["previous_response_id"]; has {
-		return answer.Request{}, notYetServed("previous_response_id")
+		return answer.Request{}, storedOnly("previous_response_id")
 	}
 	if _, has := top["store"]; has {
 		rd.ignored["store"] = true

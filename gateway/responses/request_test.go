@@ -27,7 +27,7 @@ func TestParseAStringInput(t *testing.T) {
 }
 
 // Every member the envelope cannot carry is a 400 naming it, never quoting
-// the request; what is recognized and not yet served says so.
+// the request; what only the stored responses serve says so.
 func TestParseRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, param, says string
@@ -54,8 +54,8 @@ func TestParseRefusals(t *testing.T) {
 		{"text verbosity", `{"model":"m","input":"hi","text":{"verbosity":"low"}}`, "text.verbosity", "not supported"},
 		{"max_output_tokens of 0", `{"model":"m","input":"hi","max_output_tokens":0}`, "max_output_tokens", "whole number"},
 		{"stream not a bool", `{"model":"m","input":"hi","stream":"yes"}`, "stream", "true or false"},
-		{"previous_response_id", `{"model":"m","input":"hi","previous_response_id":"gw-1"}`, "previous_response_id", "not yet served"},
-		{"background", `{"model":"m","input":"hi","background":true}`, "background", "not yet served"},
+		{"previous_response_id", `{"model":"m","input":"hi","previous_response_id":"gw-1"}`, "previous_response_id", "served only through the gateway's stored responses"},
+		{"background", `{"model":"m","input":"hi","background":true}`, "background", "served only through the gateway's stored responses"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, p := Surface{}.Parse([]byte(tc.body))

@@ -290,7 +290,8 @@ func TestTheSDKRaisesACutStream(t *testing.T) {
 }
 
 // A member the envelope cannot carry is a 400 the SDK raises, naming it;
-// previous_response_id and background are refused as not yet served.
+// previous_response_id and background, which only the stored responses
+// serve, are refused by Parse alone (this door has no stored ops).
 func TestTheSDKRaisesARefusal(t *testing.T) {
 	_, client := newSDKDoor(t, providers.Response{Text: "ok"})
 	for _, tc := range []struct {
